@@ -1,0 +1,69 @@
+"""The application factory."""
+import logging
+import os
+
+from flask import Flask
+from werkzeug.middleware.proxy_fix import ProxyFix
+
+from app import config as config_module
+from app.extensions import db, limiter, migrate
+
+API_PREFIXES = ("/api/v1", "/v1")
+
+
+def create_app(test_config=None):
+    app = Flask(__name__, instance_relative_config=True)
+    app.json.sort_keys = False
+    os.makedirs(app.instance_path, exist_ok=True)
+    _configure(app, test_config)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app.wsgi_app = ProxyFix(app.wsgi_app, x_for=1, x_proto=1)
+
+    from app import models  # noqa: F401 - registers the tables with the metadata
+    from app.database import configure_engine
+    db.init_app(app)
+    migrate.init_app(app, db, directory=os.path.join(os.path.dirname(app.root_path), "migrations"))
+    with app.app_context():
+        configure_engine(db.engine, app.config["SQLITE_BUSY_TIMEOUT_MS"])
+
+    _register_request_hooks(app)
+    _register_blueprints(app)
+    from app.api.errors import register_error_handlers
+    register_error_handlers(app)
+
+    from app.cli import register_commands
+    register_commands(app)
+    return app
+
+
+def _configure(app, test_config):
+    app.config.from_object(config_module.Defaults)
+    app.config["SQLALCHEMY_DATABASE_URI"] = "sqlite:///" + os.path.join(app.instance_path, "monitor.db")
+    app.config.from_pyfile("config.py", silent=True)
+    app.config.update(config_module.settings_from_environment())
+    if test_config:
+        app.config.update(test_config)
+
+
+def _register_request_hooks(app):
+    from app.api.auth import assign_request_id, count_request, identify_caller, set_request_id_header
+    from app.api.limits import add_rate_limit_headers
+    # Order matters: the caller is identified before flask-limiter's own before_request hook,
+    # which init_app registers next, so limits key on the validated API key.
+    app.before_request(assign_request_id)
+    app.before_request(identify_caller)
+    limiter.init_app(app)
+    app.after_request(add_rate_limit_headers)
+    app.after_request(count_request)
+    app.after_request(set_request_id_header)
+
+
+def _register_blueprints(app):
+    from app.api import account, events, keys, meta, subscriptions
+    app.register_blueprint(meta.bp)
+    keyed = [account.bp, keys.bp, subscriptions.bp, events.bp]
+    for prefix in API_PREFIXES:
+        suffix = prefix.strip("/").replace("/", "_")
+        app.register_blueprint(meta.docs_bp, url_prefix=prefix, name=f"docs_{suffix}")
+        for blueprint in keyed:
+            app.register_blueprint(blueprint, url_prefix=prefix, name=f"{blueprint.name}_{suffix}")

@@ -1,0 +1,51 @@
+"""Authentication by `X-API-Key`.
+
+`identify_caller` runs before the rate limiter (so limits key on the validated key id) and only
+records the outcome; `require_api_key`, a blueprint hook that runs after the limiter, refuses.
+"""
+import re
+
+from flask import g, request
+
+from app.common import new_id
+from app.database import end_read_transaction
+from app.errors import Unauthorized
+from app.services import keys, usage
+
+_SANE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+
+
+def assign_request_id():
+    sent = request.headers.get("X-Request-Id", "")
+    g.request_id = sent if _SANE_REQUEST_ID.match(sent) else new_id("req")
+
+
+def identify_caller():
+    if not request.path.startswith(("/api/", "/v1/")):
+        return
+    try:
+        key, g.tier = keys.authenticate(request.headers.get("X-API-Key"))
+    except Unauthorized as error:
+        g.auth_error = error
+        return
+    finally:
+        end_read_transaction()
+    g.api_key_id = key.id
+    g.account_id = key.account_id
+    keys.last_used.record(key)
+
+
+def require_api_key():
+    if not g.get("api_key_id"):
+        raise g.get("auth_error") or Unauthorized(keys.MISSING_MESSAGE)
+
+
+def count_request(response):
+    if g.get("account_id"):
+        usage.requests.add(g.account_id)
+    return response
+
+
+def set_request_id_header(response):
+    response.headers["X-Request-Id"] = g.get("request_id") or new_id("req")
+    return response

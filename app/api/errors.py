@@ -1,0 +1,102 @@
+"""The one error shape of contract §2, for every failure the app can produce."""
+import logging
+import time
+
+from flask import g, jsonify, request
+from flask_limiter.errors import RateLimitExceeded
+from marshmallow import ValidationError
+from werkzeug.exceptions import HTTPException
+
+from app.common import isoformat, utcnow
+from app.errors import ServiceError, ValidationFailed
+from app.extensions import limiter
+
+log = logging.getLogger(__name__)
+
+_HTTP_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "PAYLOAD_TOO_LARGE", 400: "VALIDATION_ERROR"}
+
+
+def error_response(status, code, message, details=None, headers=None):
+    body = {"error": code, "message": message}
+    if details:
+        body["details"] = details
+    body["timestamp"] = isoformat(utcnow())
+    body["request_id"] = g.get("request_id")
+    response = jsonify(body)
+    response.status_code = status
+    for name, value in (headers or {}).items():
+        response.headers[name] = value
+    return response
+
+
+def flatten_messages(messages, prefix=""):
+    """marshmallow's nested message dict as a list of {field, message}, in field order."""
+    flat = []
+    if isinstance(messages, dict):
+        for key, value in messages.items():
+            path = f"{prefix}.{key}" if prefix else str(key)
+            if path.endswith("_schema"):
+                path = prefix or "body"
+            flat.extend(flatten_messages(value, path))
+    elif isinstance(messages, list) and messages and all(isinstance(m, str) for m in messages):
+        flat.extend({"field": prefix or "body", "message": m} for m in messages)
+    elif isinstance(messages, list):
+        for item in messages:
+            flat.extend(flatten_messages(item, prefix))
+    else:
+        flat.append({"field": prefix or "body", "message": str(messages)})
+    return flat
+
+
+def _value_at(data, path):
+    for part in path.split("."):
+        if isinstance(data, dict):
+            data = data.get(part)
+        elif isinstance(data, list) and part.isdigit() and int(part) < len(data):
+            data = data[int(part)]
+        else:
+            return None
+    return data if isinstance(data, (str, int, float, bool)) or data is None else None
+
+
+def validation_failed_from(error: ValidationError, data) -> ValidationFailed:
+    errors = flatten_messages(error.messages)
+    first = errors[0] if errors else {"field": "body", "message": "Invalid input."}
+    message = f"{first['field']}: {first['message']}"
+    return ValidationFailed(first["field"], message, _value_at(data, first["field"]), errors)
+
+
+def register_error_handlers(app):
+    @app.errorhandler(ServiceError)
+    def _service_error(error):
+        return error_response(error.status, error.code, error.message, error.details)
+
+    @app.errorhandler(RateLimitExceeded)
+    def _rate_limited(error):
+        current = limiter.current_limit
+        retry_after = max(1, current.reset_at - int(time.time()))
+        details = {"limit": current.limit.amount, "window_seconds": int(current.limit.get_expiry()),
+                   "retry_after": retry_after}
+        return error_response(429, "RATE_LIMIT_EXCEEDED",
+                              "Rate limit exceeded for this API key. Retry after the window resets.",
+                              details, {"Retry-After": str(retry_after)})
+
+    @app.errorhandler(HTTPException)
+    def _http_error(error):
+        code = _HTTP_CODES.get(error.code, "HTTP_ERROR")
+        details = None
+        message = error.description
+        if error.code == 404:
+            message = f"No route matches {request.method} {request.path}."
+        elif error.code == 405:
+            message = f"Method {request.method} is not allowed on {request.path}."
+        elif error.code == 413:
+            message = "The request body is larger than the 1 MiB limit."
+            details = {"limit_bytes": app.config["MAX_CONTENT_LENGTH"]}
+        return error_response(error.code, code, message, details)
+
+    @app.errorhandler(Exception)
+    def _unexpected(error):
+        log.exception("unhandled error (request_id=%s)", g.get("request_id"))
+        return error_response(500, "INTERNAL_ERROR", "An unexpected error occurred. Quote the request id to support.")
+

@@ -1,0 +1,34 @@
+from flask import Blueprint
+
+from app.api.auth import require_api_key
+from app.api.http import account_id, load_query, spec
+from app.api.limits import read_limit
+from app.schemas.base import page
+from app.schemas.events import DeliveryAttemptSchema, EventDetailSchema, EventListQuerySchema, EventListSchema
+from app.services import events
+
+bp = Blueprint("events", __name__)
+bp.before_request(require_api_key)
+list_query_schema = EventListQuerySchema()
+list_schema = EventListSchema()
+detail_schema = EventDetailSchema()
+attempt_schema = DeliveryAttemptSchema()
+
+
+@bp.get("/events")
+@read_limit
+@spec("The event log, newest first", query=EventListQuerySchema, response=EventListSchema, tag="events")
+def list_events():
+    query = load_query(list_query_schema)
+    rows, total = events.list_page(account_id(), query["limit"], query["offset"],
+                                   query.get("type"), query.get("subscription_id"))
+    return list_schema.dump(page([events.as_dict(row) for row in rows], total, query["limit"], query["offset"]))
+
+
+@bp.get("/events/<event_id>")
+@read_limit
+@spec("One event with its delivery attempts", response=EventDetailSchema, tag="events")
+def get_event(event_id):
+    event = events.get(account_id(), event_id)
+    attempts = attempt_schema.dump(events.attempts_of(event.id), many=True)
+    return detail_schema.dump(events.as_dict(event, attempts))

@@ -1,0 +1,67 @@
+"""The OpenAPI 3.1 document, built from the views' `@spec` metadata and the marshmallow schemas they use."""
+import re
+
+from apispec import APISpec
+from apispec.ext.marshmallow import MarshmallowPlugin
+from flask import current_app
+
+from app.schemas.base import ErrorSchema
+
+_PATH_PARAMETER = re.compile(r"<(?:[a-z]+:)?([a-z_]+)>")
+PREFIX = "/api/v1"
+ERRORS = {"400": "VALIDATION_ERROR", "401": "UNAUTHORIZED", "404": "NOT_FOUND", "429": "RATE_LIMIT_EXCEEDED"}
+
+
+def _schema_name(schema):
+    name = schema.__name__ if isinstance(schema, type) else type(schema).__name__
+    return name.removesuffix("Schema")
+
+
+def build_document(app) -> dict:
+    spec = APISpec(title="Entity change monitoring API", version="2.0.0", openapi_version="3.1.0",
+                   plugins=[MarshmallowPlugin(schema_name_resolver=_schema_name)],
+                   info={"description": "Subscriptions to contacts and companies; changes arrive as signed webhooks."},
+                   servers=[{"url": PREFIX}])
+    spec.components.security_scheme("ApiKey", {"type": "apiKey", "in": "header", "name": "X-API-Key"})
+    spec.components.schema("Error", schema=ErrorSchema)
+    paths = {}
+    for rule in app.url_map.iter_rules():
+        view = app.view_functions.get(rule.endpoint)
+        meta = getattr(view, "openapi", None)
+        if meta is None or not rule.rule.startswith(PREFIX):
+            continue
+        path = _PATH_PARAMETER.sub(r"{\1}", rule.rule.removeprefix(PREFIX)) or "/"
+        for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
+            paths.setdefault(path, {})[method.lower()] = _operation(meta, rule)
+    for path, operations in sorted(paths.items()):
+        spec.path(path=path, operations=operations)
+    return spec.to_dict()
+
+
+def _operation(meta, rule):
+    success = {"description": meta["summary"]}
+    if meta["response"] is not None:
+        success["content"] = {"application/json": {"schema": meta["response"]}}
+    responses = {str(meta["status"]): success}
+    for status, code in ERRORS.items():
+        responses[status] = {"description": code,
+                             "content": {"application/json": {"schema": "Error"}}}
+    operation = {"summary": meta["summary"], "responses": responses,
+                 "tags": [meta["tag"]] if meta["tag"] else []}
+    parameters = [{"in": "path", "name": name, "required": True, "schema": {"type": "string"}}
+                  for name in rule.arguments]
+    if meta["query"] is not None:
+        parameters.append({"in": "query", "schema": meta["query"]})
+    if parameters:
+        operation["parameters"] = parameters
+    if meta["body"] is not None:
+        operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": meta["body"]}}}
+    operation["security"] = [{"ApiKey": []}] if meta["auth"] else []
+    return operation
+
+
+def cached_document():
+    extension = current_app.extensions
+    if "openapi_document" not in extension:
+        extension["openapi_document"] = build_document(current_app)
+    return extension["openapi_document"]

@@ -1,0 +1,169 @@
+import csv
+import io
+import json
+
+from flask import Blueprint, Response, stream_with_context
+
+from app.api.auth import require_api_key
+from app.api.http import account_id, load, load_body, load_query, spec
+from app.api.limits import bulk_limit, read_limit, write_limit
+from app.common import isoformat
+from app.schemas.subscriptions import (BulkCancelResultSchema, BulkCreateResultSchema, BulkCreateSchema,
+                                       BulkIdsSchema, BulkStatusResultSchema, BulkStatusSchema,
+                                       ExportQuerySchema, MetadataPatchSchema, SubscriptionCancelledSchema,
+                                       SubscriptionCreatedSchema, SubscriptionCreateSchema,
+                                       SubscriptionListQuerySchema, SubscriptionListSchema, SubscriptionSchema)
+from app.schemas.base import page
+from app.services import subscriptions
+
+bp = Blueprint("subscriptions", __name__)
+bp.before_request(require_api_key)
+create_schema = SubscriptionCreateSchema()
+created_schema = SubscriptionCreatedSchema()
+detail_schema = SubscriptionSchema()
+list_query_schema = SubscriptionListQuerySchema()
+list_schema = SubscriptionListSchema()
+cancelled_schema = SubscriptionCancelledSchema()
+metadata_schema = MetadataPatchSchema()
+bulk_create_schema = BulkCreateSchema()
+bulk_create_result_schema = BulkCreateResultSchema()
+bulk_ids_schema = BulkIdsSchema()
+bulk_cancel_result_schema = BulkCancelResultSchema()
+bulk_status_schema = BulkStatusSchema()
+bulk_status_result_schema = BulkStatusResultSchema()
+export_query_schema = ExportQuerySchema()
+
+
+@bp.post("/subscriptions")
+@write_limit
+@spec("Subscribe to an entity", body=SubscriptionCreateSchema, response=SubscriptionCreatedSchema,
+      status=201, tag="subscriptions")
+def create_subscription():
+    subscription = subscriptions.create(account_id(), load_body(create_schema))
+    return (created_schema.dump(subscription), 201,
+            {"Location": f"/api/v1/subscriptions/{subscription.id}"})
+
+
+@bp.get("/subscriptions")
+@read_limit
+@spec("List subscriptions, newest first", query=SubscriptionListQuerySchema, response=SubscriptionListSchema,
+      tag="subscriptions")
+def list_subscriptions():
+    query = load_query(list_query_schema)
+    rows, total = subscriptions.list_page(account_id(), **query)
+    return list_schema.dump(page(rows, total, query["limit"], query["offset"]))
+
+
+@bp.get("/subscriptions/<subscription_id>")
+@read_limit
+@spec("One subscription", response=SubscriptionSchema, tag="subscriptions")
+def get_subscription(subscription_id):
+    return detail_schema.dump(subscriptions.get(account_id(), subscription_id))
+
+
+@bp.delete("/subscriptions/<subscription_id>")
+@write_limit
+@spec("Cancel a subscription (soft delete, idempotent)", response=SubscriptionCancelledSchema,
+      tag="subscriptions")
+def cancel_subscription(subscription_id):
+    return cancelled_schema.dump(subscriptions.cancel(account_id(), subscription_id))
+
+
+@bp.post("/subscriptions/<subscription_id>/pause")
+@write_limit
+@spec("Pause an active subscription", response=SubscriptionSchema, tag="subscriptions")
+def pause_subscription(subscription_id):
+    return detail_schema.dump(subscriptions.set_status(account_id(), subscription_id, "paused"))
+
+
+@bp.post("/subscriptions/<subscription_id>/resume")
+@write_limit
+@spec("Resume a paused subscription", response=SubscriptionSchema, tag="subscriptions")
+def resume_subscription(subscription_id):
+    return detail_schema.dump(subscriptions.set_status(account_id(), subscription_id, "active"))
+
+
+@bp.patch("/subscriptions/<subscription_id>")
+@write_limit
+@spec("Replace a subscription's custom_metadata", body=MetadataPatchSchema, response=SubscriptionSchema,
+      tag="subscriptions")
+def update_subscription(subscription_id):
+    body = load_body(metadata_schema)
+    return detail_schema.dump(subscriptions.update_metadata(account_id(), subscription_id,
+                                                            body["custom_metadata"]))
+
+
+@bp.post("/subscriptions/bulk")
+@bulk_limit
+@spec("Create up to 100 subscriptions; failures are reported per item", body=BulkCreateSchema,
+      response=BulkCreateResultSchema, tag="subscriptions")
+def bulk_create():
+    body = load_body(bulk_create_schema)
+    result = subscriptions.bulk_create(account_id(), body["subscriptions"],
+                                       lambda raw: load(create_schema, raw))
+    return bulk_create_result_schema.dump({"created": len(result.created), "failed": len(result.errors),
+                                           "subscriptions": result.created, "errors": result.errors})
+
+
+@bp.delete("/subscriptions/bulk")
+@bulk_limit
+@spec("Cancel up to 100 subscriptions", body=BulkIdsSchema, response=BulkCancelResultSchema,
+      tag="subscriptions")
+def bulk_cancel():
+    body = load_body(bulk_ids_schema)
+    done, errors = subscriptions.bulk_cancel(account_id(), body["subscription_ids"])
+    return bulk_cancel_result_schema.dump({"cancelled": len(done), "failed": len(errors),
+                                           "subscriptions": done, "errors": errors})
+
+
+@bp.patch("/subscriptions/bulk")
+@bulk_limit
+@spec("Pause or resume up to 100 subscriptions", body=BulkStatusSchema, response=BulkStatusResultSchema,
+      tag="subscriptions")
+def bulk_set_status():
+    body = load_body(bulk_status_schema)
+    done, errors = subscriptions.bulk_set_status(account_id(), body["subscription_ids"], body["status"])
+    return bulk_status_result_schema.dump({"updated": len(done), "failed": len(errors),
+                                           "subscriptions": done, "errors": errors})
+
+
+@bp.get("/subscriptions/export")
+@bulk_limit
+@spec("Export subscriptions as CSV or JSON, streamed", query=ExportQuerySchema, tag="subscriptions")
+def export_subscriptions():
+    query = load_query(export_query_schema)
+    rows = subscriptions.export_rows(account_id(), query["status"])
+    if query["format"] == "json":
+        body, mimetype = _json_stream(rows), "application/json"
+    else:
+        body, mimetype = _csv_stream(rows), "text/csv; charset=utf-8"
+    filename = f"subscriptions.{query['format']}"
+    return Response(stream_with_context(body), mimetype=mimetype,
+                    headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+
+
+def _export_values(row):
+    return [*row[:5], isoformat(row[5])]
+
+
+def _csv_stream(rows):
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(subscriptions.EXPORT_COLUMNS)
+    for count, row in enumerate(rows, 1):
+        writer.writerow(_export_values(row))
+        if count % 500 == 0:
+            yield buffer.getvalue()
+            buffer.seek(0)
+            buffer.truncate()
+    yield buffer.getvalue()
+
+
+def _json_stream(rows):
+    yield '{"data": ['
+    total = 0
+    for row in rows:
+        item = dict(zip(subscriptions.EXPORT_COLUMNS, _export_values(row)))
+        yield ("," if total else "") + json.dumps(item)
+        total += 1
+    yield f'], "total": {total}}}'

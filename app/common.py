@@ -1,0 +1,33 @@
+"""Small helpers shared by every layer: ids and time."""
+import secrets
+import string
+from datetime import datetime, timezone
+
+_ALPHANUMERIC = string.ascii_letters + string.digits
+
+
+def new_id(prefix: str) -> str:
+    """A prefixed random id, e.g. `sub_3f9a…` (24 hex characters, 96 bits)."""
+    return f"{prefix}_{secrets.token_hex(12)}"
+
+
+def random_alphanumeric(length: int) -> str:
+    return "".join(secrets.choice(_ALPHANUMERIC) for _ in range(length))
+
+
+def utcnow() -> datetime:
+    """Naive UTC, the form every timestamp column stores."""
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+def isoformat(moment):
+    """ISO 8601 UTC with a `Z` (contract §1); None stays None."""
+    if moment is None:
+        return None
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(timezone.utc).replace(tzinfo=None)
+    return moment.isoformat(timespec="milliseconds" if moment.microsecond else "seconds") + "Z"
+
+
+def unix_seconds(moment) -> int:
+    return int(moment.replace(tzinfo=timezone.utc).timestamp())

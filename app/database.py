@@ -1,0 +1,56 @@
+"""Database plumbing: SQLite pragmas and the write-transaction helper.
+
+SQLite: every connection gets WAL, foreign keys and a busy timeout. Write transactions begin with
+`BEGIN IMMEDIATE`, so a transaction that reads then writes waits for the lock instead of failing
+with "database is locked". On PostgreSQL the same code runs with ordinary transactions.
+"""
+from contextlib import contextmanager
+
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+
+from app.extensions import db
+
+IMMEDIATE = "sqlite_immediate"
+
+
+def configure_engine(engine: Engine, busy_timeout_ms: int) -> None:
+    if engine.dialect.name != "sqlite":
+        return
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record):
+        dbapi_connection.isolation_level = None  # we emit BEGIN ourselves (below)
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection):
+        immediate = connection.get_execution_options().get(IMMEDIATE)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+@contextmanager
+def write_transaction():
+    """One short write transaction on the scoped session: commit on success, roll back on error.
+
+    Any read transaction the session had open is ended first. Never make a network call inside.
+    """
+    session = db.session
+    session.rollback()
+    session.connection(execution_options={IMMEDIATE: True})
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+
+
+def end_read_transaction():
+    """Release the snapshot a read took, so no transaction stays open across slow work."""
+    db.session.rollback()

@@ -1,0 +1,66 @@
+from datetime import datetime
+from typing import Optional
+
+from sqlalchemy import ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.common import utcnow
+from app.extensions import db
+
+
+class Event(db.Model):
+    """The event log. `body` is the envelope serialised once: every delivery sends these exact bytes."""
+    __tablename__ = "events"
+
+    id: Mapped[str] = mapped_column(String(50), primary_key=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
+    subscription_id: Mapped[Optional[str]] = mapped_column(String(40))
+    type: Mapped[str] = mapped_column(String(60))
+    body: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    delivery_status: Mapped[str] = mapped_column(String(10), default="skipped")
+    attempt_count: Mapped[int] = mapped_column(Integer, default=0)
+
+    __table_args__ = (
+        Index("ix_events_account_order", "account_id", "created_at", "id"),
+        Index("ix_events_account_subscription", "account_id", "subscription_id"),
+    )
+
+
+class OutboxDelivery(db.Model):
+    """A delivery owed to the endpoint: written with its event, claimed by a sender with a lease."""
+    __tablename__ = "outbox"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    event_id: Mapped[str] = mapped_column(ForeignKey("events.id", ondelete="CASCADE"), index=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
+    status: Mapped[str] = mapped_column(String(10), default="pending")  # pending|succeeded|failed
+    attempts: Mapped[int] = mapped_column(Integer, default=0)  # tries made by this delivery
+    next_attempt_at: Mapped[datetime] = mapped_column(default=utcnow)
+    claim_token: Mapped[Optional[str]] = mapped_column(String(40))
+    claimed_until: Mapped[Optional[datetime]]
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+    __table_args__ = (Index("ix_outbox_due", "status", "next_attempt_at"),)
+
+
+class DeliveryAttempt(db.Model):
+    """One HTTP try: the delivery log of contract §5."""
+    __tablename__ = "delivery_attempts"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
+    event_id: Mapped[str] = mapped_column(ForeignKey("events.id", ondelete="CASCADE"))
+    event_type: Mapped[str] = mapped_column(String(60))
+    attempt: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(10))  # succeeded|failed
+    response_status: Mapped[Optional[int]]
+    duration_ms: Mapped[Optional[int]]
+    error: Mapped[Optional[str]] = mapped_column(String(500))
+    attempted_at: Mapped[datetime] = mapped_column(default=utcnow)
+    next_attempt_at: Mapped[Optional[datetime]]
+
+    __table_args__ = (
+        Index("ix_delivery_attempts_account_order", "account_id", "attempted_at", "id"),
+        Index("ix_delivery_attempts_event", "event_id"),
+    )

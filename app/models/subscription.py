@@ -1,0 +1,50 @@
+from datetime import datetime
+from typing import Optional
+
+from sqlalchemy import JSON, ForeignKey, Index, Integer, String, text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.common import utcnow
+from app.extensions import db
+
+LIVE_STATUSES = ("active", "paused")
+
+
+class Subscription(db.Model):
+    __tablename__ = "subscriptions"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
+    entity_type: Mapped[str] = mapped_column(String(10))
+    network_id: Mapped[str] = mapped_column(String(100))
+    network_url: Mapped[str] = mapped_column(String(300))
+    status: Mapped[str] = mapped_column(String(10), default="active")
+    custom_metadata: Mapped[dict] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    paused_at: Mapped[Optional[datetime]]
+    cancelled_at: Mapped[Optional[datetime]]
+
+    # Monitoring state (issue: monitoring). `snapshot` is the last known state of the entity.
+    last_checked_at: Mapped[Optional[datetime]]
+    last_change_at: Mapped[Optional[datetime]]
+    last_check_status: Mapped[str] = mapped_column(String(20), default="pending")
+    next_check_at: Mapped[Optional[datetime]]
+    check_count: Mapped[int] = mapped_column(Integer, default=0)
+    change_count: Mapped[int] = mapped_column(Integer, default=0)
+    consecutive_failures: Mapped[int] = mapped_column(Integer, default=0)
+    unavailable_reason: Mapped[Optional[str]] = mapped_column(String(20))
+    snapshot: Mapped[Optional[dict]] = mapped_column(JSON)
+    claim_token: Mapped[Optional[str]] = mapped_column(String(40))
+    claimed_until: Mapped[Optional[datetime]]
+
+    __table_args__ = (
+        Index("ix_subscriptions_account_order", "account_id", "created_at", "id"),
+        Index("ix_subscriptions_account_status", "account_id", "status"),
+        Index("ix_subscriptions_due", "status", "next_check_at"),
+        # At most one live (active or paused) subscription per entity and account; a cancelled one
+        # does not block a new one. Partial unique indexes work on SQLite and PostgreSQL alike.
+        Index("uq_subscriptions_live_entity", "account_id", "entity_type", "network_id", unique=True,
+              sqlite_where=text("status IN ('active', 'paused')"),
+              postgresql_where=text("status IN ('active', 'paused')")),
+    )

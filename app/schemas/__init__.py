@@ -1,0 +1,1 @@
+"""marshmallow schemas: they validate requests, shape responses and are the OpenAPI source."""

@@ -1,0 +1,56 @@
+from marshmallow import Schema, fields, validate
+
+from app.schemas.base import BodySchema, Timestamp
+
+
+class AccountSchema(Schema):
+    id = fields.Str()
+    name = fields.Str()
+    tier = fields.Str()
+    subscription_limit = fields.Int(allow_none=True, metadata={"description": "null means unlimited."})
+    subscription_count = fields.Int(metadata={"description": "Active and paused subscriptions."})
+    trial_ends_at = Timestamp(allow_none=True)
+    created_at = Timestamp()
+
+
+class UsagePeriodSchema(Schema):
+    start = fields.Date()
+    requests = fields.Int()
+    checks = fields.Int()
+    events_created = fields.Int()
+    deliveries_succeeded = fields.Int()
+    deliveries_failed = fields.Int()
+
+
+class UsageSubscriptionsSchema(Schema):
+    active = fields.Int()
+    paused = fields.Int()
+    cancelled = fields.Int()
+    live = fields.Int(metadata={"description": "active + paused: what counts toward the cap."})
+    limit = fields.Int(allow_none=True)
+
+
+class UsageSchema(Schema):
+    day = fields.Nested(UsagePeriodSchema, metadata={"description": "The current UTC day."})
+    month = fields.Nested(UsagePeriodSchema, metadata={"description": "The current UTC month."})
+    subscriptions = fields.Nested(UsageSubscriptionsSchema)
+
+
+class ApiKeyCreateSchema(BodySchema):
+    name = fields.Str(required=True, validate=validate.Length(1, 100))
+
+
+class ApiKeySchema(Schema):
+    id = fields.Str()
+    name = fields.Str()
+    key_hint = fields.Str(metadata={"description": "The last 4 characters of the key."})
+    last_used_at = Timestamp(allow_none=True)
+    created_at = Timestamp()
+
+
+class ApiKeyCreatedSchema(ApiKeySchema):
+    key = fields.Str(metadata={"description": "The key itself, shown only in this response."})
+
+
+class ApiKeyListSchema(Schema):
+    keys = fields.List(fields.Nested(ApiKeySchema))

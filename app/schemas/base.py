@@ -1,0 +1,56 @@
+from marshmallow import EXCLUDE, RAISE, Schema, fields, validate
+
+from app.common import isoformat
+
+
+class Timestamp(fields.DateTime):
+    """ISO 8601 UTC ending in Z (contract §1)."""
+
+    def _serialize(self, value, attr, obj, **kwargs):
+        return isoformat(value)
+
+
+class BodySchema(Schema):
+    """A request body: unknown fields are a 400 (contract §1)."""
+
+    class Meta:
+        unknown = RAISE
+
+
+class QuerySchema(Schema):
+    """Query parameters: unrelated parameters are ignored, bad values of known ones are a 400."""
+
+    class Meta:
+        unknown = EXCLUDE
+
+
+class PaginationSchema(Schema):
+    total = fields.Int()
+    limit = fields.Int()
+    offset = fields.Int()
+    has_more = fields.Bool()
+
+
+class PageQuerySchema(QuerySchema):
+    limit = fields.Int(load_default=20, validate=validate.Range(1, 100, error="limit must be between 1 and 100."),
+                       metadata={"description": "Results per page."})
+    offset = fields.Int(load_default=0, validate=validate.Range(min=0, error="offset must be 0 or more."),
+                        metadata={"description": "Items to skip."})
+
+
+class ErrorSchema(Schema):
+    error = fields.Str(required=True)
+    message = fields.Str(required=True)
+    details = fields.Dict()
+    timestamp = Timestamp()
+    request_id = fields.Str()
+
+
+class DeletedSchema(Schema):
+    id = fields.Str()
+    deleted = fields.Bool()
+
+
+def page(items, total, limit, offset):
+    return {"data": items, "pagination": {"total": total, "limit": limit, "offset": offset,
+                                          "has_more": offset + len(items) < total}}

@@ -1,0 +1,41 @@
+from marshmallow import Schema, fields, validate
+
+from app.schemas.base import PageQuerySchema, PaginationSchema, Timestamp
+from app.services.events import EVENT_TYPES
+
+
+class EventListQuerySchema(PageQuerySchema):
+    type = fields.Str(validate=validate.OneOf(EVENT_TYPES))
+    subscription_id = fields.Str(validate=validate.Length(1, 100))
+
+
+class DeliveryAttemptSchema(Schema):
+    id = fields.Str()
+    event_id = fields.Str()
+    event_type = fields.Str()
+    attempt = fields.Int()
+    status = fields.Str(metadata={"description": "`succeeded` or `failed`."})
+    response_status = fields.Int(allow_none=True)
+    duration_ms = fields.Int(allow_none=True)
+    error = fields.Str(allow_none=True)
+    attempted_at = Timestamp()
+    next_attempt_at = Timestamp(allow_none=True)
+
+
+class EventSchema(Schema):
+    """The envelope as delivered, plus `delivery_status`."""
+    id = fields.Str()
+    type = fields.Str()
+    created = fields.Int(metadata={"description": "Unix time in seconds."})
+    data = fields.Dict()
+    metadata = fields.Dict(metadata={"description": "subscription_id, detected_at, custom_metadata."})
+    delivery_status = fields.Str(metadata={"description": "pending, succeeded, failed or skipped."})
+
+
+class EventDetailSchema(EventSchema):
+    attempts = fields.List(fields.Nested(DeliveryAttemptSchema))
+
+
+class EventListSchema(Schema):
+    data = fields.List(fields.Nested(EventSchema))
+    pagination = fields.Nested(PaginationSchema)

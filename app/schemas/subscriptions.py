@@ -1,0 +1,173 @@
+from marshmallow import Schema, ValidationError, fields, post_load, validate, validates_schema
+
+from app.schemas.base import BodySchema, PageQuerySchema, PaginationSchema, QuerySchema, Timestamp
+from app.services.entities import ENTITY_TYPES
+
+STATUSES = ("active", "paused", "cancelled")
+MAX_METADATA_KEYS = 20
+
+EntityType = fields.Str(required=True, validate=validate.OneOf(ENTITY_TYPES),
+                        metadata={"description": "`contact` or `company`."})
+
+
+def _metadata_field(**kwargs):
+    return fields.Dict(keys=fields.Str(validate=validate.Length(1, 40)),
+                       values=fields.Str(validate=validate.Length(max=500)),
+                       validate=validate.Length(max=MAX_METADATA_KEYS,
+                                                error="custom_metadata holds at most 20 keys."),
+                       metadata={"description": "Up to 20 string keys (<= 40 chars) to string values "
+                                                "(<= 500 chars), copied into every event."},
+                       **kwargs)
+
+
+class SubscriptionCreateSchema(BodySchema):
+    entity_type = EntityType
+    network_id = fields.Str(validate=validate.Length(max=400), metadata={"description": "Username or slug."})
+    network_url = fields.Str(validate=validate.Length(max=2048), metadata={"description": "Full profile URL."})
+    linkedin_id = fields.Str(validate=validate.Length(max=400), metadata={"description": "Alias of network_id."})
+    linkedin_url = fields.Str(validate=validate.Length(max=2048), metadata={"description": "Alias of network_url."})
+    custom_metadata = _metadata_field()
+
+    @validates_schema
+    def _aliases_agree(self, data, **kwargs):
+        for field, alias in (("network_id", "linkedin_id"), ("network_url", "linkedin_url")):
+            if field in data and alias in data and data[field] != data[alias]:
+                raise ValidationError(f"{alias} is an alias of {field}; they differ.", alias)
+        if not any(name in data for name in ("network_id", "network_url", "linkedin_id", "linkedin_url")):
+            raise ValidationError("Give network_id or network_url (or both).", "network_id")
+
+    @post_load
+    def _fold_aliases(self, data, **kwargs):
+        data["network_id"] = data.pop("linkedin_id", data.get("network_id"))
+        data["network_url"] = data.pop("linkedin_url", data.get("network_url"))
+        data.setdefault("custom_metadata", {})
+        return data
+
+
+class MetadataPatchSchema(BodySchema):
+    custom_metadata = _metadata_field(required=True)
+
+
+class SubscriptionListQuerySchema(PageQuerySchema):
+    entity_type = fields.Str(validate=validate.OneOf(ENTITY_TYPES))
+    status = fields.Str(validate=validate.OneOf(STATUSES))
+    search = fields.Str(validate=validate.Length(1, 200),
+                        metadata={"description": "Matches any part of the network id or URL, case-insensitively."})
+
+
+class ExportQuerySchema(QuerySchema):
+    format = fields.Str(load_default="csv", validate=validate.OneOf(("csv", "json")))
+    status = fields.Str(load_default="all", validate=validate.OneOf(STATUSES + ("all",)))
+
+
+class SubscriptionCreatedSchema(Schema):
+    id = fields.Str()
+    entity_type = fields.Str()
+    network_id = fields.Str()
+    network_url = fields.Str()
+    status = fields.Str()
+    custom_metadata = fields.Dict()
+    created_at = Timestamp()
+    updated_at = Timestamp()
+
+
+class SubscriptionListItemSchema(Schema):
+    id = fields.Str()
+    entity_type = fields.Str()
+    network_id = fields.Str()
+    network_url = fields.Str()
+    status = fields.Str()
+    custom_metadata = fields.Dict()
+    last_checked_at = Timestamp()
+    created_at = Timestamp()
+
+
+class CheckMetadataSchema(Schema):
+    check_count = fields.Int()
+    change_count = fields.Int()
+
+
+class SubscriptionSchema(SubscriptionCreatedSchema):
+    """The get shape (interface spec plus contract §3)."""
+    last_checked_at = Timestamp()
+    last_change_at = Timestamp()
+    last_check_status = fields.Str()
+    next_check_at = Timestamp()
+    paused_at = Timestamp()
+    cancelled_at = Timestamp()
+    metadata = fields.Method("_check_metadata", metadata={"description": "check_count and change_count."})
+
+    def _check_metadata(self, subscription):
+        return {"check_count": subscription.check_count, "change_count": subscription.change_count}
+
+
+class SubscriptionListSchema(Schema):
+    data = fields.List(fields.Nested(SubscriptionListItemSchema))
+    pagination = fields.Nested(PaginationSchema)
+
+
+class SubscriptionCancelledSchema(Schema):
+    id = fields.Str()
+    status = fields.Str()
+    cancelled_at = Timestamp()
+
+
+class BulkCreateSchema(BodySchema):
+    subscriptions = fields.List(fields.Raw(), required=True,
+                                validate=validate.Length(1, 100, error="Send 1 to 100 subscriptions."),
+                                metadata={"description": "Items shaped like POST /subscriptions bodies."})
+
+
+class BulkIdsSchema(BodySchema):
+    subscription_ids = fields.List(fields.Str(validate=validate.Length(1, 100)), required=True,
+                                   validate=validate.Length(1, 100, error="Send 1 to 100 subscription ids."))
+
+
+class BulkStatusSchema(BulkIdsSchema):
+    status = fields.Str(required=True, validate=validate.OneOf(("active", "paused")))
+
+
+class BulkCreatedItemSchema(Schema):
+    id = fields.Str()
+    entity_type = fields.Str()
+    network_id = fields.Str()
+    status = fields.Str()
+
+
+class BulkCreateErrorSchema(Schema):
+    index = fields.Int()
+    network_id = fields.Str(allow_none=True)
+    error = fields.Str()
+    code = fields.Str()
+
+
+class BulkCreateResultSchema(Schema):
+    created = fields.Int()
+    failed = fields.Int()
+    subscriptions = fields.List(fields.Nested(BulkCreatedItemSchema))
+    errors = fields.List(fields.Nested(BulkCreateErrorSchema))
+
+
+class IdStatusSchema(Schema):
+    id = fields.Str()
+    status = fields.Str()
+
+
+class BulkIdErrorSchema(Schema):
+    id = fields.Str()
+    error = fields.Str()
+    code = fields.Str()
+
+
+class BulkCancelResultSchema(Schema):
+    cancelled = fields.Int()
+    failed = fields.Int()
+    subscriptions = fields.List(fields.Nested(IdStatusSchema))
+    errors = fields.List(fields.Nested(BulkIdErrorSchema))
+
+
+class BulkStatusResultSchema(Schema):
+    updated = fields.Int()
+    failed = fields.Int()
+    subscriptions = fields.List(fields.Nested(IdStatusSchema))
+    errors = fields.List(fields.Nested(BulkIdErrorSchema))

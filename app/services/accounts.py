@@ -1,0 +1,83 @@
+"""Accounts and tiers: creating accounts, their caps and their trial."""
+from datetime import timedelta
+
+from flask import current_app
+from sqlalchemy import func, select
+
+from app.common import new_id, utcnow
+from app.database import write_transaction
+from app.errors import NotFound, ValidationFailed
+from app.extensions import db
+from app.models import Account, Subscription
+from app.models.subscription import LIVE_STATUSES
+from app.services import keys
+
+
+def tier_settings(tier: str) -> dict:
+    return current_app.config["TIERS"][tier]
+
+
+def subscription_limit(account: Account):
+    """The tier's cap, or None for unlimited."""
+    return tier_settings(account.tier)["subscription_limit"]
+
+
+def require_known_tier(tier: str) -> str:
+    tiers = current_app.config["TIERS"]
+    if tier not in tiers:
+        raise ValidationFailed("tier", f"Unknown tier '{tier}'. Known tiers: {', '.join(tiers)}.", tier)
+    return tier
+
+
+def create_account(name: str, tier: str = None):
+    """A new account with its first API key. Returns (account, plaintext key)."""
+    name = (name or "").strip()
+    if not 1 <= len(name) <= 200:
+        raise ValidationFailed("name", "The account name must be 1-200 characters.", name)
+    tier = require_known_tier(tier or current_app.config["DEFAULT_TIER"])
+    now = utcnow()
+    with write_transaction() as session:
+        account = Account(id=new_id("acct"), name=name, tier=tier, created_at=now,
+                          trial_ends_at=now + timedelta(days=current_app.config["TRIAL_DAYS"]))
+        session.add(account)
+        _key, plaintext = keys.add_key(session, account.id, "Default key")
+    return account, plaintext
+
+
+def list_accounts():
+    return db.session.scalars(select(Account).order_by(Account.created_at, Account.id)).all()
+
+
+def get_account(account_id: str) -> Account:
+    account = db.session.get(Account, account_id)
+    if account is None:
+        raise NotFound("account", account_id)
+    return account
+
+
+def set_tier(account_id: str, tier: str) -> Account:
+    require_known_tier(tier)
+    with write_transaction() as session:
+        account = session.get(Account, account_id)
+        if account is None:
+            raise NotFound("account", account_id)
+        account.tier = tier
+        account.trial_ends_at = None  # an operator-chosen tier is a plan, no longer a trial
+    return account
+
+
+def live_subscription_count(session, account_id: str) -> int:
+    return session.scalar(select(func.count()).select_from(Subscription).where(
+        Subscription.account_id == account_id, Subscription.status.in_(LIVE_STATUSES)))
+
+
+def describe(account: Account) -> dict:
+    return {
+        "id": account.id,
+        "name": account.name,
+        "tier": account.tier,
+        "subscription_limit": subscription_limit(account),
+        "subscription_count": live_subscription_count(db.session, account.id),
+        "trial_ends_at": account.trial_ends_at,
+        "created_at": account.created_at,
+    }

@@ -1,0 +1,119 @@
+"""The event log: building envelopes and recording events with their outbox delivery (contract §5, §6)."""
+import json
+
+from sqlalchemy import func, select
+
+from app.common import isoformat, new_id, unix_seconds, utcnow
+from app.errors import NotFound
+from app.extensions import db
+from app.models import DeliveryAttempt, Event, OutboxDelivery, WebhookConfig
+
+EVENT_TYPES = (
+    "test",
+    "subscription.initial_state",
+    "contact.position_changed",
+    "contact.headline_changed",
+    "company.employee_count_changed",
+    "company.description_changed",
+    "contact.post_created",
+    "company.post_created",
+    "contact.comment_created",
+    "contact.reaction_added",
+    "entity.unavailable",
+)
+
+_new_delivery_listeners = []
+
+
+def type_matches(patterns, event_type: str) -> bool:
+    """`*` matches everything, `contact.*` a prefix, anything else the exact type."""
+    for pattern in patterns:
+        if pattern == "*" or pattern == event_type:
+            return True
+        if pattern.endswith(".*") and event_type.startswith(pattern[:-1]):
+            return True
+    return False
+
+
+def entity_data(subscription) -> dict:
+    return {"id": subscription.id, "type": subscription.entity_type,
+            "network_id": subscription.network_id, "network_url": subscription.network_url}
+
+
+def envelope(event_id, event_type, created_at, data, metadata=None) -> dict:
+    body = {"id": event_id, "type": event_type, "created": unix_seconds(created_at), "data": data}
+    if metadata is not None:
+        body["metadata"] = metadata
+    return body
+
+
+def webhook_config_for(session, account_id):
+    return session.scalar(select(WebhookConfig).where(WebhookConfig.account_id == account_id))
+
+
+def wants_delivery(config, event_type: str) -> bool:
+    return config is not None and config.is_active and type_matches(config.events, event_type)
+
+
+def record(session, account_id, event_type, data, *, subscription=None, config=None, now=None,
+           id_prefix="evt"):
+    """Store an event inside the caller's transaction, and its outbox delivery when the account's
+    webhook configuration (passed in, read in the same transaction) wants this type."""
+    now = now or utcnow()
+    event_id = new_id(id_prefix)
+    metadata = None
+    if subscription is not None:
+        metadata = {"subscription_id": subscription.id, "detected_at": isoformat(now),
+                    "custom_metadata": subscription.custom_metadata or {}}
+    body = json.dumps(envelope(event_id, event_type, now, data, metadata), separators=(",", ":"),
+                      ensure_ascii=False)
+    deliver = wants_delivery(config, event_type)
+    event = Event(id=event_id, account_id=account_id, subscription_id=subscription.id if subscription else None,
+                  type=event_type, body=body, created_at=now, delivery_status="pending" if deliver else "skipped")
+    session.add(event)
+    if deliver:
+        session.add(OutboxDelivery(event_id=event_id, account_id=account_id, next_attempt_at=now, created_at=now))
+    return event
+
+
+def on_new_deliveries(listener):
+    """Register a callable run after a transaction that queued deliveries has committed."""
+    _new_delivery_listeners.append(listener)
+
+
+def notify_new_deliveries():
+    for listener in _new_delivery_listeners:
+        listener()
+
+
+def list_page(account_id, limit, offset, event_type=None, subscription_id=None):
+    conditions = [Event.account_id == account_id]
+    if event_type:
+        conditions.append(Event.type == event_type)
+    if subscription_id:
+        conditions.append(Event.subscription_id == subscription_id)
+    total = db.session.scalar(select(func.count()).select_from(Event).where(*conditions))
+    rows = db.session.scalars(select(Event).where(*conditions)
+                              .order_by(Event.created_at.desc(), Event.id.desc()).limit(limit).offset(offset)).all()
+    return rows, total
+
+
+def get(account_id, event_id) -> Event:
+    event = db.session.scalar(select(Event).where(Event.id == event_id, Event.account_id == account_id))
+    if event is None:
+        raise NotFound("event", event_id)
+    return event
+
+
+def attempts_of(event_id):
+    return db.session.scalars(select(DeliveryAttempt).where(DeliveryAttempt.event_id == event_id)
+                              .order_by(DeliveryAttempt.attempt, DeliveryAttempt.attempted_at)).all()
+
+
+def as_dict(event: Event, attempts=None) -> dict:
+    """The stored envelope plus `delivery_status` (and the attempts, when given)."""
+    item = json.loads(event.body)
+    item["delivery_status"] = event.delivery_status
+    if attempts is not None:
+        item["attempts"] = attempts
+    return item

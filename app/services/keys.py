@@ -1,0 +1,115 @@
+"""API keys: issuing, authenticating (hash lookup, constant-time compare) and revoking."""
+import hashlib
+import hmac
+import re
+import threading
+import time
+
+from flask import current_app
+from sqlalchemy import func, select, update
+
+from app.common import new_id, random_alphanumeric, utcnow
+from app.database import write_transaction
+from app.errors import InvalidState, KeyLimitExceeded, NotFound, Unauthorized
+from app.extensions import db
+from app.models import Account, ApiKey
+
+KEY_PATTERN = re.compile(r"^lwa\.sk_(live|test)_[A-Za-z0-9]{32}$")
+MISSING_MESSAGE = "API key is missing. Send your key in the X-API-Key header."
+INVALID_MESSAGE = "API key is invalid. Check that it is correct and active."
+FORMAT_MESSAGE = "API key format is invalid. Keys must start with the 'lwa.' prefix, e.g. lwa.sk_live_…"
+
+
+def hash_key(plaintext: str) -> str:
+    return hashlib.sha256(plaintext.encode()).hexdigest()
+
+
+def add_key(session, account_id: str, name: str):
+    """Create a key inside the caller's transaction. Returns (ApiKey, plaintext)."""
+    mode = current_app.config["API_KEY_MODE"]
+    plaintext = f"lwa.sk_{mode}_{random_alphanumeric(32)}"
+    key = ApiKey(id=new_id("key"), account_id=account_id, name=name, key_hash=hash_key(plaintext),
+                 key_hint=plaintext[-4:], created_at=utcnow())
+    session.add(key)
+    return key, plaintext
+
+
+def create_key(account_id: str, name: str):
+    limit = current_app.config["MAX_API_KEYS"]
+    with write_transaction() as session:
+        count = _key_count(session, account_id)
+        if count >= limit:
+            raise KeyLimitExceeded(f"An account can hold at most {limit} API keys. Delete one first.",
+                                   {"current_count": count, "limit": limit})
+        return add_key(session, account_id, name)
+
+
+def list_keys(account_id: str):
+    return db.session.scalars(select(ApiKey).where(ApiKey.account_id == account_id)
+                              .order_by(ApiKey.created_at, ApiKey.id)).all()
+
+
+def delete_key(account_id: str, key_id: str) -> None:
+    with write_transaction() as session:
+        key = session.scalar(select(ApiKey).where(ApiKey.id == key_id, ApiKey.account_id == account_id))
+        if key is None:
+            raise NotFound("api_key", key_id)
+        if _key_count(session, account_id) <= 1:
+            raise InvalidState("The last API key of an account cannot be deleted; create another first.")
+        session.delete(key)
+
+
+def _key_count(session, account_id):
+    return session.scalar(select(func.count()).select_from(ApiKey).where(ApiKey.account_id == account_id))
+
+
+def authenticate(header_value):
+    """(ApiKey, account tier) for a header value, or Unauthorized with one of the spec's three messages."""
+    if not header_value:
+        raise Unauthorized(MISSING_MESSAGE)
+    match = KEY_PATTERN.match(header_value)
+    if not match:
+        raise Unauthorized(FORMAT_MESSAGE)
+    if match.group(1) != current_app.config["API_KEY_MODE"]:
+        raise Unauthorized(INVALID_MESSAGE)
+    digest = hash_key(header_value)
+    row = db.session.execute(select(ApiKey, Account.tier).join(Account, Account.id == ApiKey.account_id)
+                             .where(ApiKey.key_hash == digest)).first()
+    # The lookup is by hash, so timing reveals nothing of the key; compare anyway, in constant time.
+    if row is None or not hmac.compare_digest(row[0].key_hash, digest):
+        raise Unauthorized(INVALID_MESSAGE)
+    return row[0], row[1]
+
+
+class LastUsedRecorder:
+    """Writes `last_used_at` on a key's first use, then at most once per resolution window per process."""
+
+    def __init__(self):
+        self._written = {}
+        self._lock = threading.Lock()
+
+    def due(self, key: ApiKey, resolution: float) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            last = self._written.get(key.id)
+            if key.last_used_at is not None and last is not None and now - last < resolution:
+                return False
+            if key.last_used_at is not None and last is None:
+                age = (utcnow() - key.last_used_at).total_seconds()
+                if age < resolution:
+                    self._written[key.id] = now - age
+                    return False
+            self._written[key.id] = now
+            return True
+
+    def record(self, key: ApiKey) -> None:
+        if not self.due(key, current_app.config["KEY_LAST_USED_RESOLUTION_SECONDS"]):
+            return
+        moment = utcnow()
+        with write_transaction() as session:
+            session.execute(update(ApiKey).where(ApiKey.id == key.id).values(last_used_at=moment))
+        key.last_used_at = moment
+
+
+last_used = LastUsedRecorder()
+

@@ -1,0 +1,282 @@
+"""Subscriptions: the rules of contract §3 (identity, duplicates, caps, trial, states)."""
+from dataclasses import dataclass, field
+
+from flask import current_app
+from sqlalchemy import func, or_, select
+from sqlalchemy.exc import IntegrityError
+
+from app.common import new_id, utcnow
+from app.database import write_transaction
+from app.errors import (DuplicateSubscription, InvalidState, NotFound, ServiceError, TierLimitExceeded,
+                        TrialExpired)
+from app.extensions import db
+from app.models import Account, Subscription
+from app.models.subscription import LIVE_STATUSES
+from app.services import accounts
+from app.services.entities import resolve_entity
+from app.services.scheduling import first_check_at
+
+EXPORT_CHUNK = 2000
+
+
+def _resolve(item: dict):
+    return resolve_entity(item["entity_type"], item.get("network_id"), item.get("network_url"),
+                          current_app.config["NETWORK_DOMAIN"])
+
+
+def _ensure_trial_open(account: Account, now):
+    if account.trial_ends_at is not None and now > account.trial_ends_at:
+        raise TrialExpired("The account's free trial has ended; ask your operator to choose a tier.",
+                           {"trial_ends_at": account.trial_ends_at.isoformat() + "Z"})
+
+
+def _tier_limit_error(account, current_count, limit):
+    return TierLimitExceeded(
+        f"The {account.tier} tier allows {limit} active or paused subscriptions.",
+        {"current_count": current_count, "tier_limit": limit, "tier": account.tier})
+
+
+def _existing_live(session, account_id, entity_type, network_ids):
+    """{network_id: subscription id} of the live subscriptions among `network_ids`."""
+    rows = session.execute(select(Subscription.network_id, Subscription.id).where(
+        Subscription.account_id == account_id, Subscription.entity_type == entity_type,
+        Subscription.network_id.in_(network_ids), Subscription.status.in_(LIVE_STATUSES)))
+    return dict(rows.all())
+
+
+def _duplicate_error(network_id, existing_id):
+    return DuplicateSubscription(f"A subscription for '{network_id}' already exists.",
+                                 {"existing_subscription_id": existing_id, "network_id": network_id})
+
+
+def _new_subscription(account_id, entity_type, network_id, network_url, custom_metadata, now):
+    return Subscription(id=new_id("sub"), account_id=account_id, entity_type=entity_type,
+                        network_id=network_id, network_url=network_url, status="active",
+                        custom_metadata=custom_metadata, created_at=now, updated_at=now,
+                        next_check_at=first_check_at(now))
+
+
+def create(account_id: str, item: dict) -> Subscription:
+    """One subscription from a validated create body."""
+    network_id, network_url = _resolve(item)
+    try:
+        with write_transaction() as session:
+            now = utcnow()
+            account = session.get(Account, account_id)
+            _ensure_trial_open(account, now)
+            existing = _existing_live(session, account_id, item["entity_type"], [network_id])
+            if existing:
+                raise _duplicate_error(network_id, existing[network_id])
+            limit = accounts.subscription_limit(account)
+            count = accounts.live_subscription_count(session, account_id)
+            if limit is not None and count >= limit:
+                raise _tier_limit_error(account, count, limit)
+            subscription = _new_subscription(account_id, item["entity_type"], network_id, network_url,
+                                             item["custom_metadata"], now)
+            session.add(subscription)
+    except IntegrityError:  # a concurrent create won the unique index (PostgreSQL; SQLite serialises)
+        existing = _existing_live(db.session, account_id, item["entity_type"], [network_id])
+        raise _duplicate_error(network_id, existing.get(network_id))
+    return subscription
+
+
+@dataclass
+class BulkCreateResult:
+    created: list = field(default_factory=list)
+    errors: list = field(default_factory=list)
+
+
+def _item_error(index, raw, error: ServiceError):
+    raw_id = raw.get("network_id", raw.get("linkedin_id")) if isinstance(raw, dict) else None
+    return {"index": index, "network_id": raw_id if isinstance(raw_id, str) else None,
+            "error": error.message, "code": error.code}
+
+
+def bulk_create(account_id: str, raw_items: list, load_item) -> BulkCreateResult:
+    """Create what can be created; every failed item is reported with its index, in request order.
+
+    `load_item` validates one raw item (the HTTP layer's schema) and raises ServiceError.
+    """
+    result = BulkCreateResult()
+    resolved = []  # (index, raw, item, network_id, network_url)
+    for index, raw in enumerate(raw_items):
+        try:
+            item = load_item(raw)
+            resolved.append((index, raw, item, *_resolve(item)))
+        except ServiceError as error:
+            result.errors.append(_item_error(index, raw, error))
+    with write_transaction() as session:
+        now = utcnow()
+        account = session.get(Account, account_id)
+        _ensure_trial_open(account, now)
+        limit = accounts.subscription_limit(account)
+        count = accounts.live_subscription_count(session, account_id)
+        existing = {}
+        for entity_type in {entry[2]["entity_type"] for entry in resolved}:
+            ids = [entry[3] for entry in resolved if entry[2]["entity_type"] == entity_type]
+            existing.update({(entity_type, nid): sid for nid, sid in
+                             _existing_live(session, account_id, entity_type, ids).items()})
+        for index, raw, item, network_id, network_url in resolved:
+            key = (item["entity_type"], network_id)
+            if key in existing:
+                result.errors.append(_item_error(index, raw, _duplicate_error(network_id, existing[key])))
+                continue
+            if limit is not None and count >= limit:
+                result.errors.append(_item_error(index, raw, _tier_limit_error(account, count, limit)))
+                continue
+            subscription = _new_subscription(account_id, item["entity_type"], network_id, network_url,
+                                             item["custom_metadata"], now)
+            session.add(subscription)
+            existing[key] = subscription.id
+            count += 1
+            result.created.append(subscription)
+    result.errors.sort(key=lambda error: error["index"])
+    return result
+
+
+def get(account_id: str, subscription_id: str) -> Subscription:
+    subscription = db.session.scalar(select(Subscription).where(
+        Subscription.id == subscription_id, Subscription.account_id == account_id))
+    if subscription is None:
+        raise NotFound("subscription", subscription_id)
+    return subscription
+
+
+def list_page(account_id, limit, offset, entity_type=None, status=None, search=None):
+    """(subscriptions, total) newest first, stable across pages."""
+    conditions = [Subscription.account_id == account_id]
+    if entity_type:
+        conditions.append(Subscription.entity_type == entity_type)
+    if status:
+        conditions.append(Subscription.status == status)
+    if search:
+        needle = search.lower()
+        conditions.append(or_(Subscription.network_id.contains(needle, autoescape=True),
+                              func.lower(Subscription.network_url).contains(needle, autoescape=True)))
+    total = db.session.scalar(select(func.count()).select_from(Subscription).where(*conditions))
+    rows = db.session.scalars(select(Subscription).where(*conditions)
+                              .order_by(Subscription.created_at.desc(), Subscription.id.desc())
+                              .limit(limit).offset(offset)).all()
+    return rows, total
+
+
+def _cancel_in(subscription: Subscription, now) -> None:
+    if subscription.status == "cancelled":
+        return
+    subscription.status = "cancelled"
+    subscription.cancelled_at = now
+    subscription.updated_at = now
+    subscription.next_check_at = None
+    subscription.claim_token = None
+
+
+def _locked(session, account_id, subscription_id):
+    subscription = session.scalar(select(Subscription).where(
+        Subscription.id == subscription_id, Subscription.account_id == account_id).with_for_update())
+    if subscription is None:
+        raise NotFound("subscription", subscription_id)
+    return subscription
+
+
+def cancel(account_id: str, subscription_id: str) -> Subscription:
+    """Soft delete from active or paused; a cancelled one answers as it is (idempotent)."""
+    with write_transaction() as session:
+        subscription = _locked(session, account_id, subscription_id)
+        _cancel_in(subscription, utcnow())
+    return subscription
+
+
+def _set_status_in(subscription: Subscription, status: str, now) -> None:
+    """active ↔ paused; a cancelled subscription cannot move; the same status again is a no-op."""
+    if subscription.status == "cancelled":
+        raise InvalidState("A cancelled subscription cannot be paused or resumed; create a new one.",
+                           {"status": subscription.status})
+    if subscription.status == status:
+        return
+    subscription.status = status
+    subscription.updated_at = now
+    if status == "paused":
+        subscription.paused_at = now
+        subscription.next_check_at = None
+        subscription.claim_token = None
+    else:
+        subscription.paused_at = None
+        subscription.next_check_at = first_check_at(now)
+
+
+def set_status(account_id: str, subscription_id: str, status: str) -> Subscription:
+    with write_transaction() as session:
+        subscription = _locked(session, account_id, subscription_id)
+        _set_status_in(subscription, status, utcnow())
+    return subscription
+
+
+def update_metadata(account_id: str, subscription_id: str, custom_metadata: dict) -> Subscription:
+    with write_transaction() as session:
+        subscription = _locked(session, account_id, subscription_id)
+        subscription.custom_metadata = custom_metadata
+        subscription.updated_at = utcnow()
+    return subscription
+
+
+def _owned_by_id(session, account_id, ids):
+    rows = session.scalars(select(Subscription).where(
+        Subscription.account_id == account_id, Subscription.id.in_(set(ids))).with_for_update())
+    return {subscription.id: subscription for subscription in rows}
+
+
+def _bulk_apply(account_id, ids, apply):
+    """Apply `apply(subscription, now)` to each id; unknown ids and refused moves go to errors."""
+    done, errors = [], []
+    with write_transaction() as session:
+        now = utcnow()
+        owned = _owned_by_id(session, account_id, ids)
+        for subscription_id in ids:
+            subscription = owned.get(subscription_id)
+            if subscription is None:
+                error = NotFound("subscription", subscription_id)
+                errors.append({"id": subscription_id, "error": error.message, "code": error.code})
+                continue
+            try:
+                apply(subscription, now)
+            except ServiceError as error:
+                errors.append({"id": subscription_id, "error": error.message, "code": error.code})
+                continue
+            done.append({"id": subscription.id, "status": subscription.status})
+    return done, errors
+
+
+def bulk_cancel(account_id: str, ids: list):
+    return _bulk_apply(account_id, ids, _cancel_in)
+
+
+def bulk_set_status(account_id: str, ids: list, status: str):
+    return _bulk_apply(account_id, ids, lambda subscription, now: _set_status_in(subscription, status, now))
+
+
+EXPORT_COLUMNS = ("subscription_id", "entity_type", "network_id", "network_url", "status", "created_at")
+
+
+def export_rows(account_id: str, status: str):
+    """Every matching subscription as a tuple of EXPORT_COLUMNS, oldest first, read in keyset chunks
+    so memory stays bounded and no read transaction stays open between chunks."""
+    columns = (Subscription.id, Subscription.entity_type, Subscription.network_id, Subscription.network_url,
+               Subscription.status, Subscription.created_at)
+    conditions = [Subscription.account_id == account_id]
+    if status != "all":
+        conditions.append(Subscription.status == status)
+    after = None
+    while True:
+        query = select(*columns).where(*conditions)
+        if after is not None:
+            query = query.where(
+                or_(Subscription.created_at > after[0],
+                    (Subscription.created_at == after[0]) & (Subscription.id > after[1])))
+        chunk = db.session.execute(query.order_by(Subscription.created_at, Subscription.id)
+                                   .limit(EXPORT_CHUNK)).all()
+        db.session.rollback()
+        yield from chunk
+        if len(chunk) < EXPORT_CHUNK:
+            return
+        after = (chunk[-1][5], chunk[-1][0])
+

@@ -1,0 +1,97 @@
+"""Usage counters (contract §4). Request counts are buffered in memory and flushed in one write every
+few seconds, so serving a request never writes to the database for bookkeeping."""
+import threading
+import time
+from collections import Counter
+from datetime import date, datetime, time as clock
+
+from sqlalchemy import func, select
+
+from app.common import utcnow
+from app.database import write_transaction
+from app.extensions import db
+from app.models import DeliveryAttempt, Event, Subscription, UsageCounter
+from app.services.accounts import live_subscription_count, subscription_limit
+
+FLUSH_EVERY_SECONDS = 5
+
+
+def _upsert_sql(session):
+    """INSERT … ON CONFLICT DO UPDATE, in the dialect of the session's database."""
+    if session.get_bind().dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert(UsageCounter)
+
+
+def add_counts(session, rows):
+    """Add {(account_id, day): {"requests": n, "checks": m}} inside the caller's transaction."""
+    for (account_id, day), counts in rows.items():
+        statement = _upsert_sql(session).values(account_id=account_id, day=day, requests=counts.get("requests", 0),
+                                                checks=counts.get("checks", 0))
+        statement = statement.on_conflict_do_update(
+            index_elements=["account_id", "day"],
+            set_={name: getattr(UsageCounter, name) + getattr(statement.excluded, name)
+                  for name in ("requests", "checks")})
+        session.execute(statement)
+
+
+class RequestCounter:
+    def __init__(self):
+        self._pending = Counter()
+        self._lock = threading.Lock()
+        self._last_flush = time.monotonic()
+
+    def add(self, account_id: str) -> None:
+        with self._lock:
+            self._pending[(account_id, utcnow().date())] += 1
+            due = time.monotonic() - self._last_flush >= FLUSH_EVERY_SECONDS
+        if due:
+            self.flush()
+
+    def flush(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, Counter()
+            self._last_flush = time.monotonic()
+        if pending:
+            with write_transaction() as session:
+                add_counts(session, {key: {"requests": n} for key, n in pending.items()})
+
+
+requests = RequestCounter()
+
+
+def _since(day: date) -> datetime:
+    return datetime.combine(day, clock.min)
+
+
+def _period_counts(account_id: str, start: date) -> dict:
+    session = db.session
+    counters = session.execute(select(func.coalesce(func.sum(UsageCounter.requests), 0),
+                                      func.coalesce(func.sum(UsageCounter.checks), 0))
+                               .where(UsageCounter.account_id == account_id, UsageCounter.day >= start)).one()
+    events = session.scalar(select(func.count()).select_from(Event).where(
+        Event.account_id == account_id, Event.created_at >= _since(start)))
+    deliveries = dict(session.execute(
+        select(DeliveryAttempt.status, func.count()).where(
+            DeliveryAttempt.account_id == account_id, DeliveryAttempt.attempted_at >= _since(start))
+        .group_by(DeliveryAttempt.status)).all())
+    return {"requests": counters[0], "checks": counters[1], "events_created": events,
+            "deliveries_succeeded": deliveries.get("succeeded", 0), "deliveries_failed": deliveries.get("failed", 0)}
+
+
+def report(account) -> dict:
+    requests.flush()
+    today = utcnow().date()
+    by_status = dict(db.session.execute(
+        select(Subscription.status, func.count()).where(Subscription.account_id == account.id)
+        .group_by(Subscription.status)).all())
+    return {
+        "day": {"start": today, **_period_counts(account.id, today)},
+        "month": {"start": today.replace(day=1), **_period_counts(account.id, today.replace(day=1))},
+        "subscriptions": {"active": by_status.get("active", 0), "paused": by_status.get("paused", 0),
+                          "cancelled": by_status.get("cancelled", 0),
+                          "limit": subscription_limit(account),
+                          "live": live_subscription_count(db.session, account.id)},
+    }

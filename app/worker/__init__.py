@@ -1,0 +1,1 @@
+"""Background work: the scheduler and the one-step functions it runs."""
