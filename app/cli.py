@@ -2,6 +2,7 @@
 import json
 
 import click
+from flask import current_app
 from flask.cli import AppGroup
 
 from app.common import isoformat
@@ -58,5 +59,46 @@ def set_tier(account_id, tier):
     click.echo(f"{account.id} is now on {account.tier} (limit {accounts.subscription_limit(account)})")
 
 
+checks_cli = AppGroup("checks", help="Run checks in the foreground.")
+
+
+@checks_cli.command("run")
+@click.argument("subscription_id", required=False)
+@click.option("--all", "check_all", is_flag=True, help="Every active subscription, due or not.")
+@click.option("--due", is_flag=True, help="The subscriptions that are due (the default).")
+def run_checks(subscription_id, check_all, due):
+    """Check subscriptions now: the due ones, --all active ones, or one by id."""
+    from app.worker import checks as check_worker
+    if sum(bool(choice) for choice in (subscription_id, check_all, due)) > 1:
+        raise click.UsageError("Give one of --all, --due or a SUBSCRIPTION_ID.")
+    if subscription_id:
+        summary = check_worker.run_one(subscription_id)
+        if summary is None:
+            raise click.ClickException(f"{subscription_id} is not an active subscription (or is being checked).")
+        summaries = [summary]
+    elif check_all:
+        summaries = list(check_worker.run_all())
+    else:
+        summaries = check_worker.run_due()
+    totals = {name: sum(getattr(summary, name) for summary in summaries)
+              for name in ("checked", "changes", "unavailable", "failed", "skipped")}
+    click.echo(" ".join(f"{name}={count}" for name, count in totals.items()))
+
+
+scheduler_cli = AppGroup("scheduler", help="The scheduler as its own process.")
+
+
+@scheduler_cli.command("run")
+def run_scheduler():
+    """Run checks and deliveries until stopped (give web workers SCHEDULER_ENABLED=0)."""
+    from app.worker.scheduler import run_forever
+    try:
+        run_forever(current_app._get_current_object())
+    except RuntimeError as error:
+        raise click.ClickException(str(error))
+
+
 def register_commands(app):
     app.cli.add_command(accounts_cli)
+    app.cli.add_command(checks_cli)
+    app.cli.add_command(scheduler_cli)

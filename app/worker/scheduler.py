@@ -3,12 +3,15 @@
 import atexit
 import logging
 import os
+import signal
+import threading
 from datetime import datetime, timezone
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from filelock import FileLock, Timeout
 
 from app.services import usage
+from app.worker import checks
 
 log = logging.getLogger(__name__)
 
@@ -17,6 +20,7 @@ def scheduled_steps(app):
     """(job id, seconds between runs, step). Each step does one round of work and returns."""
     return [
         ("flush-usage", usage.FLUSH_EVERY_SECONDS, usage.requests.flush),
+        ("checks", app.config["SCHEDULER_CHECK_POLL_SECONDS"], checks.run_due_checks),
     ]
 
 
@@ -59,3 +63,22 @@ def start_in_process_scheduler(app):
     atexit.register(lambda: (scheduler.shutdown(wait=True), lock.release()))
     log.info("in-process scheduler started: %s", ", ".join(job.id for job in scheduler.get_jobs()))
     return scheduler
+
+
+def run_forever(app):
+    """`flask scheduler run`: the scheduler as its own process, until SIGINT or SIGTERM."""
+    lock = acquire_instance_lock(app)
+    if lock is None:
+        raise RuntimeError("another scheduler already runs for this instance (instance/scheduler.lock)")
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    scheduler = build_scheduler(app)
+    app.extensions["scheduler"] = scheduler
+    scheduler.start()
+    log.info("scheduler running: %s", ", ".join(job.id for job in scheduler.get_jobs()))
+    try:
+        stop.wait()
+    finally:
+        scheduler.shutdown(wait=True)
+        lock.release()

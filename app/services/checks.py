@@ -1,0 +1,212 @@
+"""Checks: claim subscriptions, ask the provider, and record what changed (contract §7).
+
+A check runs in three steps so no transaction is held across the provider call:
+1. `claim` marks a batch with a token and a lease in one atomic UPDATE (two schedulers never
+   check the same subscription at once; a crashed one's claims expire and are taken again);
+2. `fetch_all` asks the provider, outside any transaction;
+3. `record_outcomes` writes snapshots, events and their deliveries in one transaction, skipping any
+   subscription whose claim was lost meanwhile (cancelled, paused), so a check racing a cancel emits nothing.
+"""
+import logging
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from flask import current_app
+from sqlalchemy import and_, or_, select, update
+
+from app.common import new_id, utcnow
+from app.database import write_transaction
+from app.models import Account, Subscription
+from app.providers import EntityUnavailable, ProviderError
+from app.providers.base import normalize_snapshot
+from app.services import events, usage
+from app.services.detection import detect, public_state
+from app.services.scheduling import next_regular_check_at, retry_check_at
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Claimed:
+    id: str
+    entity_type: str
+    network_id: str
+
+
+@dataclass
+class Outcome:
+    claimed: Claimed
+    snapshot: dict = None
+    unavailable: str = None  # "private" | "not_found"
+    error: str = None  # transient failure
+
+
+@dataclass
+class Summary:
+    checked: int = 0
+    changes: int = 0
+    unavailable: int = 0
+    failed: int = 0
+    skipped: int = 0  # claim lost to a cancel or pause meanwhile
+    deliveries_queued: bool = False
+    events: list = field(default_factory=list)
+
+    @property
+    def did_work(self) -> bool:
+        return bool(self.checked or self.failed or self.skipped)
+
+
+def claim(token: str, limit: int, *, due=True, after_id=None, subscription_id=None):
+    """Claim up to `limit` active, unclaimed subscriptions: the due ones, those after an id (for
+    `--all`), or one by id. Returns them as Claimed, in id order."""
+    now = utcnow()
+    lease = now + timedelta(seconds=current_app.config["CHECK_LEASE_SECONDS"])
+    conditions = [Subscription.status == "active",
+                  or_(Subscription.claimed_until.is_(None), Subscription.claimed_until < now)]
+    order = Subscription.id
+    if subscription_id is not None:
+        conditions.append(Subscription.id == subscription_id)
+    elif due:
+        conditions.append(Subscription.next_check_at <= now)
+        order = Subscription.next_check_at
+    if after_id is not None:
+        conditions.append(Subscription.id > after_id)
+    candidates = (select(Subscription.id).where(and_(*conditions)).order_by(order).limit(limit)
+                  .with_for_update(skip_locked=True))
+    with write_transaction() as session:
+        rows = session.execute(
+            update(Subscription).where(Subscription.id.in_(candidates.scalar_subquery()))
+            .values(claim_token=token, claimed_until=lease)
+            .returning(Subscription.id, Subscription.entity_type, Subscription.network_id)
+            .execution_options(synchronize_session=False)).all()
+    return sorted((Claimed(*row) for row in rows), key=lambda claimed: claimed.id)
+
+
+def _fetch_one(provider, claimed: Claimed) -> Outcome:
+    try:
+        raw = provider.fetch(claimed.entity_type, claimed.network_id)
+        return Outcome(claimed, snapshot=normalize_snapshot(claimed.entity_type, raw))
+    except EntityUnavailable as unavailable:
+        return Outcome(claimed, unavailable=unavailable.reason)
+    except ProviderError as error:
+        return Outcome(claimed, error=str(error)[:200])
+    except Exception as error:  # noqa: BLE001 - a provider bug must not stop the loop
+        log.exception("provider failed on %s", claimed.id)
+        return Outcome(claimed, error=f"{type(error).__name__}: {error}"[:200])
+
+
+def fetch_all(provider, claimed: list) -> list:
+    if provider.concurrency <= 1 or len(claimed) <= 1:
+        return [_fetch_one(provider, item) for item in claimed]
+    with ThreadPoolExecutor(max_workers=min(provider.concurrency, len(claimed))) as pool:
+        return list(pool.map(lambda item: _fetch_one(provider, item), claimed))
+
+
+def _record_event(session, subscription, config, event_type, data, now, summary):
+    event = events.record(session, subscription.account_id, event_type,
+                          {"entity": events.entity_data(subscription), **data},
+                          subscription=subscription, config=config, now=now)
+    summary.events.append(event.id)
+    summary.deliveries_queued |= event.delivery_status == "pending"
+
+
+def _apply_snapshot(session, subscription, outcome, config, now, summary):
+    detection = detect(subscription.entity_type, subscription.snapshot, outcome.snapshot,
+                       current_app.config["EMPLOYEE_COUNT_MIN_PERCENT"])
+    if subscription.snapshot is None:
+        initial = config.initial_webhook if config is not None else "latest"
+        if initial != "none":
+            _record_event(session, subscription, config, "subscription.initial_state",
+                          {"state": public_state(detection.snapshot)}, now, summary)
+        if initial == "all":
+            for change in detection.present_activities:
+                _record_event(session, subscription, config, change.type, change.data, now, summary)
+    for change in detection.changes:
+        _record_event(session, subscription, config, change.type, change.data, now, summary)
+    if detection.changes:
+        subscription.change_count += len(detection.changes)
+        subscription.last_change_at = now
+        summary.changes += len(detection.changes)
+    subscription.snapshot = detection.snapshot
+    subscription.last_check_status = "ok"
+    subscription.unavailable_reason = None
+
+
+def _apply_unavailable(session, subscription, outcome, config, now, summary):
+    summary.unavailable += 1
+    subscription.last_check_status = "NETWORK_ERROR"
+    if subscription.unavailable_reason is None:  # once per transition, until reachable again
+        _record_event(session, subscription, config, "entity.unavailable", {"reason": outcome.unavailable},
+                      now, summary)
+        subscription.change_count += 1
+        subscription.last_change_at = now
+        summary.changes += 1
+    subscription.unavailable_reason = outcome.unavailable
+
+
+def _apply(session, subscription, outcome, config, tier, now, summary):
+    subscription.claim_token = None
+    subscription.claimed_until = None
+    if outcome.error is not None:
+        subscription.consecutive_failures += 1
+        subscription.next_check_at = retry_check_at(now, subscription.consecutive_failures, tier)
+        summary.failed += 1
+        return False
+    if outcome.unavailable is not None:
+        _apply_unavailable(session, subscription, outcome, config, now, summary)
+    else:
+        _apply_snapshot(session, subscription, outcome, config, now, summary)
+    subscription.consecutive_failures = 0
+    subscription.check_count += 1
+    subscription.last_checked_at = now
+    subscription.next_check_at = next_regular_check_at(now, tier)
+    summary.checked += 1
+    return True
+
+
+def record_outcomes(token: str, outcomes: list) -> Summary:
+    """Write every outcome of a claimed batch in one transaction."""
+    summary = Summary()
+    if not outcomes:
+        return summary
+    with write_transaction() as session:
+        now = utcnow()
+        ids = [outcome.claimed.id for outcome in outcomes]
+        subscriptions = {row.id: row for row in session.scalars(
+            select(Subscription).where(Subscription.id.in_(ids)).with_for_update())}
+        configs, tiers, checks_per_account = {}, {}, Counter()
+        for outcome in outcomes:
+            subscription = subscriptions.get(outcome.claimed.id)
+            if subscription is None or subscription.status != "active" or subscription.claim_token != token:
+                summary.skipped += 1
+                continue
+            account_id = subscription.account_id
+            if account_id not in configs:
+                configs[account_id] = events.webhook_config_for(session, account_id)
+                tiers[account_id] = session.get(Account, account_id).tier
+            if _apply(session, subscription, outcome, configs[account_id], tiers[account_id], now, summary):
+                checks_per_account[account_id] += 1
+        usage.add_counts(session, {(account_id, now.date()): {"checks": count}
+                                   for account_id, count in checks_per_account.items()})
+    if summary.deliveries_queued:
+        events.notify_new_deliveries()
+    return summary
+
+
+def new_claim_token() -> str:
+    return new_id("claim")
+
+
+def provider_for(app):
+    """The configured provider, built once per app."""
+    if "provider" not in app.extensions:
+        from app.providers import load_provider
+        app.extensions["provider"] = load_provider(app.config)
+    return app.extensions["provider"]
+
+
+def run_claimed(claimed: list, token: str) -> Summary:
+    provider = provider_for(current_app._get_current_object())
+    return record_outcomes(token, fetch_all(provider, claimed))
