@@ -17,6 +17,7 @@ def create_app(test_config=None):
     os.makedirs(app.instance_path, exist_ok=True)
     _configure(app, test_config)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per job run is noise
     app.wsgi_app = ProxyFix(app.wsgi_app, x_for=1, x_proto=1)
 
     from app import models  # noqa: F401 - registers the tables with the metadata
