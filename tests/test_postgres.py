@@ -1,0 +1,71 @@
+"""The scale-out path: the same migrations, claims and checks on PostgreSQL.
+
+Runs when TEST_POSTGRES_URL names a database it may wipe (CI sets it when a server is running)."""
+import os
+import threading
+
+import pytest
+from flask_migrate import upgrade
+from sqlalchemy import func, select, text, update
+
+from app import create_app
+from app.extensions import db
+from app.models import Event, Subscription
+from app.services import accounts, checks, subscriptions
+from tests.conftest import BASE_CONFIG
+
+POSTGRES_URL = os.environ.get("TEST_POSTGRES_URL")
+pytestmark = pytest.mark.skipif(not POSTGRES_URL, reason="TEST_POSTGRES_URL is not set")
+
+
+@pytest.fixture
+def pg_app():
+    app = create_app({**BASE_CONFIG, "SQLALCHEMY_DATABASE_URI": POSTGRES_URL})
+    with app.app_context():
+        with db.engine.begin() as connection:
+            connection.execute(text("DROP SCHEMA public CASCADE"))
+            connection.execute(text("CREATE SCHEMA public"))
+        upgrade()
+        yield app
+        db.session.remove()
+        db.engine.dispose()
+
+
+def _subscribe_many(account_id, count):
+    for number in range(count):
+        subscriptions.create(account_id, {"entity_type": "contact", "network_id": f"person-{number:04d}",
+                                          "network_url": None, "custom_metadata": {}})
+    with db.session.begin():
+        db.session.execute(update(Subscription).values(next_check_at=func.now() - text("interval '1 minute'")))
+
+
+def test_concurrent_claims_never_share_a_subscription(pg_app):
+    account, _key = accounts.create_account("Scale", "enterprise")
+    _subscribe_many(account.id, 120)
+    claimed, barrier = [], threading.Barrier(4)
+
+    def claimer():
+        with pg_app.app_context():
+            barrier.wait()
+            while batch := checks.claim(checks.new_claim_token(), 7):
+                claimed.extend(item.id for item in batch)
+            db.session.remove()
+
+    threads = [threading.Thread(target=claimer) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(claimed) == 120
+    assert len(set(claimed)) == 120
+
+
+def test_a_check_writes_snapshot_and_initial_event_on_postgres(pg_app):
+    account, _key = accounts.create_account("Scale", "enterprise")
+    _subscribe_many(account.id, 3)
+    token = checks.new_claim_token()
+    summary = checks.run_claimed(checks.claim(token, 10), token)
+    assert summary.checked == 3
+    types = db.session.scalars(select(Event.type)).all()
+    assert types == ["subscription.initial_state"] * 3
+    assert db.session.scalar(select(func.count()).where(Subscription.snapshot.is_not(None))) == 3
