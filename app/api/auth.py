@@ -9,6 +9,7 @@ from flask import g, request
 
 from app.common import new_id
 from app.database import end_read_transaction
+from app.api.limits import limit_unauthenticated
 from app.errors import Unauthorized
 from app.services import keys, usage
 
@@ -21,15 +22,20 @@ def assign_request_id():
 
 
 def identify_caller():
+    # `g` lives on the application context, which a caller (a test, a CLI command) may share across
+    # requests: never let one request's identity leak into the next.
+    for name in ("api_key_id", "account_id", "tier", "auth_error"):
+        g.pop(name, None)
     if not request.path.startswith(("/api/", "/v1/")):
         return
     try:
         key, g.tier = keys.authenticate(request.headers.get("X-API-Key"))
     except Unauthorized as error:
+        end_read_transaction()
         g.auth_error = error
         return
-    finally:
-        end_read_transaction()
+    # The read transaction stays open into the view: one BEGIN per read request, one snapshot for the
+    # key and the data (a write ends it first: see `write_transaction`).
     g.api_key_id = key.id
     g.account_id = key.account_id
     keys.last_used.record(key)
@@ -37,6 +43,7 @@ def identify_caller():
 
 def require_api_key():
     if not g.get("api_key_id"):
+        limit_unauthenticated()
         raise g.get("auth_error") or Unauthorized(keys.MISSING_MESSAGE)
 
 

@@ -1,12 +1,12 @@
 """The one error shape of contract §2, for every failure the app can produce."""
 import logging
-import time
 
 from flask import g, jsonify, request
 from flask_limiter.errors import RateLimitExceeded
 from marshmallow import ValidationError
 from werkzeug.exceptions import HTTPException
 
+from app.api.limits import RateLimited
 from app.common import isoformat, utcnow
 from app.errors import ServiceError, ValidationFailed
 from app.extensions import limiter
@@ -69,31 +69,30 @@ def validation_failed_from(error: ValidationError, data) -> ValidationFailed:
 def register_error_handlers(app):
     @app.errorhandler(ServiceError)
     def _service_error(error):
-        return error_response(error.status, error.code, error.message, error.details)
+        return error_response(error.status, error.code, error.message, error.details,
+                              getattr(error, "headers", None))
 
     @app.errorhandler(RateLimitExceeded)
     def _rate_limited(error):
         current = limiter.current_limit
-        retry_after = max(1, current.reset_at - int(time.time()))
-        details = {"limit": current.limit.amount, "window_seconds": int(current.limit.get_expiry()),
-                   "retry_after": retry_after}
-        return error_response(429, "RATE_LIMIT_EXCEEDED",
-                              "Rate limit exceeded for this API key. Retry after the window resets.",
-                              details, {"Retry-After": str(retry_after)})
+        limited = RateLimited(current.limit.amount, int(current.limit.get_expiry()),
+                              current.window.reset_time)
+        return _service_error(limited)
 
     @app.errorhandler(HTTPException)
     def _http_error(error):
         code = _HTTP_CODES.get(error.code, "HTTP_ERROR")
-        details = None
+        details, headers = None, None
         message = error.description
         if error.code == 404:
             message = f"No route matches {request.method} {request.path}."
         elif error.code == 405:
             message = f"Method {request.method} is not allowed on {request.path}."
+            headers = {"Allow": ", ".join(error.valid_methods or ())}
         elif error.code == 413:
             message = "The request body is larger than the 1 MiB limit."
             details = {"limit_bytes": app.config["MAX_CONTENT_LENGTH"]}
-        return error_response(error.code, code, message, details)
+        return error_response(error.code, code, message, details, headers)
 
     @app.errorhandler(Exception)
     def _unexpected(error):

@@ -1,8 +1,32 @@
-"""The four rate-limit classes of contract §8, shared across their endpoints, sized by the caller's tier."""
-from flask import current_app, g
+"""The four rate-limit classes of contract §8, shared across their endpoints, sized by the caller's tier;
+and the per-address limit of requests refused for want of a valid key."""
+import math
+import time
 
-from app.extensions import limiter
+from flask import current_app, g
+from limits import RateLimitItemPerSecond
+
+from app.errors import ServiceError
+from app.extensions import limiter, rate_limit_key
 from app.services.accounts import tier_settings
+
+RATE_LIMIT_MESSAGE = "Rate limit exceeded for this API key. Retry after the window resets."
+
+
+class RateLimited(ServiceError):
+    """429 in the one error shape; `headers` carries Retry-After."""
+    status, code = 429, "RATE_LIMIT_EXCEEDED"
+
+    def __init__(self, limit: int, window_seconds: int, reset_time: float, message=RATE_LIMIT_MESSAGE):
+        retry_after = seconds_until(reset_time)
+        super().__init__(message, {"limit": limit, "window_seconds": window_seconds,
+                                   "retry_after": retry_after})
+        self.headers = {"Retry-After": str(retry_after)}
+
+
+def seconds_until(reset_time: float) -> int:
+    """Whole seconds to wait, at least 1 (never more than the window, unlike `reset_at - now`)."""
+    return max(1, math.ceil(reset_time - time.time()))
 
 
 def _limit_string(scope: str):
@@ -18,6 +42,23 @@ read_limit = limiter.shared_limit(_limit_string("read"), scope="read")
 write_limit = limiter.shared_limit(_limit_string("write"), scope="write")
 bulk_limit = limiter.shared_limit(_limit_string("bulk"), scope="bulk")
 default_limit = limiter.shared_limit(_limit_string("default"), scope="default")
+
+
+def limit_unauthenticated():
+    """Requests refused for want of a valid key (missing, malformed, unknown) are limited per client
+    address, one bucket for every route, so guessing keys is slow.
+
+    flask-limiter checks decorated limits when the view is called, which a refused request never
+    reaches; hence this explicit check, made just before the 401."""
+    config = current_app.config
+    if not config.get("RATELIMIT_ENABLED", True):
+        return
+    window = config["RATELIMIT_WINDOW_SECONDS"]
+    item = RateLimitItemPerSecond(config["RATELIMIT_UNAUTHENTICATED"], window)
+    if not limiter.limiter.hit(item, "unauthenticated", rate_limit_key()):
+        reset_time = limiter.limiter.get_window_stats(item, "unauthenticated", rate_limit_key()).reset_time
+        raise RateLimited(item.amount, window, reset_time,
+                          "Too many requests without a valid API key from this address. Retry later.")
 
 
 def add_rate_limit_headers(response):

@@ -12,8 +12,9 @@ from app.schemas.subscriptions import (BulkCancelResultSchema, BulkCreateResultS
                                        BulkIdsSchema, BulkStatusResultSchema, BulkStatusSchema,
                                        ExportQuerySchema, MetadataPatchSchema, SubscriptionCancelledSchema,
                                        SubscriptionCreatedSchema, SubscriptionCreateSchema,
-                                       SubscriptionListQuerySchema, SubscriptionListSchema, SubscriptionSchema)
-from app.schemas.base import page
+                                       SubscriptionListItemSchema, SubscriptionListQuerySchema,
+                                       SubscriptionListSchema, SubscriptionSchema)
+from app.schemas.base import flat_dumper, page
 from app.services import subscriptions
 
 bp = Blueprint("subscriptions", __name__)
@@ -22,7 +23,7 @@ create_schema = SubscriptionCreateSchema()
 created_schema = SubscriptionCreatedSchema()
 detail_schema = SubscriptionSchema()
 list_query_schema = SubscriptionListQuerySchema()
-list_schema = SubscriptionListSchema()
+list_item = flat_dumper(SubscriptionListItemSchema())
 cancelled_schema = SubscriptionCancelledSchema()
 metadata_schema = MetadataPatchSchema()
 bulk_create_schema = BulkCreateSchema()
@@ -51,7 +52,7 @@ def create_subscription():
 def list_subscriptions():
     query = load_query(list_query_schema)
     rows, total = subscriptions.list_page(account_id(), **query)
-    return list_schema.dump(page(rows, total, query["limit"], query["offset"]))
+    return page([list_item(row) for row in rows], total, query["limit"], query["offset"])
 
 
 @bp.get("/subscriptions/<subscription_id>")

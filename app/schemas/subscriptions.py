@@ -10,13 +10,19 @@ EntityType = fields.Str(required=True, validate=validate.OneOf(ENTITY_TYPES),
                         metadata={"description": "`contact` or `company`."})
 
 
+def _at_most_20_keys(value):
+    # A plain function, not validate.Length: apispec would document Length as maxLength of an object.
+    if len(value) > MAX_METADATA_KEYS:
+        raise ValidationError(f"custom_metadata holds at most {MAX_METADATA_KEYS} keys.")
+
+
 def _metadata_field(**kwargs):
     return fields.Dict(keys=fields.Str(validate=validate.Length(1, 40)),
                        values=fields.Str(validate=validate.Length(max=500)),
-                       validate=validate.Length(max=MAX_METADATA_KEYS,
-                                                error="custom_metadata holds at most 20 keys."),
+                       validate=_at_most_20_keys,
                        metadata={"description": "Up to 20 string keys (<= 40 chars) to string values "
-                                                "(<= 500 chars), copied into every event."},
+                                                "(<= 500 chars), copied into every event.",
+                                 "maxProperties": MAX_METADATA_KEYS},
                        **kwargs)
 
 
@@ -113,7 +119,7 @@ class SubscriptionCancelledSchema(Schema):
 
 
 class BulkCreateSchema(BodySchema):
-    subscriptions = fields.List(fields.Raw(), required=True,
+    subscriptions = fields.List(fields.Raw(allow_none=True), required=True,
                                 validate=validate.Length(1, 100, error="Send 1 to 100 subscriptions."),
                                 metadata={"description": "Items shaped like POST /subscriptions bodies."})
 

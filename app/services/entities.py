@@ -1,6 +1,7 @@
 """Entity identity: network ids, network URLs and their canonical forms (contract §3)."""
 import re
-from urllib.parse import quote, urlsplit
+import string
+from urllib.parse import quote, unquote, urlsplit
 
 from app.errors import ValidationFailed
 
@@ -8,18 +9,36 @@ ENTITY_TYPES = ("contact", "company")
 PATH_KIND = {"contact": "in", "company": "company"}
 ENTITY_FOR_KIND = {kind: entity for entity, kind in PATH_KIND.items()}
 _ID_PATTERN = re.compile(r"^(?:[A-Za-z0-9_-]|%[0-9A-Fa-f]{2})+$")
+_PLAIN = frozenset(string.ascii_letters + string.digits + "-_")
 MIN_ID, MAX_ID = 2, 100
 
 
+def _percent_encode(text: str) -> str:
+    """Non-ASCII characters percent-encoded as UTF-8 (ASCII left as it is)."""
+    return "".join(ch if ch.isascii() else quote(ch, safe="") for ch in text)
+
+
 def normalize_network_id(raw: str, field="network_id") -> str:
-    """Lower-case, with raw non-ASCII characters percent-encoded; anything else invalid is refused."""
-    encoded = "".join(ch if ch.isascii() else quote(ch, safe="") for ch in raw)
+    """The canonical id: percent-escapes decoded, lower-cased (Unicode-aware, so `JOSÉ` and `josé` are one
+    entity), then every character but letters, digits, '-' and '_' percent-encoded again with lower-case hex.
+    Anything that is not letters, digits, '-', '_' or (percent-encoded) UTF-8 is refused."""
+    encoded = _percent_encode(raw)
     if not _ID_PATTERN.match(encoded):
         raise ValidationFailed(field, "network_id may hold only letters, digits, '-', '_' and "
                                       "percent-encoded UTF-8.", raw)
-    if not MIN_ID <= len(encoded) <= MAX_ID:
+    try:
+        decoded = unquote(encoded, errors="strict")
+    except UnicodeDecodeError:
+        raise ValidationFailed(field, "network_id holds a percent-escape that is not UTF-8.", raw)
+    canonical = "".join(ch if ch in _PLAIN else quote(ch, safe="") for ch in decoded.lower()).lower()
+    if not MIN_ID <= len(canonical) <= MAX_ID:
         raise ValidationFailed(field, f"network_id must be {MIN_ID}-{MAX_ID} characters long.", raw)
-    return encoded.lower()
+    return canonical
+
+
+def search_form(text: str) -> str:
+    """A search needle in the stored form: lower-case, non-ASCII percent-encoded (lower-case hex)."""
+    return _percent_encode(text.lower()).lower()
 
 
 def canonical_url(domain: str, entity_type: str, network_id: str) -> str:
@@ -43,7 +62,10 @@ def network_id_from_url(url: str, entity_type: str, domain: str, field="network_
         raise invalid("the path must be /in/<id> for a contact or /company/<id> for a company.")
     if ENTITY_FOR_KIND[segments[0].lower()] != entity_type:
         raise invalid(f"a {entity_type} URL must use the /{PATH_KIND[entity_type]}/ path.")
-    return normalize_network_id(segments[1], field)
+    try:
+        return normalize_network_id(segments[1], field)
+    except ValidationFailed as error:  # report the URL the client sent, not the segment
+        raise ValidationFailed(field, f"Invalid network_url: {error.message}", url) from None
 
 
 def resolve_entity(entity_type: str, network_id, network_url, domain: str):

@@ -1,5 +1,6 @@
 """Usage counters (contract §4). Request counts are buffered in memory and flushed in one write every
 few seconds, so serving a request never writes to the database for bookkeeping."""
+import logging
 import threading
 import time
 from collections import Counter
@@ -10,10 +11,11 @@ from sqlalchemy import func, select
 from app.common import utcnow
 from app.database import write_transaction
 from app.extensions import db
-from app.models import DeliveryAttempt, Event, Subscription, UsageCounter
+from app.models import Account, DeliveryAttempt, Event, Subscription, UsageCounter
 from app.services.accounts import live_subscription_count, subscription_limit
 
 FLUSH_EVERY_SECONDS = 5
+log = logging.getLogger(__name__)
 
 
 def _upsert_sql(session):
@@ -48,7 +50,10 @@ class RequestCounter:
             self._pending[(account_id, utcnow().date())] += 1
             due = time.monotonic() - self._last_flush >= FLUSH_EVERY_SECONDS
         if due:
-            self.flush()
+            try:
+                self.flush()
+            except Exception:  # noqa: BLE001 - bookkeeping must never fail the request it counts
+                log.exception("flushing request counts failed; those counts are lost")
 
     def flush(self) -> None:
         with self._lock:
@@ -56,7 +61,11 @@ class RequestCounter:
             self._last_flush = time.monotonic()
         if pending:
             with write_transaction() as session:
-                add_counts(session, {key: {"requests": n} for key, n in pending.items()})
+                # Counts of an account that is gone (or, in one process serving several apps, that lives
+                # in another database) are dropped: one stale row must not lose everyone's counts.
+                known = set(session.scalars(select(Account.id).where(
+                    Account.id.in_({account_id for account_id, _day in pending}))))
+                add_counts(session, {key: {"requests": n} for key, n in pending.items() if key[0] in known})
 
 
 requests = RequestCounter()

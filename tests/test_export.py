@@ -1,0 +1,117 @@
+"""GET /subscriptions/export (interface spec, contract §3): CSV and JSON, status filter, streamed."""
+import csv
+import io
+import json
+
+import pytest
+from app.services import subscriptions
+
+COLUMNS = ["subscription_id", "entity_type", "network_id", "network_url", "status", "created_at"]
+
+
+def _create(tenant, network_id, entity_type="contact"):
+    response = tenant.post("/subscriptions", json={"entity_type": entity_type, "network_id": network_id})
+    assert response.status_code == 201
+    return response.get_json()
+
+
+def _csv_rows(response):
+    return list(csv.reader(io.StringIO(response.get_data(as_text=True))))
+
+
+@pytest.fixture
+def three(alice):
+    """An active contact, a paused company and a cancelled contact."""
+    active = _create(alice, "jane-doe")
+    paused = _create(alice, "acme", "company")
+    cancelled = _create(alice, "gone-person")
+    alice.post(f"/subscriptions/{paused['id']}/pause")
+    alice.delete(f"/subscriptions/{cancelled['id']}")
+    return {"active": active, "paused": paused, "cancelled": cancelled}
+
+
+def test_csv_is_the_default_with_header_and_attachment(alice, three):
+    response = alice.get("/subscriptions/export")
+    assert response.status_code == 200
+    assert response.mimetype == "text/csv"
+    assert response.headers["Content-Disposition"] == 'attachment; filename="subscriptions.csv"'
+    rows = _csv_rows(response)
+    assert rows[0] == COLUMNS
+    assert len(rows) == 4
+    by_id = {row[0]: dict(zip(COLUMNS, row)) for row in rows[1:]}
+    active = three["active"]
+    assert by_id[active["id"]] == {"subscription_id": active["id"], "entity_type": "contact",
+                                   "network_id": "jane-doe", "network_url": "https://www.linkedin.com/in/jane-doe",
+                                   "status": "active", "created_at": active["created_at"]}
+    assert by_id[three["paused"]["id"]]["status"] == "paused"
+    assert by_id[three["cancelled"]["id"]]["status"] == "cancelled"
+
+
+def test_json_export_has_data_and_total(alice, three):
+    response = alice.get("/subscriptions/export?format=json")
+    assert response.status_code == 200
+    assert response.mimetype == "application/json"
+    assert response.headers["Content-Disposition"] == 'attachment; filename="subscriptions.json"'
+    body = json.loads(response.get_data(as_text=True))
+    assert set(body) == {"data", "total"}
+    assert body["total"] == 3 == len(body["data"])
+    assert all(list(item) == COLUMNS for item in body["data"])
+    assert {item["subscription_id"] for item in body["data"]} == {s["id"] for s in three.values()}
+
+
+@pytest.mark.parametrize("status, expected", [("active", ["active"]), ("paused", ["paused"]),
+                                              ("cancelled", ["cancelled"]),
+                                              ("all", ["active", "paused", "cancelled"])])
+def test_status_filter(alice, three, status, expected):
+    rows = _csv_rows(alice.get(f"/subscriptions/export?status={status}"))
+    assert sorted(row[0] for row in rows[1:]) == sorted(three[name]["id"] for name in expected)
+    body = json.loads(alice.get(f"/subscriptions/export?format=json&status={status}").get_data(as_text=True))
+    assert body["total"] == len(expected)
+
+
+def test_empty_export_is_a_header_or_an_empty_list(alice):
+    assert _csv_rows(alice.get("/subscriptions/export")) == [COLUMNS]
+    assert json.loads(alice.get("/subscriptions/export?format=json").get_data(as_text=True)) == {"data": [],
+                                                                                              "total": 0}
+
+
+def test_export_holds_only_the_callers_subscriptions(alice, bob):
+    _create(bob, "bobs-contact")
+    mine = _create(alice, "alices-contact")
+    rows = _csv_rows(alice.get("/subscriptions/export"))
+    assert [row[0] for row in rows[1:]] == [mine["id"]]
+
+
+def test_export_walks_every_row_across_chunks_with_equal_created_at(alice, monkeypatch):
+    monkeypatch.setattr(subscriptions, "EXPORT_CHUNK", 4)
+    body = alice.post("/subscriptions/bulk", json={"subscriptions": [
+        {"entity_type": "contact", "network_id": f"person-{n:02d}"} for n in range(11)]}).get_json()
+    ids = [item["id"] for item in body["subscriptions"]]  # one bulk call: one created_at for all
+    rows = _csv_rows(alice.get("/subscriptions/export"))
+    assert sorted(row[0] for row in rows[1:]) == sorted(ids)
+    assert len(rows) == 12
+    exported = json.loads(alice.get("/subscriptions/export?format=json").get_data(as_text=True))
+    assert exported["total"] == 11 and len({item["subscription_id"] for item in exported["data"]}) == 11
+
+
+def test_export_is_streamed(alice, three):
+    response = alice.get("/subscriptions/export", buffered=False)
+    assert response.is_streamed
+    response.close()
+
+
+def test_csv_quotes_nothing_dangerous_out_of_ids(alice):
+    """Ids can only hold letters, digits, '-', '_' and %-escapes, so no cell can start a formula."""
+    response = alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "=cmd|' /C calc'!A0"})
+    assert response.status_code == 400
+    rows = _csv_rows(alice.get("/subscriptions/export"))
+    assert rows == [COLUMNS]
+
+
+@pytest.mark.parametrize("query, field", [("format=xml", "format"), ("format=CSV", "format"),
+                                          ("status=deleted", "status"), ("status=", "status")])
+def test_bad_export_parameters_are_400(alice, query, field):
+    response = alice.get(f"/subscriptions/export?{query}")
+    assert response.status_code == 400
+    assert response.get_json()["error"] == "VALIDATION_ERROR"
+    assert response.get_json()["details"]["field"] == field

@@ -1,0 +1,105 @@
+"""The OpenAPI 3.1 document (contract §1, issue 2 point 9), generated from the validating schemas."""
+import re
+
+import pytest
+
+from app.api.openapi import PREFIX
+
+_PARAMETER = re.compile(r"<(?:[a-z]+:)?([a-z_]+)>")
+
+
+@pytest.fixture
+def document(anon):
+    response = anon.client.get("/api/v1/openapi.json")
+    assert response.status_code == 200
+    assert response.mimetype == "application/json"
+    return response.get_json()
+
+
+def _resolve(document, schema):
+    if "$ref" in schema:
+        return document["components"]["schemas"][schema["$ref"].rsplit("/", 1)[-1]]
+    return schema
+
+
+def test_document_is_openapi_3_1_without_a_key(document):
+    assert document["openapi"] == "3.1.0"
+    assert document["info"]["title"] and document["info"]["version"]
+    assert document["servers"] == [{"url": "/api/v1"}]
+    assert document["components"]["securitySchemes"]["ApiKey"] == {"type": "apiKey", "in": "header",
+                                                                    "name": "X-API-Key"}
+
+
+def test_also_served_under_v1(anon, document):
+    assert anon.client.get("/v1/openapi.json").get_json() == document
+
+
+def test_every_api_route_and_method_is_documented(app, document):
+    documented = {(path, method) for path, operations in document["paths"].items() for method in operations}
+    missing = []
+    for rule in app.url_map.iter_rules():
+        if not rule.rule.startswith(PREFIX + "/") or rule.rule == PREFIX + "/openapi.json":
+            continue
+        path = _PARAMETER.sub(r"{\1}", rule.rule[len(PREFIX):])
+        for method in rule.methods - {"HEAD", "OPTIONS"}:
+            if (path, method.lower()) not in documented:
+                missing.append((method, path))
+    assert missing == []
+
+
+def test_issue_2_endpoints_are_present(document):
+    expected = {
+        "/account": {"get"}, "/account/usage": {"get"}, "/account/api-keys": {"get", "post"},
+        "/account/api-keys/{key_id}": {"delete"}, "/subscriptions": {"get", "post"},
+        "/subscriptions/{subscription_id}": {"get", "delete", "patch"},
+        "/subscriptions/{subscription_id}/pause": {"post"}, "/subscriptions/{subscription_id}/resume": {"post"},
+        "/subscriptions/bulk": {"post", "delete", "patch"}, "/subscriptions/export": {"get"},
+    }
+    for path, methods in expected.items():
+        assert methods <= set(document["paths"][path]), path
+
+
+def test_request_bodies_come_from_the_validating_schemas(document):
+    create = document["paths"]["/subscriptions"]["post"]
+    body = _resolve(document, create["requestBody"]["content"]["application/json"]["schema"])
+    assert body["required"] == ["entity_type"]
+    assert body["properties"]["entity_type"]["enum"] == ["contact", "company"]
+    assert {"network_id", "network_url", "linkedin_id", "linkedin_url", "custom_metadata"} <= set(body["properties"])
+    assert body["additionalProperties"] is False  # unknown fields are a 400
+    metadata = body["properties"]["custom_metadata"]
+    assert metadata["type"] == "object" and metadata["maxProperties"] == 20
+    assert "maxLength" not in metadata
+    bulk = _resolve(document, document["paths"]["/subscriptions/bulk"]["post"]["requestBody"]["content"]
+                    ["application/json"]["schema"])
+    assert bulk["properties"]["subscriptions"]["maxItems"] == 100
+    assert bulk["properties"]["subscriptions"]["minItems"] == 1
+    key = _resolve(document, document["paths"]["/account/api-keys"]["post"]["requestBody"]["content"]
+                   ["application/json"]["schema"])
+    assert key["required"] == ["name"] and key["properties"]["name"]["maxLength"] == 100
+
+
+def test_query_parameters_are_documented(document):
+    parameters = {parameter["name"]: parameter for parameter in document["paths"]["/subscriptions"]["get"]["parameters"]}
+    assert {"limit", "offset", "entity_type", "status", "search"} <= set(parameters)
+    assert all(parameter["in"] == "query" for parameter in parameters.values())
+    assert parameters["limit"]["schema"]["maximum"] == 100 and parameters["limit"]["schema"]["minimum"] == 1
+    assert parameters["status"]["schema"]["enum"] == ["active", "paused", "cancelled"]
+    export = {parameter["name"] for parameter in document["paths"]["/subscriptions/export"]["get"]["parameters"]}
+    assert export == {"format", "status"}
+
+
+def test_path_parameters_and_security(document):
+    get_one = document["paths"]["/subscriptions/{subscription_id}"]["get"]
+    assert get_one["parameters"][0] == {"in": "path", "name": "subscription_id", "required": True,
+                                        "schema": {"type": "string"}}
+    assert get_one["security"] == [{"ApiKey": []}]
+
+
+def test_responses_reference_schemas_and_the_error_shape(document):
+    create = document["paths"]["/subscriptions"]["post"]["responses"]
+    created = _resolve(document, create["201"]["content"]["application/json"]["schema"])
+    assert {"id", "entity_type", "network_id", "network_url", "status", "created_at", "updated_at"} <= \
+        set(created["properties"])
+    error = _resolve(document, create["400"]["content"]["application/json"]["schema"])
+    assert error["required"] == ["error", "message"]
+    assert document["paths"]["/subscriptions"]["get"]["responses"]["200"]["content"]["application/json"]

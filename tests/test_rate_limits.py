@@ -1,0 +1,195 @@
+"""Rate limits (contract §8, issue 2 point 7): per key, four shared classes, headers, 429 body.
+
+Tiers are configuration, so the tests shrink the starter tier's limits instead of sending 1000 requests."""
+import copy
+import time
+
+import pytest
+
+from app.config import DEFAULT_TIERS
+from conftest import Tenant, make_tenant
+
+LIMITS = {"read": 4, "write": 3, "bulk": 2, "default": 3}
+WINDOW = 900
+
+
+@pytest.fixture
+def app_config():
+    tiers = copy.deepcopy(DEFAULT_TIERS)
+    tiers["starter"]["rate_limits"] = dict(LIMITS)
+    tiers["growth"]["rate_limits"] = {"read": 7, "write": 6, "bulk": 5, "default": 6}
+    return {"TIERS": tiers, "RATELIMIT_UNAUTHENTICATED": 2}
+
+
+def _spend(tenant, method, path, times, **kwargs):
+    responses = [tenant.request(method, path, **kwargs) for _ in range(times)]
+    assert all(response.status_code != 429 for response in responses), [r.status_code for r in responses]
+    return responses
+
+
+def _assert_limited(response, limit):
+    assert response.status_code == 429
+    body = response.get_json()
+    assert body["error"] == "RATE_LIMIT_EXCEEDED"
+    assert body["request_id"] == response.headers["X-Request-Id"]
+    retry_after = int(response.headers["Retry-After"])
+    assert 1 <= retry_after <= WINDOW
+    assert body["details"] == {"limit": limit, "window_seconds": WINDOW, "retry_after": retry_after}
+    assert response.headers["X-RateLimit-Limit"] == str(limit)
+    assert response.headers["X-RateLimit-Remaining"] == "0"
+    return body
+
+
+def _bulk_body():
+    return {"subscriptions": [{"entity_type": "contact", "network_id": "jane"}]}
+
+
+def test_keyed_responses_carry_the_three_headers(alice):
+    first = alice.get("/subscriptions")
+    assert first.headers["X-RateLimit-Limit"] == str(LIMITS["read"])
+    assert first.headers["X-RateLimit-Remaining"] == str(LIMITS["read"] - 1)
+    reset = int(first.headers["X-RateLimit-Reset"])
+    assert time.time() - 5 < reset <= time.time() + WINDOW + 5  # Unix seconds, within the window
+    assert "Retry-After" not in first.headers
+    second = alice.get("/subscriptions")
+    assert second.headers["X-RateLimit-Remaining"] == str(LIMITS["read"] - 2)
+
+
+def test_error_responses_of_keyed_requests_carry_the_headers_too(alice):
+    response = alice.get("/subscriptions?limit=0")
+    assert response.status_code == 400
+    assert response.headers["X-RateLimit-Limit"] == str(LIMITS["read"])
+    missing = alice.get("/subscriptions/sub_nope")
+    assert missing.status_code == 404 and missing.headers["X-RateLimit-Remaining"] == str(LIMITS["read"] - 2)
+
+
+def test_headers_name_the_class_of_the_route(alice):
+    assert alice.get("/subscriptions").headers["X-RateLimit-Limit"] == str(LIMITS["read"])
+    assert alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "jane"}) \
+        .headers["X-RateLimit-Limit"] == str(LIMITS["write"])
+    assert alice.get("/subscriptions/export").headers["X-RateLimit-Limit"] == str(LIMITS["bulk"])
+    assert alice.get("/account").headers["X-RateLimit-Limit"] == str(LIMITS["default"])
+
+
+def test_read_class_429_with_retry_after_and_body(alice):
+    _spend(alice, "GET", "/subscriptions", LIMITS["read"])
+    _assert_limited(alice.get("/subscriptions"), LIMITS["read"])
+
+
+def test_read_class_is_shared_by_list_and_get(alice):
+    _spend(alice, "GET", "/subscriptions", 2)
+    _spend(alice, "GET", "/subscriptions/sub_nope", 2)
+    _assert_limited(alice.get("/subscriptions"), LIMITS["read"])
+    _assert_limited(alice.get("/subscriptions/sub_other"), LIMITS["read"])
+
+
+def test_bulk_class_is_shared_by_bulk_create_bulk_cancel_batch_status_and_export(alice):
+    assert alice.post("/subscriptions/bulk", json=_bulk_body()).status_code == 200
+    assert alice.get("/subscriptions/export").status_code == 200
+    _assert_limited(alice.delete("/subscriptions/bulk", json={"subscription_ids": ["sub_x"]}), LIMITS["bulk"])
+    _assert_limited(alice.patch("/subscriptions/bulk", json={"subscription_ids": ["sub_x"], "status": "paused"}),
+                    LIMITS["bulk"])
+    _assert_limited(alice.get("/subscriptions/export?format=json"), LIMITS["bulk"])
+
+
+def test_write_class_is_shared_by_create_cancel_pause_resume_and_patch(alice):
+    created = alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "jane"}).get_json()
+    alice.post(f"/subscriptions/{created['id']}/pause")
+    alice.post(f"/subscriptions/{created['id']}/resume")
+    _assert_limited(alice.patch(f"/subscriptions/{created['id']}", json={"custom_metadata": {}}), LIMITS["write"])
+    _assert_limited(alice.delete(f"/subscriptions/{created['id']}"), LIMITS["write"])
+
+
+def test_default_class_covers_account_and_keys(alice):
+    alice.get("/account")
+    alice.get("/account/usage")
+    alice.get("/account/api-keys")
+    _assert_limited(alice.post("/account/api-keys", json={"name": "x"}), LIMITS["default"])
+
+
+def test_classes_are_independent(alice):
+    _spend(alice, "POST", "/subscriptions/bulk", LIMITS["bulk"], json=_bulk_body())
+    _assert_limited(alice.get("/subscriptions/export"), LIMITS["bulk"])
+    assert alice.get("/subscriptions").status_code == 200
+    assert alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "other"}).status_code == 201
+    assert alice.get("/account").status_code == 200
+
+
+def test_both_prefixes_share_one_bucket(alice):
+    _spend(alice, "GET", "/subscriptions", LIMITS["read"] - 1)
+    alice.prefix = "/v1"
+    assert alice.get("/subscriptions").status_code == 200
+    _assert_limited(alice.get("/subscriptions"), LIMITS["read"])
+
+
+def test_a_limited_request_changes_nothing(alice):
+    _spend(alice, "POST", "/subscriptions/bulk", LIMITS["bulk"],
+           json={"subscriptions": [{"entity_type": "contact", "network_id": "first"}]})
+    _assert_limited(alice.post("/subscriptions/bulk", json={"subscriptions": [
+        {"entity_type": "contact", "network_id": "never"}]}), LIMITS["bulk"])
+    listed = alice.get("/subscriptions").get_json()
+    assert [item["network_id"] for item in listed["data"]] == ["first"]
+
+
+def test_limits_are_per_key_not_per_account(alice):
+    second_key = alice.post("/account/api-keys", json={"name": "second"}).get_json()["key"]
+    second = Tenant(alice.client, alice.account_id, second_key)
+    _spend(alice, "GET", "/subscriptions", LIMITS["read"])
+    _assert_limited(alice.get("/subscriptions"), LIMITS["read"])
+    response = second.get("/subscriptions")
+    assert response.status_code == 200
+    assert response.headers["X-RateLimit-Remaining"] == str(LIMITS["read"] - 1)
+
+
+def test_other_accounts_are_not_affected(alice, bob):
+    _spend(alice, "GET", "/subscriptions", LIMITS["read"])
+    _assert_limited(alice.get("/subscriptions"), LIMITS["read"])
+    assert bob.get("/subscriptions").status_code == 200
+
+
+def test_limits_follow_the_accounts_tier(app):
+    grown = make_tenant(app, "Grown", tier="growth")
+    assert grown.get("/subscriptions").headers["X-RateLimit-Limit"] == "7"
+    assert grown.get("/subscriptions/export").headers["X-RateLimit-Limit"] == "5"
+
+
+def test_unauthenticated_requests_are_limited_per_address(app, alice):
+    stranger = Tenant(app.test_client(), None, None)
+    for _ in range(2):
+        assert stranger.get("/subscriptions").status_code == 401
+    response = stranger.get("/subscriptions")
+    assert response.status_code == 429
+    assert response.get_json()["error"] == "RATE_LIMIT_EXCEEDED"
+    assert int(response.headers["Retry-After"]) >= 1
+    assert "X-RateLimit-Limit" not in response.headers  # only keyed responses carry them
+    other_address = app.test_client().get("/api/v1/subscriptions", environ_base={"REMOTE_ADDR": "10.9.8.7"})
+    assert other_address.status_code == 401
+    assert alice.get("/subscriptions").status_code == 200  # a valid key has its own bucket
+
+
+def test_made_up_keys_share_the_address_bucket(app):
+    for n in range(2):
+        Tenant(app.test_client(), None, f"lwa.sk_live_{str(n) * 32}").get("/subscriptions")
+    response = Tenant(app.test_client(), None, "lwa.sk_live_" + "9" * 32).get("/subscriptions")
+    assert response.status_code == 429
+
+
+def test_health_and_openapi_are_not_limited(app):
+    client = app.test_client()
+    for _ in range(5):
+        assert client.get("/healthz").status_code == 200
+        assert client.get("/api/v1/openapi.json").status_code == 200
+
+
+class TestDisabled:
+    @pytest.fixture
+    def app_config(self):
+        tiers = copy.deepcopy(DEFAULT_TIERS)
+        tiers["starter"]["rate_limits"] = {"read": 1, "write": 1, "bulk": 1, "default": 1}
+        return {"TIERS": tiers, "RATELIMIT_ENABLED": False}
+
+    def test_ratelimit_enabled_0_switches_limits_off(self, alice):
+        for _ in range(3):
+            response = alice.get("/subscriptions")
+            assert response.status_code == 200
+            assert "X-RateLimit-Limit" not in response.headers

@@ -1,0 +1,350 @@
+"""POST /subscriptions (interface spec, contract §3): identity, URL canonicalisation, duplicates, caps."""
+import copy
+
+import pytest
+from sqlalchemy import func, select
+
+from app.config import DEFAULT_TIERS
+from app.extensions import db
+from app.models import Subscription
+
+CONTACT_URL = "https://www.linkedin.com/in/{}"
+COMPANY_URL = "https://www.linkedin.com/company/{}"
+
+
+def _count(account_id, **filters):
+    db.session.rollback()
+    query = select(func.count()).select_from(Subscription).where(Subscription.account_id == account_id)
+    for name, value in filters.items():
+        query = query.where(getattr(Subscription, name) == value)
+    return db.session.scalar(query)
+
+
+def _create(tenant, **body):
+    return tenant.post("/subscriptions", json=body)
+
+
+def _assert_validation_error(response, field):
+    assert response.status_code == 400, response.get_json()
+    body = response.get_json()
+    assert body["error"] == "VALIDATION_ERROR"
+    assert body["details"]["field"] == field
+    assert body["details"]["errors"][0]["field"] == field
+    assert body["message"]
+    return body
+
+
+# --- the happy paths -------------------------------------------------------------------------------
+
+def test_create_by_id_answers_201_with_the_create_shape(alice):
+    response = _create(alice, entity_type="contact", network_id="jane-doe")
+    assert response.status_code == 201
+    body = response.get_json()
+    assert body["id"].startswith("sub_")
+    assert body["entity_type"] == "contact"
+    assert body["network_id"] == "jane-doe"
+    assert body["network_url"] == "https://www.linkedin.com/in/jane-doe"
+    assert body["status"] == "active"
+    assert body["created_at"].endswith("Z") and body["updated_at"] == body["created_at"]
+    assert body["custom_metadata"] == {}
+    assert response.headers["Location"] == f"/api/v1/subscriptions/{body['id']}"
+    assert _count(alice.account_id) == 1
+
+
+def test_create_by_url_alone(alice):
+    body = _create(alice, entity_type="company", network_url="https://www.linkedin.com/company/acme-corp").get_json()
+    assert body["network_id"] == "acme-corp"
+    assert body["network_url"] == "https://www.linkedin.com/company/acme-corp"
+
+
+def test_create_with_id_and_matching_url(alice):
+    response = _create(alice, entity_type="contact", network_id="Jane-Doe",
+                       network_url="https://linkedin.com/in/jane-doe/")
+    assert response.status_code == 201
+    assert response.get_json()["network_id"] == "jane-doe"
+
+
+def test_linkedin_aliases_are_accepted(alice):
+    by_id = _create(alice, entity_type="contact", linkedin_id="alias-person").get_json()
+    assert by_id["network_id"] == "alias-person"
+    by_url = _create(alice, entity_type="company", linkedin_url="https://linkedin.com/company/alias-co").get_json()
+    assert by_url["network_id"] == "alias-co"
+    assert by_url["network_url"] == COMPANY_URL.format("alias-co")
+    assert "linkedin_id" not in by_id and "linkedin_url" not in by_url
+
+
+def test_alias_and_field_must_agree(alice):
+    _assert_validation_error(_create(alice, entity_type="contact", network_id="a1", linkedin_id="b2"),
+                             "linkedin_id")
+    assert _create(alice, entity_type="contact", network_id="same", linkedin_id="same").status_code == 201
+
+
+def test_custom_metadata_is_stored_and_returned(alice):
+    body = _create(alice, entity_type="contact", network_id="meta-person",
+                   custom_metadata={"crm_id": "42", "owner": "sales"}).get_json()
+    assert body["custom_metadata"] == {"crm_id": "42", "owner": "sales"}
+    assert alice.get(f"/subscriptions/{body['id']}").get_json()["custom_metadata"] == {"crm_id": "42",
+                                                                                       "owner": "sales"}
+
+
+def test_v1_prefix_creates_too(alice):
+    alice.prefix = "/v1"
+    assert _create(alice, entity_type="contact", network_id="via-v1").status_code == 201
+
+
+def test_create_schedules_the_first_check(app, alice):
+    body = _create(alice, entity_type="contact", network_id="scheduled").get_json()
+    got = alice.get(f"/subscriptions/{body['id']}").get_json()
+    assert got["last_check_status"] == "pending"
+    assert got["next_check_at"] is not None and got["next_check_at"] > body["created_at"]
+
+
+# --- URL canonicalisation --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("url", [
+    "https://www.linkedin.com/in/jane-doe",
+    "http://www.linkedin.com/in/jane-doe",
+    "https://linkedin.com/in/jane-doe",
+    "https://www.linkedin.com/in/jane-doe/",
+    "https://www.linkedin.com/in/jane-doe?trk=public_profile",
+    "https://www.linkedin.com/in/jane-doe#experience",
+    "https://www.linkedin.com/in/jane-doe/?utm=x#y",
+    "HTTPS://WWW.LINKEDIN.COM/IN/JANE-DOE",
+    "  https://www.linkedin.com/in/jane-doe  ",
+])
+def test_url_forms_of_one_contact_resolve_to_the_canonical_url(alice, url):
+    response = _create(alice, entity_type="contact", network_url=url)
+    assert response.status_code == 201, response.get_json()
+    body = response.get_json()
+    assert body["network_id"] == "jane-doe"
+    assert body["network_url"] == "https://www.linkedin.com/in/jane-doe"
+
+
+@pytest.mark.parametrize("entity_type, url", [
+    ("contact", "https://www.linkedin.com/company/acme"),       # company path for a contact
+    ("company", "https://www.linkedin.com/in/jane-doe"),        # contact path for a company
+    ("contact", "https://www.example.com/in/jane-doe"),         # wrong domain
+    ("contact", "https://linkedin.com.evil.com/in/jane-doe"),   # look-alike domain
+    ("contact", "https://evil-linkedin.com/in/jane-doe"),
+    ("contact", "https://uk.linkedin.com/in/jane-doe"),         # only www. is allowed
+    ("contact", "jane-doe"),                                    # a bare id is not a URL
+    ("contact", "linkedin.com/in/jane-doe"),                    # no protocol
+    ("contact", "www.linkedin.com/in/jane-doe"),
+    ("contact", "ftp://www.linkedin.com/in/jane-doe"),
+    ("contact", "javascript:alert(1)"),
+    ("contact", "https://www.linkedin.com/in/"),                # no id
+    ("contact", "https://www.linkedin.com/in/jane-doe/details/experience"),
+    ("contact", "https://www.linkedin.com/jane-doe"),
+    ("contact", "https://www.linkedin.com:8443/in/jane-doe"),   # a port
+    ("contact", "https://user@www.linkedin.com/in/jane-doe"),   # credentials
+    ("contact", "https://www.linkedin.com/in/jane.doe"),        # a character ids do not hold
+    ("contact", ""),
+])
+def test_invalid_urls_are_rejected_and_create_nothing(alice, entity_type, url):
+    body = _assert_validation_error(_create(alice, entity_type=entity_type, network_url=url), "network_url")
+    assert body["details"]["value"] == url
+    assert _count(alice.account_id) == 0
+
+
+def test_id_and_url_naming_different_entities_are_rejected(alice):
+    body = _assert_validation_error(_create(alice, entity_type="contact", network_id="jane-doe",
+                                            network_url="https://www.linkedin.com/in/john-doe"), "network_url")
+    assert "different" in body["message"]
+    assert _count(alice.account_id) == 0
+
+
+def test_network_domain_is_configuration(app, alice):
+    app.config["NETWORK_DOMAIN"] = "network.example"
+    body = _create(alice, entity_type="contact", network_url="https://network.example/in/pat").get_json()
+    assert body["network_url"] == "https://www.network.example/in/pat"
+    _assert_validation_error(_create(alice, entity_type="contact", network_url="https://www.linkedin.com/in/x1"),
+                             "network_url")
+
+
+# --- ids: case, unicode, length, characters --------------------------------------------------------
+
+def test_ids_are_stored_lower_case(alice):
+    assert _create(alice, entity_type="contact", network_id="Jane_DOE-42").get_json()["network_id"] == "jane_doe-42"
+
+
+def test_raw_unicode_id_is_percent_encoded(alice):
+    body = _create(alice, entity_type="contact", network_id="josé-garcía").get_json()
+    assert body["network_id"] == "jos%c3%a9-garc%c3%ada"
+    assert body["network_url"] == "https://www.linkedin.com/in/jos%c3%a9-garc%c3%ada"
+
+
+def test_percent_encoded_and_raw_unicode_name_the_same_entity(alice):
+    first = _create(alice, entity_type="contact", network_id="josé").get_json()
+    again = _create(alice, entity_type="contact", network_url="https://www.linkedin.com/in/jos%C3%A9")
+    assert again.status_code == 409
+    assert again.get_json()["details"]["existing_subscription_id"] == first["id"]
+
+
+def test_unicode_ids_compare_case_insensitively(alice):
+    first = _create(alice, entity_type="contact", network_id="JOSÉ").get_json()
+    assert first["network_id"] == "jos%c3%a9"
+    again = _create(alice, entity_type="contact", network_id="josé")
+    assert again.status_code == 409
+
+
+def test_unicode_url_path_is_accepted(alice):
+    body = _create(alice, entity_type="company", network_url="https://www.linkedin.com/company/café-ünïcode").get_json()
+    assert body["network_id"] == "caf%c3%a9-%c3%bcn%c3%afcode"
+
+
+def test_length_counts_the_encoded_form(alice):
+    assert _create(alice, entity_type="contact", network_id="ab").status_code == 201
+    assert _create(alice, entity_type="contact", network_id="x" * 100).status_code == 201
+    _assert_validation_error(_create(alice, entity_type="contact", network_id="a"), "network_id")
+    _assert_validation_error(_create(alice, entity_type="contact", network_id="y" * 101), "network_id")
+    _assert_validation_error(_create(alice, entity_type="contact", network_id="é" * 17), "network_id")  # 102
+    assert _count(alice.account_id) == 2
+
+
+@pytest.mark.parametrize("network_id", ["jane doe", "jane/doe", "jane.doe", "jane%", "jane%zz", "%ff%fe",
+                                        "<script>", "jane'; drop table subscriptions;--", "a\u0000b", ""])
+def test_invalid_ids_are_rejected(alice, network_id):
+    body = _assert_validation_error(_create(alice, entity_type="contact", network_id=network_id), "network_id")
+    assert body["details"]["value"] == network_id
+    assert _count(alice.account_id) == 0
+
+
+# --- bad bodies of every kind ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("body, field", [
+    ({"network_id": "jane"}, "entity_type"),
+    ({"entity_type": "person", "network_id": "jane"}, "entity_type"),
+    ({"entity_type": "Contact", "network_id": "jane"}, "entity_type"),
+    ({"entity_type": 1, "network_id": "jane"}, "entity_type"),
+    ({"entity_type": None, "network_id": "jane"}, "entity_type"),
+    ({"entity_type": ["contact"], "network_id": "jane"}, "entity_type"),
+    ({"entity_type": "contact"}, "network_id"),
+    ({"entity_type": "contact", "network_id": None}, "network_id"),
+    ({"entity_type": "contact", "network_id": 12345}, "network_id"),
+    ({"entity_type": "contact", "network_id": {"id": "x"}}, "network_id"),
+    ({"entity_type": "contact", "network_url": 7}, "network_url"),
+    ({"entity_type": "contact", "network_id": "x" * 401}, "network_id"),
+    ({"entity_type": "contact", "network_url": "https://www.linkedin.com/in/" + "x" * 2100}, "network_url"),
+    ({"entity_type": "contact", "network_id": "jane", "status": "paused"}, "status"),
+    ({"entity_type": "contact", "network_id": "jane", "id": "sub_mine"}, "id"),
+    ({"entity_type": "contact", "network_id": "jane", "custom_metadata": "x"}, "custom_metadata"),
+    ({"entity_type": "contact", "network_id": "jane", "custom_metadata": {"k": 1}}, "custom_metadata.k.value"),
+    ({"entity_type": "contact", "network_id": "jane", "custom_metadata": {"k": "v" * 501}},
+     "custom_metadata.k.value"),
+    ({"entity_type": "contact", "network_id": "jane", "custom_metadata": {"k" * 41: "v"}},
+     "custom_metadata." + "k" * 41 + ".key"),
+    ({"entity_type": "contact", "network_id": "jane", "custom_metadata": {f"k{n}": "v" for n in range(21)}},
+     "custom_metadata"),
+])
+def test_bad_fields_are_400_and_create_nothing(alice, body, field):
+    _assert_validation_error(_create(alice, **body), field)
+    assert _count(alice.account_id) == 0
+
+
+def test_all_problems_are_listed(alice):
+    body = alice.post("/subscriptions", json={"entity_type": "robot", "network_id": 5, "extra": True}).get_json()
+    fields = {error["field"] for error in body["details"]["errors"]}
+    assert fields == {"entity_type", "network_id", "extra"}
+
+
+@pytest.mark.parametrize("raw", ["", "null", "[]", '[{"entity_type": "contact", "network_id": "jane"}]',
+                                 '"contact"', "42", "true", "{not json", '{"entity_type": "contact",}',
+                                 b"\xff\xfe\x00"])
+def test_bodies_that_are_not_a_json_object_are_400(alice, raw):
+    response = alice.post("/subscriptions", data=raw, content_type="application/json")
+    _assert_validation_error(response, "body")
+    assert _count(alice.account_id) == 0
+
+
+def test_metadata_limits_at_the_edge_are_accepted(alice):
+    metadata = {("k%02d" % n).ljust(40, "k"): "v" * 500 for n in range(20)}
+    response = _create(alice, entity_type="contact", network_id="edge", custom_metadata=metadata)
+    assert response.status_code == 201
+    assert response.get_json()["custom_metadata"] == metadata
+
+
+# --- duplicates ------------------------------------------------------------------------------------
+
+def test_duplicate_is_409_with_details(alice):
+    first = _create(alice, entity_type="contact", network_id="jane-doe").get_json()
+    response = _create(alice, entity_type="contact", network_url="https://linkedin.com/in/JANE-DOE/")
+    assert response.status_code == 409
+    body = response.get_json()
+    assert body["error"] == "DUPLICATE_SUBSCRIPTION"
+    assert body["details"] == {"existing_subscription_id": first["id"], "network_id": "jane-doe"}
+    assert _count(alice.account_id) == 1
+
+
+def test_paused_subscription_is_also_a_duplicate(alice):
+    first = _create(alice, entity_type="contact", network_id="jane-doe").get_json()
+    alice.post(f"/subscriptions/{first['id']}/pause")
+    response = _create(alice, entity_type="contact", network_id="jane-doe")
+    assert response.status_code == 409
+    assert response.get_json()["details"]["existing_subscription_id"] == first["id"]
+
+
+def test_same_id_as_contact_and_company_are_different_entities(alice):
+    assert _create(alice, entity_type="contact", network_id="acme").status_code == 201
+    assert _create(alice, entity_type="company", network_id="acme").status_code == 201
+
+
+def test_two_accounts_can_watch_the_same_entity(alice, bob):
+    assert _create(alice, entity_type="contact", network_id="jane-doe").status_code == 201
+    assert _create(bob, entity_type="contact", network_id="jane-doe").status_code == 201
+
+
+def test_recreate_after_cancel_gives_a_new_active_subscription(alice):
+    first = _create(alice, entity_type="contact", network_id="jane-doe").get_json()
+    cancelled = alice.delete(f"/subscriptions/{first['id']}").get_json()
+    second = _create(alice, entity_type="contact", network_id="jane-doe")
+    assert second.status_code == 201
+    assert second.get_json()["id"] != first["id"]
+    assert second.get_json()["status"] == "active"
+    old = alice.get(f"/subscriptions/{first['id']}").get_json()
+    assert old["status"] == "cancelled" and old["cancelled_at"] == cancelled["cancelled_at"]
+    assert _count(alice.account_id) == 2
+
+
+# --- tier cap --------------------------------------------------------------------------------------
+
+@pytest.fixture
+def app_config():
+    tiers = copy.deepcopy(DEFAULT_TIERS)
+    tiers["starter"]["subscription_limit"] = 3
+    return {"TIERS": tiers}
+
+
+def test_tier_cap_refuses_with_details(alice):
+    for n in range(3):
+        assert _create(alice, entity_type="contact", network_id=f"person-{n}").status_code == 201
+    response = _create(alice, entity_type="contact", network_id="one-too-many")
+    assert response.status_code == 403
+    body = response.get_json()
+    assert body["error"] == "TIER_LIMIT_EXCEEDED"
+    assert body["details"] == {"current_count": 3, "tier_limit": 3, "tier": "starter"}
+    assert _count(alice.account_id) == 3
+
+
+def test_paused_subscriptions_count_toward_the_cap(alice):
+    ids = [_create(alice, entity_type="contact", network_id=f"person-{n}").get_json()["id"] for n in range(3)]
+    for subscription_id in ids:
+        alice.post(f"/subscriptions/{subscription_id}/pause")
+    assert _create(alice, entity_type="contact", network_id="extra").status_code == 403
+
+
+def test_cancelled_subscriptions_free_their_slot(alice):
+    ids = [_create(alice, entity_type="contact", network_id=f"person-{n}").get_json()["id"] for n in range(3)]
+    alice.delete(f"/subscriptions/{ids[0]}")
+    assert _create(alice, entity_type="contact", network_id="extra").status_code == 201
+
+
+def test_duplicate_is_reported_before_the_cap(alice):
+    for n in range(3):
+        _create(alice, entity_type="contact", network_id=f"person-{n}")
+    assert _create(alice, entity_type="contact", network_id="person-0").status_code == 409
+
+
+def test_caps_are_per_account(alice, bob):
+    for n in range(3):
+        _create(alice, entity_type="contact", network_id=f"person-{n}")
+    assert _create(bob, entity_type="contact", network_id="person-0").status_code == 201

@@ -1,0 +1,69 @@
+"""GET /account/usage (contract §4): counts for the current UTC day and month."""
+from datetime import date
+
+from app.services import usage
+
+
+def _usage(tenant):
+    response = tenant.get("/account/usage")
+    assert response.status_code == 200
+    return response.get_json()
+
+
+def test_usage_shape_for_a_new_account(alice):
+    body = _usage(alice)
+    assert set(body) == {"day", "month", "subscriptions"}
+    today = date.today()
+    for period in ("day", "month"):
+        assert set(body[period]) == {"start", "requests", "checks", "events_created",
+                                     "deliveries_succeeded", "deliveries_failed"}
+        assert body[period]["checks"] == 0
+        assert body[period]["events_created"] == 0
+    assert body["day"]["start"] == usage.utcnow().date().isoformat()
+    assert body["month"]["start"] == usage.utcnow().date().replace(day=1).isoformat()
+    assert abs((date.fromisoformat(body["day"]["start"]) - today).days) <= 1
+    assert body["subscriptions"] == {"active": 0, "paused": 0, "cancelled": 0, "live": 0, "limit": 100}
+
+
+def test_requests_are_counted_per_account(alice, bob):
+    for _ in range(3):
+        alice.get("/account")
+    bob.get("/account")
+    first = _usage(alice)
+    # The three /account calls; the usage call counts after its own answer.
+    assert first["day"]["requests"] == 3
+    assert first["month"]["requests"] == 3
+    assert _usage(alice)["day"]["requests"] == 4
+    assert _usage(bob)["day"]["requests"] == 1
+
+
+def test_unauthenticated_requests_are_not_counted(alice, anon):
+    anon.get("/account")
+    anon.get("/subscriptions")
+    assert _usage(alice)["day"]["requests"] == 0
+
+
+def test_subscription_counts_by_status(alice):
+    ids = [alice.post("/subscriptions", json={"entity_type": "contact", "network_id": f"person-{n}"})
+           .get_json()["id"] for n in range(4)]
+    alice.post(f"/subscriptions/{ids[0]}/pause")
+    alice.delete(f"/subscriptions/{ids[1]}")
+    assert _usage(alice)["subscriptions"] == {"active": 2, "paused": 1, "cancelled": 1, "live": 3, "limit": 100}
+
+
+def test_pending_counts_of_unknown_accounts_do_not_break_the_flush(alice):
+    """Counts buffered for an account that no longer exists are dropped, not a 500 for everyone."""
+    usage.requests._pending[("acct_gone", usage.utcnow().date())] += 5
+    alice.get("/account")
+    body = _usage(alice)
+    assert body["day"]["requests"] == 1
+
+
+def test_a_failing_flush_never_fails_the_request(alice, monkeypatch):
+    def broken():
+        raise RuntimeError("database unavailable")
+
+    monkeypatch.setattr(usage.requests, "flush", broken)
+    monkeypatch.setattr(usage, "FLUSH_EVERY_SECONDS", 0)
+    response = alice.get("/account")
+    assert response.status_code == 200
