@@ -42,6 +42,7 @@ def write_transaction():
     """
     session = db.session
     session.rollback()
+    session.expire_all()  # expire_on_commit is off: never act on a copy loaded before this transaction
     session.connection(execution_options={IMMEDIATE: True})
     try:
         yield session

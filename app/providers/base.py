@@ -26,17 +26,38 @@ class Provider(Protocol):
         """The entity's current snapshot (contract §7), or raise EntityUnavailable / ProviderError."""
 
 
+#: bookkeeping the engine stores beside the state; a provider field of this name is not kept
+RESERVED_FIELDS = ("seen_activity_ids",)
+
+
 def normalize_snapshot(entity_type: str, raw: dict) -> dict:
-    """Keep the fields of contract §7 (missing ones are None) and the activities that have an id.
-    Unknown fields are dropped; `activities` stays None when the provider did not send them."""
+    """The fields of contract §7 first (missing ones are None), then any unknown fields, which are kept
+    (the stored state and `subscription.initial_state` show them) but never compared. Activities
+    without a usable id are dropped; `activities` stays None when the provider did not send a list."""
     fields = CONTACT_FIELDS if entity_type == "contact" else COMPANY_FIELDS
     snapshot = {name: raw.get(name) for name in fields}
     activities = raw.get("activities")
     if isinstance(activities, list):
-        snapshot["activities"] = [
-            {name: item.get(name) for name in ACTIVITY_FIELDS}
-            for item in activities if isinstance(item, dict) and item.get("id") is not None
-        ]
+        snapshot["activities"] = [_activity(item) for item in activities if _has_usable_id(item)]
     else:
         snapshot["activities"] = None
+    for name, value in raw.items():
+        if name not in snapshot and name not in RESERVED_FIELDS:
+            snapshot[name] = value
     return snapshot
+
+
+def _has_usable_id(item) -> bool:
+    """An activity is tracked by its id: a string or an integer (anything else cannot be compared)."""
+    if not isinstance(item, dict):
+        return False
+    activity_id = item.get("id")
+    return isinstance(activity_id, (str, int)) and not isinstance(activity_id, bool) and activity_id != ""
+
+
+def _activity(item: dict) -> dict:
+    activity = {name: item.get(name) for name in ACTIVITY_FIELDS}
+    if not isinstance(activity["kind"], str):
+        activity["kind"] = None  # an unreadable kind is reported by no event type
+    activity.update((name, value) for name, value in item.items() if name not in activity)  # kept, ignored
+    return activity

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from flask import current_app
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, bindparam, or_, select, update
 
 from app.common import new_id, utcnow
 from app.database import write_transaction
@@ -63,8 +63,11 @@ def claim(token: str, limit: int, *, due=True, after_id=None, subscription_id=No
     `--all`), or one by id. Returns them as Claimed, in id order."""
     now = utcnow()
     lease = now + timedelta(seconds=current_app.config["CHECK_LEASE_SECONDS"])
+    # Unclaimed: no token (a pause or cancel drops the token but may leave the lease time behind, and
+    # a resumed subscription must not wait for it), or a lease that has expired (a crashed checker).
     conditions = [Subscription.status == "active",
-                  or_(Subscription.claimed_until.is_(None), Subscription.claimed_until < now)]
+                  or_(Subscription.claim_token.is_(None), Subscription.claimed_until.is_(None),
+                      Subscription.claimed_until < now)]
     order = Subscription.id
     if subscription_id is not None:
         conditions.append(Subscription.id == subscription_id)
@@ -104,27 +107,38 @@ def fetch_all(provider, claimed: list) -> list:
         return list(pool.map(lambda item: _fetch_one(provider, item), claimed))
 
 
-def _record_event(session, subscription, config, event_type, data, now, summary):
-    event = events.record(session, subscription.account_id, event_type,
-                          {"entity": events.entity_data(subscription), **data},
-                          subscription=subscription, config=config, now=now)
-    summary.events.append(event.id)
-    summary.deliveries_queued |= event.delivery_status == "pending"
+def _record_event(built, subscription, config, event_type, data, now, summary):
+    """Build the event (and its delivery); `record_outcomes` inserts the whole batch's at once."""
+    event, delivery = events.build(subscription.account_id, event_type,
+                                   {"entity": events.entity_data(subscription), **data},
+                                   subscription=subscription, config=config, now=now)
+    built.append((event, delivery))
+    summary.events.append(event["id"])
+    summary.deliveries_queued |= delivery is not None
 
 
-def _apply_snapshot(session, subscription, outcome, config, now, summary):
-    detection = detect(subscription.entity_type, subscription.snapshot, outcome.snapshot,
-                       current_app.config["EMPLOYEE_COUNT_MIN_PERCENT"])
+def _detect(subscription, outcome):
+    """The detection for a snapshot outcome; a snapshot detection cannot read becomes a transient failure
+    (logged), so one odd answer never rolls back the rest of the batch."""
+    try:
+        return detect(subscription.entity_type, subscription.snapshot, outcome.snapshot,
+                      current_app.config["EMPLOYEE_COUNT_MIN_PERCENT"]), outcome
+    except Exception as error:  # noqa: BLE001
+        log.exception("change detection failed on %s", subscription.id)
+        return None, Outcome(outcome.claimed, error=f"{type(error).__name__}: {error}"[:200])
+
+
+def _apply_snapshot(built, subscription, detection, config, now, summary):
     if subscription.snapshot is None:
         initial = config.initial_webhook if config is not None else "latest"
         if initial != "none":
-            _record_event(session, subscription, config, "subscription.initial_state",
+            _record_event(built, subscription, config, "subscription.initial_state",
                           {"state": public_state(detection.snapshot)}, now, summary)
         if initial == "all":
             for change in detection.present_activities:
-                _record_event(session, subscription, config, change.type, change.data, now, summary)
+                _record_event(built, subscription, config, change.type, change.data, now, summary)
     for change in detection.changes:
-        _record_event(session, subscription, config, change.type, change.data, now, summary)
+        _record_event(built, subscription, config, change.type, change.data, now, summary)
     if detection.changes:
         subscription.change_count += len(detection.changes)
         subscription.last_change_at = now
@@ -134,11 +148,11 @@ def _apply_snapshot(session, subscription, outcome, config, now, summary):
     subscription.unavailable_reason = None
 
 
-def _apply_unavailable(session, subscription, outcome, config, now, summary):
+def _apply_unavailable(built, subscription, outcome, config, now, summary):
     summary.unavailable += 1
     subscription.last_check_status = "NETWORK_ERROR"
     if subscription.unavailable_reason is None:  # once per transition, until reachable again
-        _record_event(session, subscription, config, "entity.unavailable", {"reason": outcome.unavailable},
+        _record_event(built, subscription, config, "entity.unavailable", {"reason": outcome.unavailable},
                       now, summary)
         subscription.change_count += 1
         subscription.last_change_at = now
@@ -146,18 +160,21 @@ def _apply_unavailable(session, subscription, outcome, config, now, summary):
     subscription.unavailable_reason = outcome.unavailable
 
 
-def _apply(session, subscription, outcome, config, tier, now, summary):
+def _apply(built, subscription, outcome, config, tier, now, summary):
     subscription.claim_token = None
     subscription.claimed_until = None
+    detection = None
+    if outcome.error is None and outcome.unavailable is None:
+        detection, outcome = _detect(subscription, outcome)
     if outcome.error is not None:
         subscription.consecutive_failures += 1
         subscription.next_check_at = retry_check_at(now, subscription.consecutive_failures, tier)
         summary.failed += 1
         return False
     if outcome.unavailable is not None:
-        _apply_unavailable(session, subscription, outcome, config, now, summary)
+        _apply_unavailable(built, subscription, outcome, config, now, summary)
     else:
-        _apply_snapshot(session, subscription, outcome, config, now, summary)
+        _apply_snapshot(built, subscription, detection, config, now, summary)
     subscription.consecutive_failures = 0
     subscription.check_count += 1
     subscription.last_checked_at = now
@@ -166,28 +183,66 @@ def _apply(session, subscription, outcome, config, tier, now, summary):
     return True
 
 
+_LOADED = ("id", "account_id", "entity_type", "network_id", "network_url", "status", "custom_metadata",
+           "snapshot", "claim_token", "check_count", "change_count", "consecutive_failures",
+           "unavailable_reason", "last_checked_at", "last_change_at", "last_check_status", "next_check_at")
+_STATE = ("claim_token", "claimed_until", "consecutive_failures", "next_check_at", "check_count",
+          "change_count", "last_checked_at", "last_change_at", "last_check_status", "unavailable_reason")
+
+
+class _Checked:
+    """A subscription row being checked: plain attributes, written back with one UPDATE per batch."""
+
+    def __init__(self, mapping):
+        self.__dict__.update(mapping)
+        self.claimed_until = None
+        self.original_snapshot = self.snapshot
+
+
+def _write_back(session, token, rows):
+    """One executemany UPDATE for the rows whose snapshot changed, one for the others; each row only
+    while the claim is still ours (the rows are locked: belt and braces)."""
+    table = Subscription.__table__
+    for with_snapshot in (True, False):
+        names = _STATE + (("snapshot",) if with_snapshot else ())
+        params = [{**{name: getattr(row, name) for name in names}, "b_id": row.id, "b_token": token}
+                  for row in rows if (row.snapshot is not row.original_snapshot) == with_snapshot]
+        if params:
+            session.execute(update(table).where(table.c.id == bindparam("b_id"),
+                                                table.c.claim_token == bindparam("b_token"))
+                            .values({name: bindparam(name) for name in names}), params)
+
+
 def record_outcomes(token: str, outcomes: list) -> Summary:
-    """Write every outcome of a claimed batch in one transaction."""
+    """Write every outcome of a claimed batch in one transaction: the subscriptions' new state, the
+    events and their deliveries, with a few multi-row statements (no ORM unit of work per row)."""
     summary = Summary()
     if not outcomes:
         return summary
     with write_transaction() as session:
         now = utcnow()
         ids = [outcome.claimed.id for outcome in outcomes]
-        subscriptions = {row.id: row for row in session.scalars(
-            select(Subscription).where(Subscription.id.in_(ids)).with_for_update())}
+        table = Subscription.__table__
+        # Read through Core, so what is read is what is committed now (the claim was written with a Core
+        # UPDATE; an ORM copy kept by the session would be stale, as expire_on_commit is off).
+        query = select(*(table.c[name] for name in _LOADED)).where(table.c.id.in_(ids)).with_for_update()
+        loaded = {mapping["id"]: _Checked(mapping) for mapping in session.execute(query).mappings()}
         configs, tiers, checks_per_account = {}, {}, Counter()
+        built, written = [], []
         for outcome in outcomes:
-            subscription = subscriptions.get(outcome.claimed.id)
+            subscription = loaded.get(outcome.claimed.id)
             if subscription is None or subscription.status != "active" or subscription.claim_token != token:
                 summary.skipped += 1
                 continue
             account_id = subscription.account_id
             if account_id not in configs:
                 configs[account_id] = events.webhook_config_for(session, account_id)
-                tiers[account_id] = session.get(Account, account_id).tier
-            if _apply(session, subscription, outcome, configs[account_id], tiers[account_id], now, summary):
+                tiers[account_id] = session.scalar(select(Account.tier).where(Account.id == account_id))
+            if _apply(built, subscription, outcome, configs[account_id], tiers[account_id], now, summary):
                 checks_per_account[account_id] += 1
+            written.append(subscription)
+        _write_back(session, token, written)
+        events.store(session, built)
         usage.add_counts(session, {(account_id, now.date()): {"checks": count}
                                    for account_id, count in checks_per_account.items()})
     if summary.deliveries_queued:

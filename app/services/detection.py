@@ -71,10 +71,14 @@ def _field_changes(entity_type, previous, merged, current, min_percent):
     if before is not None and after is not None and before != after:
         delta = after - before
         percent = round(100.0 * delta / before, 2) if before else None
-        if percent is None or abs(percent) >= min_percent:
+        if percent is None or abs(100.0 * delta / before) >= min_percent:
             changes.append(Change("company.employee_count_changed", {"changes": {
                 "previous_employee_count": before, "current_employee_count": after,
                 "delta": delta, "delta_percent": percent}}))
+        else:
+            # Below the threshold: keep the last reported count as the baseline, so a slow drift
+            # is reported once it adds up to the threshold instead of never.
+            merged["headcount"] = before
     if _differs(previous, current, "description"):
         changes.append(Change("company.description_changed", {"changes": {
             "previous_description": previous["description"], "current_description": current["description"]}}))

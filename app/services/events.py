@@ -1,7 +1,7 @@
 """The event log: building envelopes and recording events with their outbox delivery (contract §5, §6)."""
 import json
 
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select
 
 from app.common import isoformat, new_id, unix_seconds, utcnow
 from app.errors import NotFound
@@ -48,17 +48,19 @@ def envelope(event_id, event_type, created_at, data, metadata=None) -> dict:
 
 
 def webhook_config_for(session, account_id):
-    return session.scalar(select(WebhookConfig).where(WebhookConfig.account_id == account_id))
+    # populate_existing: the configuration as committed now, not a copy the session kept from earlier.
+    return session.scalar(select(WebhookConfig).where(WebhookConfig.account_id == account_id)
+                          .execution_options(populate_existing=True))
 
 
 def wants_delivery(config, event_type: str) -> bool:
     return config is not None and config.is_active and type_matches(config.events, event_type)
 
 
-def record(session, account_id, event_type, data, *, subscription=None, config=None, now=None,
-           id_prefix="evt"):
-    """Store an event inside the caller's transaction, and its outbox delivery when the account's
-    webhook configuration (passed in, read in the same transaction) wants this type."""
+def build(account_id, event_type, data, *, subscription=None, config=None, now=None, id_prefix="evt"):
+    """The rows of one event and, when the account's webhook configuration wants this type, of its
+    outbox delivery (else None), as plain dicts: `record` stores one; a caller recording many events in
+    one transaction (the check engine) builds them and inserts them all at once with `store`."""
     now = now or utcnow()
     event_id = new_id(id_prefix)
     metadata = None
@@ -68,12 +70,38 @@ def record(session, account_id, event_type, data, *, subscription=None, config=N
     body = json.dumps(envelope(event_id, event_type, now, data, metadata), separators=(",", ":"),
                       ensure_ascii=False)
     deliver = wants_delivery(config, event_type)
-    event = Event(id=event_id, account_id=account_id, subscription_id=subscription.id if subscription else None,
-                  type=event_type, body=body, created_at=now, delivery_status="pending" if deliver else "skipped")
-    session.add(event)
+    event = {"id": event_id, "account_id": account_id,
+             "subscription_id": subscription.id if subscription else None, "type": event_type, "body": body,
+             "created_at": now, "delivery_status": "pending" if deliver else "skipped", "attempt_count": 0}
+    delivery = None
     if deliver:
-        session.add(OutboxDelivery(event_id=event_id, account_id=account_id, next_attempt_at=now, created_at=now))
+        delivery = {"event_id": event_id, "account_id": account_id, "status": "pending", "attempts": 0,
+                    "next_attempt_at": now, "created_at": now}
+    return event, delivery
+
+
+def record(session, account_id, event_type, data, *, subscription=None, config=None, now=None,
+           id_prefix="evt"):
+    """Store an event inside the caller's transaction, and its outbox delivery when the account's
+    webhook configuration (passed in, read in the same transaction) wants this type."""
+    event_row, delivery_row = build(account_id, event_type, data, subscription=subscription, config=config,
+                                    now=now, id_prefix=id_prefix)
+    event = Event(**event_row)
+    session.add(event)
+    if delivery_row is not None:
+        session.add(OutboxDelivery(**delivery_row))
     return event
+
+
+def store(session, built):
+    """Insert many `build` results inside the caller's transaction: two multi-row statements instead
+    of one ORM object per row (the check engine records thousands of events per batch)."""
+    event_rows = [event for event, _ in built]
+    delivery_rows = [delivery for _, delivery in built if delivery is not None]
+    if event_rows:
+        session.execute(insert(Event.__table__), event_rows)
+    if delivery_rows:
+        session.execute(insert(OutboxDelivery.__table__), delivery_rows)
 
 
 def on_new_deliveries(listener):

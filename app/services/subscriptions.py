@@ -196,6 +196,7 @@ def _cancel_in(subscription: Subscription, now) -> None:
     subscription.updated_at = now
     subscription.next_check_at = None
     subscription.claim_token = None
+    subscription.claimed_until = None
 
 
 def _locked(session, account_id, subscription_id):
@@ -227,6 +228,7 @@ def _set_status_in(subscription: Subscription, status: str, now) -> None:
         subscription.paused_at = now
         subscription.next_check_at = None
         subscription.claim_token = None
+        subscription.claimed_until = None
     else:
         subscription.paused_at = None
         subscription.next_check_at = first_check_at(now)

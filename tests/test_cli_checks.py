@@ -1,0 +1,162 @@
+"""`flask checks run [--all | --due | SUBSCRIPTION_ID]` and `flask scheduler run` (contract §9)."""
+import signal
+import threading
+from types import SimpleNamespace
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select, update
+
+from app.common import utcnow
+from app.database import write_transaction
+from app.extensions import db
+from app.models import Event, Subscription
+from app.worker import scheduler
+
+
+class Network:
+    concurrency = 1
+
+    def __init__(self):
+        self.fetched = []
+
+    def fetch(self, entity_type, network_id):
+        self.fetched.append(network_id)
+        from app.providers import EntityUnavailable
+        if network_id.startswith("private-"):
+            raise EntityUnavailable("private")
+        return {"network_id": network_id, "name": "X", "headline": "h", "company": "Acme",
+                "title": "Engineer", "activities": []}
+
+
+@pytest.fixture
+def network(app):
+    app.extensions["provider"] = Network()
+    return app.extensions["provider"]
+
+
+def subscribe(tenant, network_id):
+    response = tenant.post("/subscriptions", json={"entity_type": "contact", "network_id": network_id})
+    assert response.status_code == 201
+    return response.json["id"]
+
+
+def make_due(*ids):
+    with write_transaction():
+        db.session.execute(update(Subscription).where(Subscription.id.in_(ids))
+                           .values(next_check_at=utcnow() - timedelta(seconds=1)))
+
+
+def check_counts():
+    db.session.rollback()
+    rows = db.session.execute(select(Subscription.network_id, Subscription.check_count)).all()
+    return dict(rows)
+
+
+@pytest.fixture
+def three(alice, network):
+    """due-one is due, later-one is not yet, paused-one is paused (and looks due)."""
+    ids = {name: subscribe(alice, name) for name in ("due-one", "later-one", "paused-one")}
+    alice.post(f"/subscriptions/{ids['paused-one']}/pause")
+    make_due(ids["due-one"], ids["paused-one"])
+    return ids
+
+
+def run(runner, *args):
+    return runner.invoke(args=["checks", "run", *args])
+
+
+def test_checks_run_without_options_runs_the_due_ones(runner, three, network):
+    result = run(runner)
+    assert result.exit_code == 0, result.output
+    assert "checked=1" in result.output
+    assert network.fetched == ["due-one"]
+
+
+def test_checks_run_due(runner, three, network):
+    result = run(runner, "--due")
+    assert result.exit_code == 0
+    assert result.output.strip() == "checked=1 changes=0 unavailable=0 failed=0 skipped=0"
+    assert check_counts() == {"due-one": 1, "later-one": 0, "paused-one": 0}
+
+
+def test_checks_run_all_checks_every_active_one_due_or_not(runner, three, network):
+    result = run(runner, "--all")
+    assert result.exit_code == 0
+    assert "checked=2" in result.output
+    assert check_counts() == {"due-one": 1, "later-one": 1, "paused-one": 0}
+    assert db.session.scalar(select(Event.type).limit(1)) == "subscription.initial_state"
+
+
+def test_checks_run_one_by_id(runner, three, network):
+    result = run(runner, three["later-one"])
+    assert result.exit_code == 0
+    assert "checked=1" in result.output
+    assert check_counts() == {"due-one": 0, "later-one": 1, "paused-one": 0}
+
+
+def test_checks_run_an_unreachable_entity_has_done_its_job(runner, alice, network):
+    subscription_id = subscribe(alice, "private-person")
+    result = run(runner, subscription_id)
+    assert result.exit_code == 0
+    assert "checked=1" in result.output and "unavailable=1" in result.output
+
+
+@pytest.mark.parametrize("which", ["paused-one", "cancelled", "unknown"])
+def test_checks_run_a_non_active_id_fails(runner, alice, three, network, which):
+    if which == "cancelled":
+        subscription_id = three["due-one"]
+        alice.delete(f"/subscriptions/{subscription_id}")
+    elif which == "unknown":
+        subscription_id = "sub_000000000000000000000000"
+    else:
+        subscription_id = three[which]
+    result = run(runner, subscription_id)
+    assert result.exit_code != 0
+    assert subscription_id in result.output and "not an active subscription" in result.output
+    assert network.fetched == []
+
+
+@pytest.mark.parametrize("args", [["--all", "--due"], ["--all", "sub_x"], ["--due", "sub_x"]])
+def test_checks_run_refuses_conflicting_options(runner, three, network, args):
+    result = run(runner, *args)
+    assert result.exit_code == 2
+    assert "Give one of --all, --due or a SUBSCRIPTION_ID" in result.output
+    assert network.fetched == []
+
+
+def test_checks_run_with_nothing_to_do_succeeds(runner, app, network):
+    result = run(runner)
+    assert result.exit_code == 0
+    assert result.output.strip() == "checked=0 changes=0 unavailable=0 failed=0 skipped=0"
+
+
+@pytest.fixture
+def instance_dir(app, tmp_path, monkeypatch):
+    monkeypatch.setattr(app, "instance_path", str(tmp_path))
+    return tmp_path
+
+
+def test_scheduler_run_refuses_when_another_scheduler_holds_the_lock(runner, app, instance_dir):
+    held = scheduler.acquire_instance_lock(app)
+    try:
+        result = runner.invoke(args=["scheduler", "run"])
+    finally:
+        held.release()
+    assert result.exit_code != 0
+    assert "another scheduler already runs" in result.output
+
+
+def test_scheduler_run_starts_and_releases_the_lock_when_stopped(runner, app, instance_dir, monkeypatch):
+    stopped = threading.Event()
+    stopped.set()  # as if SIGTERM arrived at once
+    monkeypatch.setattr(scheduler, "threading", SimpleNamespace(Event=lambda: stopped))
+    handlers = []
+    monkeypatch.setattr(scheduler, "signal", SimpleNamespace(
+        SIGINT=signal.SIGINT, SIGTERM=signal.SIGTERM, signal=lambda signum, handler: handlers.append(signum)))
+    result = runner.invoke(args=["scheduler", "run"])
+    assert result.exit_code == 0, result.output
+    assert sorted(handlers) == sorted([signal.SIGINT, signal.SIGTERM])
+    lock = scheduler.acquire_instance_lock(app)
+    assert lock is not None  # released on the way out
+    lock.release()

@@ -1,0 +1,278 @@
+"""Change detection as pure functions (contract §6): each change type, the unknown-value rule, activities."""
+import pytest
+
+from app.providers.base import normalize_snapshot
+from app.services.detection import SEEN_ACTIVITIES_KEPT, detect, is_unknown, public_state
+
+
+def contact(**fields):
+    raw = {"network_id": "jane", "name": "Jane", "headline": "Engineer at Acme", "company": "Acme",
+           "title": "Engineer", "location": "Berlin", "activities": []}
+    raw.update(fields)
+    return normalize_snapshot("contact", raw)
+
+
+def company(**fields):
+    raw = {"network_id": "acme", "name": "Acme", "headcount": 100, "description": "Makes anvils.",
+           "industry": "Manufacturing", "website": "https://acme.example", "activities": []}
+    raw.update(fields)
+    return normalize_snapshot("company", raw)
+
+
+def post(activity_id, kind="post", **extra):
+    return {"id": activity_id, "kind": kind, "url": f"https://www.linkedin.com/feed/update/{activity_id}",
+            "text": f"text of {activity_id}", "created_at": "2026-11-20T10:00:00Z", **extra}
+
+
+def run(entity_type, *snapshots, min_percent=0.0):
+    """Detect through a sequence of snapshots; returns the changes of each step after the first."""
+    stored = detect(entity_type, None, snapshots[0], min_percent).snapshot
+    steps = []
+    for current in snapshots[1:]:
+        detection = detect(entity_type, stored, current, min_percent)
+        stored = detection.snapshot
+        steps.append([(change.type, change.data) for change in detection.changes])
+    return steps
+
+
+def types(step):
+    return [event_type for event_type, _ in step]
+
+
+# --- the first check ---------------------------------------------------------------------------------
+
+def test_first_check_is_state_not_change_and_lists_present_activities():
+    present = [post("a1"), post("c1", "comment", target_url="t")]
+    detection = detect("contact", None, contact(activities=present))
+    assert detection.changes == []
+    assert [change.type for change in detection.present_activities] == ["contact.post_created",
+                                                                      "contact.comment_created"]
+    assert detection.snapshot["seen_activity_ids"] == ["a1", "c1"]
+
+
+def test_public_state_is_the_snapshot_without_bookkeeping():
+    detection = detect("company", None, company())
+    state = public_state(detection.snapshot)
+    assert "seen_activity_ids" not in state
+    assert state == {"network_id": "acme", "name": "Acme", "headcount": 100, "description": "Makes anvils.",
+                     "industry": "Manufacturing", "website": "https://acme.example", "activities": []}
+
+
+def test_first_check_with_unknown_fields_stores_null_not_the_word_unknown():
+    detection = detect("contact", None, contact(title="unknown", headline=None))
+    assert detection.snapshot["title"] is None and detection.snapshot["headline"] is None
+
+
+# --- contact fields ----------------------------------------------------------------------------------
+
+def test_company_change_is_a_position_change_with_all_four_fields():
+    [step] = run("contact", contact(), contact(company="Globex"))
+    assert step == [("contact.position_changed", {"changes": {
+        "previous_company": "Acme", "previous_title": "Engineer",
+        "current_company": "Globex", "current_title": "Engineer"}})]
+
+
+def test_title_change_is_a_position_change():
+    [step] = run("contact", contact(), contact(title="CTO"))
+    assert step == [("contact.position_changed", {"changes": {
+        "previous_company": "Acme", "previous_title": "Engineer",
+        "current_company": "Acme", "current_title": "CTO"}})]
+
+
+def test_company_and_title_changing_together_is_one_event():
+    [step] = run("contact", contact(), contact(company="Globex", title="CTO"))
+    assert types(step) == ["contact.position_changed"]
+    assert step[0][1]["changes"]["current_company"] == "Globex"
+    assert step[0][1]["changes"]["current_title"] == "CTO"
+
+
+def test_headline_change():
+    [step] = run("contact", contact(), contact(headline="CTO at Globex"))
+    assert step == [("contact.headline_changed", {"changes": {
+        "previous_headline": "Engineer at Acme", "current_headline": "CTO at Globex"}})]
+
+
+def test_unchanged_contact_emits_nothing():
+    assert run("contact", contact(), contact(), contact()) == [[], []]
+
+
+def test_fields_without_an_event_type_never_emit():
+    assert run("contact", contact(), contact(name="Jane Doe", location="Paris")) == [[]]
+
+
+# --- the unknown-value rule --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("unknown", [None, "unknown", "Unknown", " UNKNOWN "])
+def test_known_to_unknown_emits_nothing(unknown):
+    assert run("contact", contact(), contact(company=unknown, title=unknown, headline=unknown)) == [[]]
+    assert run("company", company(), company(headcount=unknown, description=unknown)) == [[]]
+
+
+def test_known_then_unknown_then_other_value_reports_old_to_other():
+    steps = run("contact", contact(), contact(title=None), contact(title="unknown"), contact(title="CTO"))
+    assert steps[:2] == [[], []]
+    assert steps[2] == [("contact.position_changed", {"changes": {
+        "previous_company": "Acme", "previous_title": "Engineer",
+        "current_company": "Acme", "current_title": "CTO"}})]
+
+
+def test_known_then_unknown_then_same_value_emits_nothing():
+    assert run("contact", contact(), contact(headline=None), contact()) == [[], []]
+
+
+def test_unknown_to_known_emits_nothing():
+    steps = run("contact", contact(title=None, headline="unknown"), contact(title="CTO", headline="CTO"))
+    assert steps == [[]]
+    # ...and the now known value is the baseline for the next change.
+    steps = run("contact", contact(title=None), contact(title="CTO"), contact(title="VP"))
+    assert steps[1][0][1]["changes"]["previous_title"] == "CTO"
+
+
+def test_position_change_while_the_company_is_unknown_reports_the_last_known_company():
+    [step] = run("contact", contact(), contact(company=None, title="CTO"))
+    assert step[0][1]["changes"] == {"previous_company": "Acme", "previous_title": "Engineer",
+                                     "current_company": "Acme", "current_title": "CTO"}
+
+
+def test_unknown_extra_fields_are_kept_but_ignored():
+    first = normalize_snapshot("contact", {**contact(), "followers": 10, "skills": ["x"]})
+    second = normalize_snapshot("contact", {**contact(), "followers": 99, "skills": ["y"], "new": 1})
+    assert first["followers"] == 10 and first["skills"] == ["x"]
+    assert run("contact", first, second) == [[]]
+    detection = detect("contact", detect("contact", None, first).snapshot, second)
+    assert detection.snapshot["followers"] == 99 and detection.snapshot["new"] == 1
+
+
+def test_unknown_activity_fields_are_kept_in_the_state_but_not_in_events():
+    raw = {**contact(), "activities": [post("p1", likes=3)]}
+    snapshot = normalize_snapshot("contact", raw)
+    assert snapshot["activities"][0]["likes"] == 3
+    [step] = run("contact", contact(), snapshot)
+    assert "likes" not in step[0][1]["activity"]
+
+
+def test_a_provider_field_named_like_the_bookkeeping_is_not_kept():
+    raw = {**contact(activities=[post("p1")]), "seen_activity_ids": ["zzz"]}
+    snapshot = normalize_snapshot("contact", raw)
+    assert "seen_activity_ids" not in snapshot
+
+
+def test_missing_optional_fields_are_null():
+    snapshot = normalize_snapshot("company", {"network_id": "acme"})
+    assert snapshot == {"network_id": "acme", "name": None, "headcount": None, "description": None,
+                        "industry": None, "website": None, "activities": None}
+
+
+# --- company fields ----------------------------------------------------------------------------------
+
+def test_employee_count_change_reports_delta_and_percent():
+    [step] = run("company", company(headcount=200), company(headcount=230))
+    assert step == [("company.employee_count_changed", {"changes": {
+        "previous_employee_count": 200, "current_employee_count": 230, "delta": 30, "delta_percent": 15.0}})]
+
+
+def test_employee_count_decrease_has_negative_delta_rounded_to_two_places():
+    [step] = run("company", company(headcount=300), company(headcount=299))
+    assert step[0][1]["changes"] == {"previous_employee_count": 300, "current_employee_count": 299,
+                                     "delta": -1, "delta_percent": -0.33}
+
+
+def test_employee_count_below_the_minimum_percentage_is_not_reported():
+    assert run("company", company(headcount=100), company(headcount=104), min_percent=5) == [[]]
+    [step] = run("company", company(headcount=100), company(headcount=95), min_percent=5)
+    assert step[0][1]["changes"]["delta_percent"] == -5.0
+
+
+def test_slow_drift_is_reported_once_it_adds_up_to_the_minimum_percentage():
+    steps = run("company", company(headcount=100), company(headcount=103), company(headcount=106),
+                company(headcount=107), min_percent=5)
+    assert steps[0] == []
+    assert steps[1][0][1]["changes"] == {"previous_employee_count": 100, "current_employee_count": 106,
+                                         "delta": 6, "delta_percent": 6.0}
+    assert steps[2] == []  # 106 → 107 is under 5 % of the new baseline
+
+
+def test_employee_count_from_zero_has_null_percent():
+    [step] = run("company", company(headcount=0), company(headcount=3), min_percent=50)
+    assert step[0][1]["changes"] == {"previous_employee_count": 0, "current_employee_count": 3,
+                                     "delta": 3, "delta_percent": None}
+
+
+def test_non_numeric_headcount_is_unknown():
+    steps = run("company", company(headcount=100), company(headcount="about 120"), company(headcount=True))
+    assert steps == [[], []]
+
+
+def test_description_change():
+    [step] = run("company", company(), company(description="Makes rockets."))
+    assert step == [("company.description_changed", {"changes": {
+        "previous_description": "Makes anvils.", "current_description": "Makes rockets."}})]
+
+
+def test_headcount_and_description_changing_together_are_two_events():
+    [step] = run("company", company(), company(headcount=101, description="New."))
+    assert types(step) == ["company.employee_count_changed", "company.description_changed"]
+
+
+# --- activities --------------------------------------------------------------------------------------
+
+def test_new_contact_post_comment_and_reaction():
+    comment = post("c2", "comment", target_url="https://www.linkedin.com/feed/update/x")
+    reaction = post("r2", "reaction", target_url="https://www.linkedin.com/feed/update/y",
+                    reaction_type="celebrate", text=None)
+    [step] = run("contact", contact(activities=[post("p1")]),
+                 contact(activities=[post("p1"), post("p2"), comment, reaction]))
+    assert step == [
+        ("contact.post_created", {"activity": {"id": "p2", "kind": "post", "url": post("p2")["url"],
+                                               "text": "text of p2", "created_at": "2026-11-20T10:00:00Z"}}),
+        ("contact.comment_created", {"activity": {"id": "c2", "kind": "comment", "url": comment["url"],
+                                                  "text": "text of c2", "created_at": "2026-11-20T10:00:00Z",
+                                                  "target_url": "https://www.linkedin.com/feed/update/x"}}),
+        ("contact.reaction_added", {"activity": {"id": "r2", "kind": "reaction", "url": reaction["url"],
+                                                 "text": None, "created_at": "2026-11-20T10:00:00Z",
+                                                 "target_url": "https://www.linkedin.com/feed/update/y",
+                                                 "reaction_type": "celebrate"}}),
+    ]
+
+
+def test_company_post_and_kinds_a_company_does_not_report():
+    [step] = run("company", company(activities=[]),
+                 company(activities=[post("p1"), post("c1", "comment"), post("x1", "video")]))
+    assert types(step) == ["company.post_created"]
+
+
+def test_activities_are_tracked_by_id_not_position_or_content():
+    steps = run("contact", contact(activities=[post("p1"), post("p2")]),
+                contact(activities=[post("p2"), post("p1", text="edited")]),
+                contact(activities=[post("p2")]),
+                contact(activities=[post("p1"), post("p2"), post("p3")]))
+    assert steps[0] == [] and steps[1] == []
+    assert [data["activity"]["id"] for _, data in steps[2]] == ["p3"]
+
+
+def test_missing_activities_list_emits_nothing_and_keeps_what_was_seen():
+    steps = run("contact", contact(activities=[post("p1")]), contact(activities=None),
+                normalize_snapshot("contact", {k: v for k, v in contact().items() if k != "activities"}),
+                contact(activities=[post("p1"), post("p2")]))
+    assert steps[0] == [] and steps[1] == []
+    assert [data["activity"]["id"] for _, data in steps[2]] == ["p2"]
+
+
+def test_activities_without_a_usable_id_are_ignored():
+    odd = [{"kind": "post"}, {"id": None, "kind": "post"}, {"id": {"x": 1}, "kind": "post"}, "not an object",
+           {"id": "ok", "kind": ["odd"]}, {"id": 7, "kind": "post"}]
+    [step] = run("contact", contact(activities=[]), contact(activities=odd))
+    reported = [(event_type, data["activity"]["id"]) for event_type, data in step]
+    assert reported == [("contact.post_created", 7)]
+
+
+def test_the_seen_activity_list_is_bounded():
+    many = [post(f"p{number}") for number in range(SEEN_ACTIVITIES_KEPT + 50)]
+    detection = detect("contact", None, contact(activities=many))
+    assert len(detection.snapshot["seen_activity_ids"]) == SEEN_ACTIVITIES_KEPT
+    assert detection.snapshot["seen_activity_ids"][-1] == f"p{SEEN_ACTIVITIES_KEPT + 49}"
+
+
+def test_is_unknown():
+    assert is_unknown(None) and is_unknown("unknown") and is_unknown(" Unknown ")
+    assert not is_unknown("") and not is_unknown(0) and not is_unknown("known")

@@ -1,0 +1,380 @@
+"""The providers (contract §7): the simulated network, and the http provider against a real local server."""
+import json
+import threading
+from collections import Counter
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from sqlalchemy import select, update
+
+from app.common import utcnow
+from app.database import write_transaction
+from app.extensions import db
+from app.models import Event, Subscription
+from app.providers import EntityUnavailable, ProviderError, load_provider
+from app.providers.http import HttpProvider
+from app.providers.simulated import SimulatedProvider
+from app.worker import checks as worker
+
+# --- a network the test controls, served over real HTTP on 127.0.0.1 ----------------------------------
+
+
+class FakeNetwork:
+    """Routes `/contacts/<id>` and `/companies/<id>` to answers the test sets: a JSON-able object (200),
+    `(status, body)`, or HANG (answers only once the test is over: a timeout)."""
+    HANG = object()
+
+    def __init__(self):
+        self.answers = {}
+        self.requests = []  # (path, headers, client port)
+        self.release = threading.Event()
+        self._lock = threading.Lock()
+        network = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, so connection reuse is observable
+
+            def do_GET(self):
+                with network._lock:
+                    network.requests.append((self.path, dict(self.headers), self.client_address[1]))
+                answer = network.answers.get(self.path, (404, {"error": "no such entity"}))
+                if answer is FakeNetwork.HANG:
+                    network.release.wait(10)
+                    return
+                status, body = answer if isinstance(answer, tuple) else (200, answer)
+                data = body if isinstance(body, bytes) else json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def contact(self, network_id, answer):
+        self.answers[f"/contacts/{network_id}"] = answer
+
+    def company(self, network_id, answer):
+        self.answers[f"/companies/{network_id}"] = answer
+
+    def paths(self):
+        return [path for path, _, _ in self.requests]
+
+    def close(self):
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def fake_network():
+    network = FakeNetwork()
+    yield network
+    network.close()
+
+
+@pytest.fixture
+def app_config(fake_network):
+    return {"PROVIDER": "http", "PROVIDER_HTTP_URL": fake_network.url, "PROVIDER_HTTP_TOKEN": "s3cret-token",
+            "PROVIDER_HTTP_TIMEOUT_SECONDS": 0.5}
+
+
+def person(network_id, **fields):
+    return {"network_id": network_id, "name": "Jane Doe", "headline": "Engineer", "company": "Acme",
+            "title": "Engineer", "location": "Berlin", "activities": [], **fields}
+
+
+def subscribe(tenant, network_id, entity_type="contact"):
+    response = tenant.post("/subscriptions", json={"entity_type": entity_type, "network_id": network_id})
+    assert response.status_code == 201, response.json
+    return response.json["id"]
+
+
+def make_due(*ids):
+    with write_transaction():
+        db.session.execute(update(Subscription).where(Subscription.id.in_(ids))
+                           .values(next_check_at=utcnow() - timedelta(seconds=1)))
+
+
+def row(subscription_id):
+    db.session.rollback()
+    return db.session.execute(select(Subscription).where(Subscription.id == subscription_id)
+                              .execution_options(populate_existing=True)).scalar_one()
+
+
+def event_types(tenant, subscription_id):
+    data = tenant.get(f"/events?limit=100&subscription_id={subscription_id}").json["data"]
+    return [event["type"] for event in reversed(data)]
+
+
+# --- the http provider on its own ---------------------------------------------------------------------
+
+def test_http_fetch_returns_the_snapshot_from_the_documented_paths(fake_network):
+    provider = HttpProvider(fake_network.url + "/", "tok")
+    fake_network.contact("jane", person("jane"))
+    fake_network.company("acme", {"network_id": "acme", "headcount": 12})
+    assert provider.fetch("contact", "jane") == person("jane")
+    assert provider.fetch("company", "acme") == {"network_id": "acme", "headcount": 12}
+    assert fake_network.paths() == ["/contacts/jane", "/companies/acme"]
+
+
+def test_http_base_url_may_carry_a_path(fake_network):
+    fake_network.answers["/v2/network/contacts/jane"] = person("jane")
+    assert HttpProvider(fake_network.url + "/v2/network").fetch("contact", "jane")["network_id"] == "jane"
+
+
+def test_http_sends_the_bearer_token_and_asks_for_json(fake_network):
+    fake_network.contact("jane", person("jane"))
+    HttpProvider(fake_network.url, "s3cret").fetch("contact", "jane")
+    HttpProvider(fake_network.url).fetch("contact", "jane")
+    (_, with_token, _), (_, without_token, _) = fake_network.requests
+    assert with_token["Authorization"] == "Bearer s3cret"
+    assert with_token["Accept"] == "application/json"
+    assert "Authorization" not in without_token
+
+
+def test_http_reuses_its_connection(fake_network):
+    fake_network.contact("jane", person("jane"))
+    fake_network.contact("gone", (404, {}))
+    provider = HttpProvider(fake_network.url)
+    for _ in range(10):
+        provider.fetch("contact", "jane")
+        with pytest.raises(EntityUnavailable):
+            provider.fetch("contact", "gone")
+    assert len(fake_network.requests) == 20
+    assert len({port for _, _, port in fake_network.requests}) == 1
+
+
+@pytest.mark.parametrize("status, reason", [(404, "not_found"), (403, "private"), (451, "private")])
+def test_http_unavailable_statuses(fake_network, status, reason):
+    fake_network.contact("someone", (status, {"error": "nope"}))
+    with pytest.raises(EntityUnavailable) as raised:
+        HttpProvider(fake_network.url).fetch("contact", "someone")
+    assert raised.value.reason == reason
+
+
+@pytest.mark.parametrize("answer", [(500, {}), (503, {}), (502, b"<html>bad gateway</html>"), (429, {}),
+                                    (302, {}), (401, {}), (200, b"not json"), (200, [1, 2]), (200, "text")])
+def test_http_other_answers_are_transient(fake_network, answer):
+    fake_network.contact("someone", answer)
+    with pytest.raises(ProviderError):
+        HttpProvider(fake_network.url).fetch("contact", "someone")
+
+
+def test_http_timeout_is_transient(fake_network):
+    fake_network.contact("slow", FakeNetwork.HANG)
+    with pytest.raises(ProviderError):
+        HttpProvider(fake_network.url, timeout=0.2).fetch("contact", "slow")
+
+
+def test_http_connection_refused_is_transient():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
+    port = server.server_address[1]
+    server.server_close()  # nothing listens there now
+    with pytest.raises(ProviderError):
+        HttpProvider(f"http://127.0.0.1:{port}").fetch("contact", "jane")
+
+
+def test_http_provider_needs_a_url():
+    with pytest.raises(ValueError):
+        load_provider({"PROVIDER": "http", "PROVIDER_HTTP_URL": None, "PROVIDER_HTTP_TOKEN": None,
+                       "PROVIDER_HTTP_TIMEOUT_SECONDS": 1})
+
+
+@pytest.mark.parametrize("name", ["nope", "../etc", "app.providers.http"])
+def test_unknown_provider_is_refused(name):
+    with pytest.raises(ValueError):
+        load_provider({"PROVIDER": name})
+
+
+def test_load_provider_builds_the_configured_module(fake_network):
+    provider = load_provider({"PROVIDER": "http", "PROVIDER_HTTP_URL": fake_network.url,
+                              "PROVIDER_HTTP_TOKEN": "t", "PROVIDER_HTTP_TIMEOUT_SECONDS": 3})
+    assert isinstance(provider, HttpProvider) and provider.timeout == 3
+    simulated = load_provider({"PROVIDER": "simulated", "SIMULATED_SEED": 5, "SIMULATED_PACE_SECONDS": 60,
+                               "NETWORK_DOMAIN": "linkedin.com"})
+    assert isinstance(simulated, SimulatedProvider) and simulated.seed == 5
+
+
+# --- the engine with PROVIDER=http --------------------------------------------------------------------
+
+def test_engine_over_http_reports_changes(alice, fake_network):
+    fake_network.contact("jane", person("jane"))
+    subscription_id = subscribe(alice, "jane")
+    assert worker.run_one(subscription_id).checked == 1
+    fake_network.contact("jane", person("jane", company="Globex"))
+    assert worker.run_one(subscription_id).changes == 1
+    assert event_types(alice, subscription_id) == ["subscription.initial_state", "contact.position_changed"]
+    assert all(headers["Authorization"] == "Bearer s3cret-token" for _, headers, _ in fake_network.requests)
+
+
+@pytest.mark.parametrize("status, reason", [(404, "not_found"), (403, "private"), (451, "private")])
+def test_engine_over_http_unavailable_is_an_event_and_network_error(alice, fake_network, status, reason):
+    fake_network.contact("jane", (status, {}))
+    subscription_id = subscribe(alice, "jane")
+    summary = worker.run_one(subscription_id)
+    assert (summary.checked, summary.unavailable) == (1, 1)
+    assert event_types(alice, subscription_id) == ["entity.unavailable"]
+    event = alice.get(f"/events?subscription_id={subscription_id}").json["data"][0]
+    assert event["data"]["reason"] == reason
+    got = alice.get(f"/subscriptions/{subscription_id}").json
+    assert got["last_check_status"] == "NETWORK_ERROR"
+    assert got["metadata"]["check_count"] == 1
+
+
+@pytest.mark.parametrize("answer", [(500, {}), (503, {}), FakeNetwork.HANG])
+def test_engine_over_http_transient_failures_back_off_and_the_loop_goes_on(alice, fake_network, answer):
+    fake_network.contact("down", answer)
+    for name in ("ann", "ben"):
+        fake_network.contact(name, person(name))
+    down, ann, ben = subscribe(alice, "down"), subscribe(alice, "ann"), subscribe(alice, "ben")
+    make_due(down, ann, ben)
+    started = utcnow()
+    summaries = worker.run_due()
+    assert sum(summary.checked for summary in summaries) == 2
+    assert sum(summary.failed for summary in summaries) == 1
+    failed = row(down)
+    assert failed.check_count == 0 and failed.consecutive_failures == 1
+    assert failed.last_check_status == "pending" and failed.snapshot is None
+    assert failed.next_check_at >= started + timedelta(seconds=50)
+    assert event_types(alice, down) == []
+    assert row(ann).check_count == 1 and row(ben).check_count == 1
+    # Recovery: the next successful check resets the backoff and reports the initial state.
+    fake_network.contact("down", person("down"))
+    assert worker.run_one(down).checked == 1
+    assert row(down).consecutive_failures == 0
+    assert event_types(alice, down) == ["subscription.initial_state"]
+
+
+def test_engine_over_http_fetches_a_batch_concurrently_with_reused_connections(alice, fake_network):
+    ids = []
+    for number in range(40):
+        fake_network.contact(f"p{number}", person(f"p{number}"))
+        ids.append(subscribe(alice, f"p{number}"))
+    make_due(*ids)
+    assert sum(summary.checked for summary in worker.run_due()) == 40
+    ports = Counter(port for _, _, port in fake_network.requests)
+    assert sum(ports.values()) == 40
+    assert len(ports) <= 8  # at most the pool size, however many fetches
+
+
+def test_percent_encoded_ids_are_fetched_as_sent(alice, fake_network):
+    fake_network.contact("j%C3%A9r%C3%B4me", person("j%C3%A9r%C3%B4me"))
+    subscription_id = subscribe(alice, "j%C3%A9r%C3%B4me")
+    assert worker.run_one(subscription_id).checked == 1
+    assert fake_network.paths() == ["/contacts/j%C3%A9r%C3%B4me"]
+
+
+# --- the simulated provider ---------------------------------------------------------------------------
+
+IDS = [f"person-{number}" for number in range(20)]
+
+
+def test_simulated_same_seed_same_history():
+    for moment in (0, 3600 * 7, 3600 * 1000):
+        first = SimulatedProvider(7, 3600, "linkedin.com", clock=lambda: moment)
+        second = SimulatedProvider(7, 3600, "linkedin.com", clock=lambda: moment)
+        for network_id in IDS:
+            assert first.fetch("contact", network_id) == second.fetch("contact", network_id)
+            assert first.fetch("company", network_id) == second.fetch("company", network_id)
+
+
+def test_simulated_different_seed_different_history():
+    first = SimulatedProvider(1, 3600, "linkedin.com", clock=lambda: 0)
+    second = SimulatedProvider(2, 3600, "linkedin.com", clock=lambda: 0)
+    assert [first.fetch("contact", network_id) for network_id in IDS] != \
+        [second.fetch("contact", network_id) for network_id in IDS]
+    assert [first.fetch("company", network_id) for network_id in IDS] != \
+        [second.fetch("company", network_id) for network_id in IDS]
+
+
+def test_simulated_every_id_exists_except_private_and_missing():
+    provider = SimulatedProvider(1, 3600, "linkedin.com", clock=lambda: 0)
+    snapshot = provider.fetch("contact", "anyone-at-all")
+    assert snapshot["network_id"] == "anyone-at-all" and snapshot["company"]
+    assert set(snapshot) == {"network_id", "name", "headline", "company", "title", "location", "activities"}
+    assert set(provider.fetch("company", "any-co")) == {"network_id", "name", "headcount", "description",
+                                                        "industry", "website", "activities"}
+    for entity_type in ("contact", "company"):
+        with pytest.raises(EntityUnavailable) as private:
+            provider.fetch(entity_type, "private-jane")
+        with pytest.raises(EntityUnavailable) as missing:
+            provider.fetch(entity_type, "missing-jane")
+        assert (private.value.reason, missing.value.reason) == ("private", "not_found")
+
+
+def test_simulated_state_is_stable_within_an_epoch_and_moves_over_time():
+    moment = [3600 * 100]
+    provider = SimulatedProvider(1, 3600, "linkedin.com", clock=lambda: moment[0])
+    before = [provider.fetch("contact", network_id) for network_id in IDS]
+    moment[0] += 1800
+    assert [provider.fetch("contact", network_id) for network_id in IDS] == before
+    moment[0] += 3600 * 48
+    assert [provider.fetch("contact", network_id) for network_id in IDS] != before
+
+
+def test_simulated_activities_have_the_documented_shape():
+    provider = SimulatedProvider(1, 3600, "linkedin.com", clock=lambda: 3600 * 500)
+    kinds = Counter()
+    for network_id in IDS:
+        for item in provider.fetch("contact", network_id)["activities"]:
+            kinds[item["kind"]] += 1
+            assert item["id"] and item["url"].startswith("https://www.linkedin.com/")
+            assert item["created_at"].endswith("Z")
+            if item["kind"] in ("comment", "reaction"):
+                assert item["target_url"].startswith("https://www.linkedin.com/")
+            if item["kind"] == "reaction":
+                assert item["reaction_type"] in ("like", "celebrate", "support", "insightful", "love")
+    assert set(kinds) == {"post", "comment", "reaction"}
+
+
+@pytest.fixture
+def simulated_clock(app):
+    """PROVIDER=simulated with a clock the test moves."""
+    moment = [3600 * 24 * 365 * 56]
+    app.extensions["provider"] = SimulatedProvider(3, 3600, "linkedin.com", clock=lambda: moment[0])
+    return moment
+
+
+def test_simulated_network_produces_every_event_type_over_time(alice, simulated_clock):
+    for number in range(6):
+        subscribe(alice, f"person-{number}")
+        subscribe(alice, f"company-{number}", "company")
+    subscribe(alice, "private-person")
+    subscribe(alice, "missing-company", "company")
+    for _ in range(70):
+        simulated_clock[0] += 3600
+        list(worker.run_all())
+    seen = Counter(db.session.scalars(select(Event.type)).all())
+    assert set(seen) == {"subscription.initial_state", "contact.position_changed", "contact.headline_changed",
+                         "contact.post_created", "contact.comment_created", "contact.reaction_added",
+                         "company.employee_count_changed", "company.description_changed",
+                         "company.post_created", "entity.unavailable"}
+    assert seen["subscription.initial_state"] == 12 and seen["entity.unavailable"] == 2
+    changes = sum(row.change_count for row in db.session.scalars(select(Subscription)))
+    assert changes == sum(seen.values()) - seen["subscription.initial_state"]
+
+
+def test_simulated_history_replays_identically(app, alice, simulated_clock):
+    def history():
+        ids = [subscribe(alice, f"c-{number}", "company") for number in range(3)]
+        for _ in range(30):
+            simulated_clock[0] += 3600
+            list(worker.run_all())
+        rows = db.session.scalars(select(Event).where(Event.subscription_id.in_(ids))).all()
+        for subscription_id in ids:
+            alice.delete(f"/subscriptions/{subscription_id}")
+        return sorted((row.type, json.dumps(json.loads(row.body)["data"].get("changes"))) for row in rows)
+
+    start = simulated_clock[0]
+    first = history()
+    simulated_clock[0] = start
+    assert history() == first

@@ -1,0 +1,250 @@
+"""The scheduler side (contract §7): atomic claims shared by several loops, lease expiry, the instance
+lock."""
+import threading
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import func, insert, select, update
+
+from app import create_app
+from app.common import new_id, utcnow
+from app.database import write_transaction
+from app.extensions import db
+from app.models import Event, Subscription
+from app.providers.simulated import SimulatedProvider
+from app.services import checks
+from app.worker import checks as worker
+from app.worker import scheduler
+
+from conftest import BASE_CONFIG
+
+
+class CountingProvider:
+    """The simulated network, counting fetches per id; each thread's first fetch waits at a barrier so
+    the loops under test are known to run at the same time."""
+    concurrency = 1
+
+    def __init__(self, parties=1):
+        self.inner = SimulatedProvider(1, 3600, "linkedin.com")
+        self.fetched = Counter()
+        self.by_thread = Counter()
+        self.barrier = threading.Barrier(parties, timeout=30)
+        self.lock = threading.Lock()
+
+    def fetch(self, entity_type, network_id):
+        thread = threading.get_ident()
+        with self.lock:
+            self.fetched[network_id] += 1
+            self.by_thread[thread] += 1
+            first = self.by_thread[thread] == 1
+        if first:
+            self.barrier.wait()
+        return self.inner.fetch(entity_type, network_id)
+
+
+def insert_due_subscriptions(account_id, count, prefix="p"):
+    now = utcnow()
+    rows = [{"id": new_id("sub"), "account_id": account_id, "entity_type": "contact",
+             "network_id": f"{prefix}-{number}",
+             "network_url": f"https://www.linkedin.com/in/{prefix}-{number}",
+             "status": "active", "custom_metadata": {}, "created_at": now, "updated_at": now,
+             "last_check_status": "pending", "next_check_at": now - timedelta(seconds=1),
+             "check_count": 0, "change_count": 0, "consecutive_failures": 0} for number in range(count)]
+    with write_transaction():
+        db.session.execute(insert(Subscription), rows)
+    return [item["id"] for item in rows]
+
+
+def fresh_rows():
+    db.session.rollback()
+    return db.session.scalars(select(Subscription).execution_options(populate_existing=True)).all()
+
+
+# --- several loops against one database ----------------------------------------------------------------
+
+def test_two_scheduler_loops_on_one_database_check_every_due_subscription_exactly_once(app, alice):
+    total = 300
+    insert_due_subscriptions(alice.account_id, total)
+    other = create_app({**BASE_CONFIG, "SQLALCHEMY_DATABASE_URI": app.config["SQLALCHEMY_DATABASE_URI"]})
+    provider = CountingProvider(parties=2)
+    for instance in (app, other):
+        instance.config["CHECK_BATCH_SIZE"] = 7
+        instance.extensions["provider"] = provider
+    summaries, errors = {}, []
+
+    def loop(instance, name):
+        try:
+            with instance.app_context():
+                summaries[name] = []
+                while True:  # the scheduler's own step, batch after batch, until nothing is due
+                    summary = worker.run_due_batch()
+                    if not summary.did_work:
+                        break
+                    summaries[name].append(summary)
+                db.session.remove()
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=loop, args=(instance, name))
+               for instance, name in ((app, "first"), (other, "second"))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert errors == []
+    with other.app_context():
+        db.engine.dispose()
+
+    assert len(provider.fetched) == total and set(provider.fetched.values()) == {1}  # none claimed twice
+    assert len(provider.by_thread) == 2  # both loops did work, concurrently
+    checked = {name: sum(summary.checked for summary in items) for name, items in summaries.items()}
+    assert checked["first"] > 0 and checked["second"] > 0 and sum(checked.values()) == total
+    assert sum(summary.skipped for items in summaries.values() for summary in items) == 0
+    rows = fresh_rows()
+    assert all(row.check_count == 1 and row.claim_token is None and row.claimed_until is None for row in rows)
+    per_subscription = Counter(db.session.scalars(select(Event.subscription_id)
+                                                  .where(Event.type == "subscription.initial_state")).all())
+    assert len(per_subscription) == total and set(per_subscription.values()) == {1}
+
+
+def test_concurrent_claims_never_overlap(app, alice):
+    insert_due_subscriptions(alice.account_id, 200)
+    claimed, errors = [], []
+    start = threading.Barrier(4, timeout=30)
+
+    def claimer():
+        try:
+            with app.app_context():
+                start.wait()
+                while True:
+                    batch = checks.claim(checks.new_claim_token(), 9)
+                    if not batch:
+                        break
+                    claimed.extend(item.id for item in batch)
+                db.session.remove()
+        except Exception as error:  # noqa: BLE001
+            errors.append(error)
+
+    threads = [threading.Thread(target=claimer) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert errors == []
+    assert len(claimed) == 200 and len(set(claimed)) == 200
+
+
+def test_claims_take_the_most_overdue_first(app, alice):
+    ids = insert_due_subscriptions(alice.account_id, 5)
+    with write_transaction():
+        for minutes, subscription_id in enumerate(ids):
+            db.session.execute(update(Subscription).where(Subscription.id == subscription_id)
+                               .values(next_check_at=utcnow() - timedelta(minutes=10 - minutes)))
+    assert [item.id for item in checks.claim(checks.new_claim_token(), 2)] == sorted(ids[:2])
+
+
+# --- leases ------------------------------------------------------------------------------------------
+
+def test_a_crashed_checkers_claim_is_taken_again_after_the_lease(app, alice, monkeypatch):
+    [subscription_id] = insert_due_subscriptions(alice.account_id, 1)
+    app.extensions["provider"] = CountingProvider()
+    crashed = checks.new_claim_token()
+    assert [item.id for item in checks.claim(crashed, 10)] == [subscription_id]  # ...and then it dies
+
+    lease = app.config["CHECK_LEASE_SECONDS"]
+    start = utcnow()
+    monkeypatch.setattr(checks, "utcnow", lambda: start + timedelta(seconds=lease - 5))
+    assert worker.run_due() == []  # still leased
+
+    monkeypatch.setattr(checks, "utcnow", lambda: start + timedelta(seconds=lease + 5))
+    [summary] = worker.run_due()
+    assert summary.checked == 1
+    row = fresh_rows()[0]
+    assert row.check_count == 1 and row.claim_token is None
+
+
+def test_a_checker_that_lost_its_lease_writes_nothing(app, alice, monkeypatch):
+    [subscription_id] = insert_due_subscriptions(alice.account_id, 1)
+    provider = CountingProvider()
+    slow = checks.new_claim_token()
+    slow_claim = checks.claim(slow, 10)
+    slow_outcomes = checks.fetch_all(provider, slow_claim)  # a very slow provider answer...
+
+    start = utcnow()
+    expired = start + timedelta(seconds=app.config["CHECK_LEASE_SECONDS"] + 1)
+    monkeypatch.setattr(checks, "utcnow", lambda: expired)
+    fast = checks.new_claim_token()
+    fast_claim = checks.claim(fast, 10)
+    assert [item.id for item in fast_claim] == [subscription_id]
+    assert checks.record_outcomes(fast, checks.fetch_all(provider, fast_claim)).checked == 1
+
+    late = checks.record_outcomes(slow, slow_outcomes)  # ...arrives after another checker took over
+    assert (late.checked, late.skipped, late.events) == (0, 1, [])
+    assert fresh_rows()[0].check_count == 1
+    assert db.session.scalar(select(func.count()).select_from(Event)) == 1
+
+
+def test_a_claim_sets_a_lease_of_the_configured_length(app, alice):
+    [subscription_id] = insert_due_subscriptions(alice.account_id, 1)
+    before = utcnow()
+    checks.claim(checks.new_claim_token(), 1)
+    row = fresh_rows()[0]
+    lease = (row.claimed_until - before).total_seconds()
+    assert app.config["CHECK_LEASE_SECONDS"] - 5 <= lease <= app.config["CHECK_LEASE_SECONDS"] + 5
+
+
+# --- the instance lock and the APScheduler wiring -------------------------------------------------------
+
+@pytest.fixture
+def instance_dir(app, tmp_path, monkeypatch):
+    path = tmp_path / "instance"
+    path.mkdir()
+    monkeypatch.setattr(app, "instance_path", str(path))
+    return path
+
+
+def test_only_one_scheduler_per_instance(app, instance_dir):
+    first = scheduler.acquire_instance_lock(app)
+    assert first is not None
+    assert scheduler.acquire_instance_lock(app) is None  # a second worker of the same instance
+    other = create_app({**BASE_CONFIG, "SQLALCHEMY_DATABASE_URI": app.config["SQLALCHEMY_DATABASE_URI"]})
+    other.instance_path = str(instance_dir)
+    assert scheduler.acquire_instance_lock(other) is None  # another process-like app, same instance
+    first.release()
+    again = scheduler.acquire_instance_lock(app)
+    assert again is not None
+    again.release()
+
+
+def test_the_in_process_scheduler_stays_off_in_tests_and_when_disabled(app, instance_dir):
+    assert scheduler.start_in_process_scheduler(app) is None
+    app.config.update(TESTING=False, SCHEDULER_ENABLED=False)
+    assert scheduler.start_in_process_scheduler(app) is None
+    lock = scheduler.acquire_instance_lock(app)  # the lock was not taken
+    assert lock is not None
+    lock.release()
+
+
+def test_the_scheduler_polls_for_due_checks(app):
+    jobs = {job.id: job for job in scheduler.build_scheduler(app).get_jobs()}
+    assert "checks" in jobs
+    assert jobs["checks"].trigger.interval == timedelta(seconds=app.config["SCHEDULER_CHECK_POLL_SECONDS"])
+    assert jobs["checks"].args[1] is worker.run_due_checks
+
+
+def test_a_failing_step_is_logged_and_the_loop_goes_on(app, caplog):
+    def broken():
+        raise RuntimeError("database went away")
+
+    scheduler.run_step(app, broken)  # does not raise
+    assert "scheduler step broken failed" in caplog.text
+
+
+def test_the_scheduler_step_checks_due_subscriptions(app, alice):
+    insert_due_subscriptions(alice.account_id, 3)
+    app.extensions["provider"] = CountingProvider()
+    db.session.remove()
+    scheduler.run_step(app, worker.run_due_checks)
+    assert all(row.check_count == 1 for row in fresh_rows())
+    assert worker.run_due_checks() is False  # nothing left to do
