@@ -60,9 +60,9 @@ def _register_request_hooks(app):
 
 
 def _register_blueprints(app):
-    from app.api import account, events, keys, meta, subscriptions
+    from app.api import account, events, keys, meta, subscriptions, webhooks
     app.register_blueprint(meta.bp)
-    keyed = [account.bp, keys.bp, subscriptions.bp, events.bp]
+    keyed = [account.bp, keys.bp, subscriptions.bp, events.bp, webhooks.bp]
     for prefix in API_PREFIXES:
         suffix = prefix.strip("/").replace("/", "_")
         app.register_blueprint(meta.docs_bp, url_prefix=prefix, name=f"docs_{suffix}")

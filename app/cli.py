@@ -102,3 +102,16 @@ def register_commands(app):
     app.cli.add_command(accounts_cli)
     app.cli.add_command(checks_cli)
     app.cli.add_command(scheduler_cli)
+    app.cli.add_command(deliveries_cli)
+
+
+deliveries_cli = AppGroup("deliveries", help="Send webhook deliveries in the foreground.")
+
+
+@deliveries_cli.command("run")
+@click.option("--once", is_flag=True, help="Send one batch, then stop.")
+def run_deliveries(once):
+    """Send the deliveries that are due now (batch after batch until none is due)."""
+    from app.worker import deliveries
+    sent = deliveries.deliver_due() if once else deliveries.deliver_until_idle()
+    click.echo(f"sent={sent}")

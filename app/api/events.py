@@ -2,17 +2,18 @@ from flask import Blueprint
 
 from app.api.auth import require_api_key
 from app.api.http import account_id, load_query, spec
-from app.api.limits import read_limit
+from app.api.limits import default_limit, read_limit
 from app.schemas.base import page
-from app.schemas.events import DeliveryAttemptSchema, EventDetailSchema, EventListQuerySchema, EventListSchema
-from app.services import events
+from app.schemas.events import EventDetailSchema, EventListQuerySchema, EventListSchema
+from app.schemas.webhooks import RedeliveredSchema
+from app.services import events, outbox
 
 bp = Blueprint("events", __name__)
 bp.before_request(require_api_key)
 list_query_schema = EventListQuerySchema()
 list_schema = EventListSchema()
 detail_schema = EventDetailSchema()
-attempt_schema = DeliveryAttemptSchema()
+redelivered_schema = RedeliveredSchema()
 
 
 @bp.get("/events")
@@ -30,5 +31,12 @@ def list_events():
 @spec("One event with its delivery attempts", response=EventDetailSchema, tag="events")
 def get_event(event_id):
     event = events.get(account_id(), event_id)
-    attempts = attempt_schema.dump(events.attempts_of(event.id), many=True)
-    return detail_schema.dump(events.as_dict(event, attempts))
+    return detail_schema.dump(events.as_dict(event, events.attempts_of(event.id)))
+
+
+@bp.post("/events/<event_id>/redeliver")
+@default_limit
+@spec("Queue one more delivery of an event, whatever its status", response=RedeliveredSchema, status=202,
+      tag="events")
+def redeliver_event(event_id):
+    return redelivered_schema.dump(outbox.redeliver(account_id(), event_id)), 202

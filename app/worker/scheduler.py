@@ -11,7 +11,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from filelock import FileLock, Timeout
 
 from app.services import usage
-from app.worker import checks
+from app.worker import checks, deliveries
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +21,7 @@ def scheduled_steps(app):
     return [
         ("flush-usage", usage.FLUSH_EVERY_SECONDS, usage.requests.flush),
         ("checks", app.config["SCHEDULER_CHECK_POLL_SECONDS"], checks.run_due_checks),
+        (deliveries.JOB_ID, app.config["SCHEDULER_DELIVERY_POLL_SECONDS"], deliveries.run_scheduled_deliveries),
     ]
 
 
@@ -75,10 +76,11 @@ def run_forever(app):
         signal.signal(signum, lambda *_: stop.set())
     scheduler = build_scheduler(app)
     app.extensions["scheduler"] = scheduler
-    scheduler.start()
-    log.info("scheduler running: %s", ", ".join(job.id for job in scheduler.get_jobs()))
     try:
+        scheduler.start()
+        log.info("scheduler running: %s", ", ".join(job.id for job in scheduler.get_jobs()))
         stop.wait()
     finally:
-        scheduler.shutdown(wait=True)
+        if scheduler.running:
+            scheduler.shutdown(wait=True)
         lock.release()

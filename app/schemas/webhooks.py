@@ -1,0 +1,107 @@
+from datetime import timezone
+
+from marshmallow import Schema, ValidationError, fields, validate, validates_schema
+
+from app.schemas.base import BodySchema, PageQuerySchema, PaginationSchema, Timestamp
+from app.schemas.events import DeliveryAttemptSchema
+from app.services.webhooks import INITIAL_WEBHOOK_CHOICES
+
+MAX_EVENT_PATTERNS = 50
+
+
+def _endpoint_url(**kwargs):
+    return fields.Str(validate=validate.Length(1, 2048),
+                      metadata={"description": "HTTPS URL that receives events; must resolve to a public address."},
+                      **kwargs)
+
+
+def _event_patterns(**kwargs):
+    return fields.List(fields.Str(validate=validate.Length(1, 100)), validate=validate.Length(1, MAX_EVENT_PATTERNS),
+                       metadata={"description": "Event types to receive: `*`, a family such as `contact.*`, "
+                                                "or exact types."}, **kwargs)
+
+
+def _initial_webhook(**kwargs):
+    return fields.Str(validate=validate.OneOf(INITIAL_WEBHOOK_CHOICES),
+                      metadata={"description": "`latest` (default), `all` or `none`."}, **kwargs)
+
+
+class UtcDateTime(fields.DateTime):
+    """ISO 8601 input; an offset is converted to UTC, none means UTC. Loads as naive UTC (the stored form)."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        moment = super()._deserialize(value, attr, data, **kwargs)
+        return moment.astimezone(timezone.utc).replace(tzinfo=None) if moment.tzinfo else moment
+
+
+class WebhookConfigureSchema(BodySchema):
+    endpoint_url = _endpoint_url(required=True)
+    events = _event_patterns(load_default=lambda: ["*"])
+    initial_webhook = _initial_webhook(load_default="latest")
+
+
+class WebhookUpdateSchema(BodySchema):
+    endpoint_url = _endpoint_url()
+    events = _event_patterns()
+    initial_webhook = _initial_webhook()
+    is_active = fields.Bool(metadata={"description": "Set false to pause deliveries, true to resume them."})
+
+    @validates_schema
+    def _not_empty(self, data, **kwargs):
+        if not data:
+            raise ValidationError("Give at least one of endpoint_url, events, is_active, initial_webhook.", "body")
+
+
+class WebhookConfigSchema(Schema):
+    id = fields.Str()
+    endpoint_url = fields.Str()
+    events = fields.List(fields.Str())
+    initial_webhook = fields.Str()
+    is_active = fields.Bool()
+    failing_since = Timestamp(allow_none=True, metadata={"description": "First failure of the current run of "
+                                                                        "failures; null when healthy."})
+    created_at = Timestamp()
+    updated_at = Timestamp()
+
+
+class WebhookConfigWithSecretSchema(WebhookConfigSchema):
+    secret = fields.Str(metadata={"description": "`whsec_…`: save it to verify signatures; shown only here "
+                                                 "and by rotate-secret."})
+
+
+class RotatedSecretSchema(Schema):
+    id = fields.Str()
+    secret = fields.Str()
+    rotated_at = Timestamp()
+
+
+class TestResultSchema(Schema):
+    event_id = fields.Str(metadata={"description": "`evt_test_…`"})
+    delivered = fields.Bool()
+    status_code = fields.Int(allow_none=True)
+    duration_ms = fields.Int()
+    error = fields.Str(allow_none=True)
+
+
+class DeliveryListQuerySchema(PageQuerySchema):
+    status = fields.Str(validate=validate.OneOf(("succeeded", "failed")))
+    event_id = fields.Str(validate=validate.Length(1, 100))
+
+
+class DeliveryListSchema(Schema):
+    data = fields.List(fields.Nested(DeliveryAttemptSchema))
+    pagination = fields.Nested(PaginationSchema)
+
+
+class RecoverSchema(BodySchema):
+    since = UtcDateTime(required=True, metadata={"description": "Start of the window (at most 14 days ago)."})
+    until = UtcDateTime(metadata={"description": "End of the window; default now."})
+
+
+class RecoverResultSchema(Schema):
+    queued = fields.Int()
+
+
+class RedeliveredSchema(Schema):
+    event_id = fields.Str()
+    delivery_status = fields.Str()

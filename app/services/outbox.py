@@ -1,0 +1,226 @@
+"""The outbox (contract §5): claiming due deliveries with a lease, recording every try, the retry
+schedule, endpoint health, redelivery and recovery.
+
+A delivery goes through three steps so no transaction is held across HTTP:
+1. `claim_due` leases a batch in one atomic UPDATE … RETURNING (its `next_attempt_at` moves to the lease
+   end, so a sender killed at any instant leaves rows that simply become due again);
+2. the worker sends them, outside any transaction;
+3. `record_results` writes every try, the next attempt or final status, in one short transaction,
+   skipping the outbox rows whose lease was lost meanwhile (the try itself is still logged).
+"""
+import random
+from dataclasses import dataclass
+from datetime import timedelta
+
+from flask import current_app
+from sqlalchemy import DateTime, Integer, String, func, insert, literal, select, update
+
+from app.common import new_id, utcnow
+from app.database import write_transaction
+from app.errors import ValidationFailed
+from app.extensions import db
+from app.models import DeliveryAttempt, Event, OutboxDelivery, WebhookConfig
+from app.services import events, webhooks
+from app.worker.transport import Outcome, Outgoing
+
+TEST_MESSAGE = "This is a test event sent by POST /webhooks/test."
+UNSENT_STATUSES = ("failed", "skipped")
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A leased delivery, ready to send."""
+    delivery_id: int
+    account_id: str
+    event_type: str
+    tries: int  # tries this delivery made before this one
+    outgoing: Outgoing
+
+
+# --- sending what is due ------------------------------------------------------------------------
+
+def new_claim_token() -> str:
+    return new_id("claim")
+
+
+def outgoing_for(config: WebhookConfig, event_id: str, body: str, attempt: int, now) -> Outgoing:
+    return Outgoing(event_id=event_id, url=config.endpoint_url, body=body.encode(), attempt=attempt,
+                    secret=config.secret, previous_secret=webhooks.previous_secret_in_overlap(config, now))
+
+
+def claim_due(token: str, limit: int) -> list:
+    """Lease up to `limit` due deliveries of active configurations, oldest due first."""
+    with write_transaction() as session:
+        now = utcnow()
+        lease_end = now + timedelta(seconds=current_app.config["WEBHOOK_LEASE_SECONDS"])
+        due = (select(OutboxDelivery.id)
+               .join(WebhookConfig, WebhookConfig.account_id == OutboxDelivery.account_id)
+               .where(OutboxDelivery.status == "pending", OutboxDelivery.next_attempt_at <= now,
+                      WebhookConfig.is_active.is_(True))
+               .order_by(OutboxDelivery.next_attempt_at).limit(limit)
+               .with_for_update(skip_locked=True, of=OutboxDelivery))
+        rows = session.execute(
+            update(OutboxDelivery).where(OutboxDelivery.id.in_(due.scalar_subquery()))
+            .values(claim_token=token, claimed_until=lease_end, next_attempt_at=lease_end)
+            .returning(OutboxDelivery.id, OutboxDelivery.event_id, OutboxDelivery.account_id,
+                       OutboxDelivery.attempts)
+            .execution_options(synchronize_session=False)).all()
+        if not rows:
+            return []
+        found = {row.id: row for row in session.execute(
+            select(Event.id, Event.type, Event.body, Event.attempt_count)
+            .where(Event.id.in_({row.event_id for row in rows})))}
+        configs = {config.account_id: config for config in session.scalars(
+            select(WebhookConfig).where(WebhookConfig.account_id.in_({row.account_id for row in rows})))}
+        return [Claimed(row.id, row.account_id, found[row.event_id].type, row.attempts,
+                        outgoing_for(configs[row.account_id], row.event_id, found[row.event_id].body,
+                                     found[row.event_id].attempt_count + 1, now))
+                for row in rows]
+
+
+def retry_delay(tries: int, outcome: Outcome):
+    """Seconds until the next try after the `tries`-th failed one of a delivery; None when the schedule
+    is spent. Jittered; at least a minute after a timeout or 429; a Retry-After is honoured up to twice
+    the delay we would have used."""
+    config = current_app.config
+    schedule = config["WEBHOOK_RETRY_SCHEDULE"]
+    if outcome.gone or tries > len(schedule):
+        return None
+    jitter = config["WEBHOOK_RETRY_JITTER_FRACTION"]
+    delay = schedule[tries - 1] * random.uniform(1 - jitter, 1 + jitter)
+    if outcome.throttled:
+        delay = max(delay, config["WEBHOOK_THROTTLED_MIN_DELAY_SECONDS"])
+    if outcome.retry_after is not None:
+        delay = max(delay, min(outcome.retry_after, 2 * delay))
+    return delay
+
+
+def attempt_row(account_id, event_id, event_type, attempt, outcome: Outcome, now, next_attempt_at) -> dict:
+    return {"id": new_id("dlv"), "account_id": account_id, "event_id": event_id, "event_type": event_type,
+            "attempt": attempt, "status": "succeeded" if outcome.succeeded else "failed",
+            "response_status": outcome.status_code, "duration_ms": outcome.duration_ms,
+            "error": outcome.error, "attempted_at": now, "next_attempt_at": next_attempt_at}
+
+
+def record_results(token: str, results: list) -> None:
+    """Write a sent batch [(Claimed, Outcome)] in one transaction."""
+    with write_transaction() as session:
+        now = utcnow()
+        still_ours = set(session.scalars(select(OutboxDelivery.id).where(
+            OutboxDelivery.id.in_([claimed.delivery_id for claimed, _ in results]),
+            OutboxDelivery.claim_token == token)))
+        attempts, deliveries, event_changes = [], [], []
+        for claimed, outcome in results:
+            delay = None if outcome.succeeded else retry_delay(claimed.tries + 1, outcome)
+            next_at = now + timedelta(seconds=delay) if delay is not None else None
+            status = "succeeded" if outcome.succeeded else ("pending" if next_at else "failed")
+            attempts.append(attempt_row(claimed.account_id, claimed.outgoing.event_id, claimed.event_type,
+                                        claimed.outgoing.attempt, outcome, now, next_at))
+            if claimed.delivery_id in still_ours:
+                deliveries.append({"id": claimed.delivery_id, "status": status, "attempts": claimed.tries + 1,
+                                   "next_attempt_at": next_at or now, "claim_token": None, "claimed_until": None})
+                event_changes.append({"id": claimed.outgoing.event_id, "delivery_status": status,
+                                      "attempt_count": claimed.outgoing.attempt})
+        session.execute(insert(DeliveryAttempt), attempts)
+        if deliveries:
+            session.execute(update(OutboxDelivery), deliveries)
+            session.execute(update(Event), event_changes)
+        _update_endpoint_health(session, results, now)
+
+
+def _update_endpoint_health(session, results, now):
+    """410 deactivates at once; a success clears `failing_since`; nothing but failures for
+    WEBHOOK_DISABLE_AFTER_SECONDS deactivates."""
+    by_account = {}
+    for claimed, outcome in results:
+        by_account.setdefault(claimed.account_id, []).append(outcome)
+    disable_after = timedelta(seconds=current_app.config["WEBHOOK_DISABLE_AFTER_SECONDS"])
+    for config in session.scalars(select(WebhookConfig).where(WebhookConfig.account_id.in_(list(by_account)))):
+        outcomes = by_account[config.account_id]
+        if any(outcome.succeeded for outcome in outcomes):
+            config.failing_since = None
+        else:
+            config.failing_since = config.failing_since or now
+            if now - config.failing_since >= disable_after:
+                config.is_active = False
+        if any(outcome.gone for outcome in outcomes):
+            config.is_active = False
+
+
+# --- the test send ------------------------------------------------------------------------------
+
+def send_test(account_id: str, transport) -> dict:
+    """Record a `test` event and send it now, whatever the filter or active flag; no retries."""
+    with write_transaction() as session:
+        now = utcnow()
+        config = webhooks.get(account_id, session)
+        event = events.record(session, account_id, "test", {"message": TEST_MESSAGE}, now=now,
+                              id_prefix="evt_test")
+        outgoing = outgoing_for(config, event.id, event.body, 1, now)
+    outcome = transport.send(outgoing)
+    with write_transaction() as session:
+        session.execute(insert(DeliveryAttempt), [attempt_row(account_id, outgoing.event_id, "test", 1, outcome,
+                                                              utcnow(), None)])
+        session.execute(update(Event).where(Event.id == outgoing.event_id).values(
+            attempt_count=1, delivery_status="succeeded" if outcome.succeeded else "failed"))
+    return {"event_id": outgoing.event_id, "delivered": outcome.succeeded, "status_code": outcome.status_code,
+            "duration_ms": outcome.duration_ms, "error": outcome.error}
+
+
+# --- redelivery and recovery --------------------------------------------------------------------
+
+def _queue_where(session, conditions, now) -> int:
+    """One new pending delivery for every event matching `conditions` (one INSERT … SELECT)."""
+    chosen = select(Event.id, Event.account_id, literal("pending", String), literal(0, Integer),
+                    literal(now, DateTime), literal(now, DateTime)).where(*conditions)
+    queued = len(session.execute(insert(OutboxDelivery).from_select(
+        ["event_id", "account_id", "status", "attempts", "next_attempt_at", "created_at"], chosen)
+        .returning(OutboxDelivery.id)).all())
+    session.execute(update(Event).where(*conditions).values(delivery_status="pending")
+                    .execution_options(synchronize_session=False))
+    return queued
+
+
+def redeliver(account_id: str, event_id: str) -> dict:
+    """Queue one more delivery of any event of the account, whatever its status."""
+    with write_transaction() as session:
+        events.get(account_id, event_id)
+        webhooks.active_config(session, account_id)
+        _queue_where(session, [Event.id == event_id, Event.account_id == account_id], utcnow())
+    events.notify_new_deliveries()
+    return {"event_id": event_id, "delivery_status": "pending"}
+
+
+def recover(account_id: str, since, until=None) -> dict:
+    """Queue every event of the window (clamped to the last WEBHOOK_RECOVER_MAX_DAYS) whose delivery
+    failed or never happened and whose type the configuration wants now; test events are left out."""
+    with write_transaction() as session:
+        now = utcnow()
+        config = webhooks.active_config(session, account_id)
+        since = max(since, now - timedelta(days=current_app.config["WEBHOOK_RECOVER_MAX_DAYS"]))
+        until = min(until or now, now)
+        if until <= since:
+            raise ValidationFailed("until", "until must be after since (and within the recovery window).")
+        wanted = [event_type for event_type in events.EVENT_TYPES
+                  if event_type != "test" and events.type_matches(config.events, event_type)]
+        queued = _queue_where(session, [Event.account_id == account_id, Event.created_at >= since,
+                                        Event.created_at < until, Event.delivery_status.in_(UNSENT_STATUSES),
+                                        Event.type.in_(wanted)], now)
+    if queued:
+        events.notify_new_deliveries()
+    return {"queued": queued}
+
+
+# --- the delivery log ---------------------------------------------------------------------------
+
+def attempts_page(account_id: str, limit: int, offset: int, status=None, event_id=None):
+    conditions = [DeliveryAttempt.account_id == account_id]
+    if status:
+        conditions.append(DeliveryAttempt.status == status)
+    if event_id:
+        conditions.append(DeliveryAttempt.event_id == event_id)
+    total = db.session.scalar(select(func.count()).select_from(DeliveryAttempt).where(*conditions))
+    rows = db.session.scalars(select(DeliveryAttempt).where(*conditions)
+                              .order_by(DeliveryAttempt.attempted_at.desc(), DeliveryAttempt.id.desc())
+                              .limit(limit).offset(offset)).all()
+    return rows, total

@@ -1,0 +1,180 @@
+"""Webhook configuration (contract §5): one per account, its URL guard and its secrets."""
+import ipaddress
+import socket
+from datetime import timedelta
+from urllib.parse import urlsplit
+
+from flask import current_app
+from requests_hardened.ip_filter import EXTRA_BLOCKED_NET_RANGES
+from sqlalchemy import case, delete, select, update
+
+from app.common import new_id, random_alphanumeric, utcnow
+from app.database import write_transaction
+from app.errors import InvalidState, NotFound, ServiceError, ValidationFailed
+from app.extensions import db
+from app.models import Event, OutboxDelivery, WebhookConfig
+from app.services import events
+from app.worker.transport import allowed_schemes
+
+SECRET_PREFIX = "whsec_"
+SECRET_LENGTH = 32
+INITIAL_WEBHOOK_CHOICES = ("latest", "all", "none")
+EVENT_FAMILIES = frozenset(event_type.split(".")[0] for event_type in events.EVENT_TYPES if "." in event_type)
+
+
+class ConfigurationMissing(NotFound):
+    def __init__(self):
+        ServiceError.__init__(self, "This account has no webhook configuration; POST /webhooks/configure first.",
+                              {"resource": "webhook_configuration"})
+
+
+# --- validation -------------------------------------------------------------------------------
+
+def validate_events(patterns: list) -> list:
+    """`*`, a known type, or a family prefix such as `contact.*`; duplicates dropped, order kept."""
+    if not patterns:
+        raise ValidationFailed("events", "events must list at least one event type, or `*`.", patterns)
+    for pattern in patterns:
+        family = pattern[:-2] if pattern.endswith(".*") else None
+        if pattern != "*" and pattern not in events.EVENT_TYPES and family not in EVENT_FAMILIES:
+            raise ValidationFailed("events", f"Unknown event type '{pattern}'. Use `*`, a family such as "
+                                             f"`contact.*`, or one of: {', '.join(events.EVENT_TYPES)}.", pattern)
+    return list(dict.fromkeys(patterns))
+
+
+def is_forbidden_address(address) -> bool:
+    """Anything not globally routable (loopback, private, CGNAT, link-local incl. cloud metadata, multicast,
+    reserved, unspecified), looking through IPv4-mapped IPv6 forms."""
+    if address.version == 6 and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return (not address.is_global or address.is_multicast or address.is_reserved
+            or any(address in network for network in EXTRA_BLOCKED_NET_RANGES))
+
+
+def _resolved_addresses(host: str, port: int) -> list:
+    """The addresses a host name or IP literal stands for; empty when it does not resolve (yet)."""
+    try:
+        return [ipaddress.ip_address(host)]
+    except ValueError:
+        pass
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError, OSError):
+        return []
+    return [ipaddress.ip_address(item[4][0].split("%")[0]) for item in found]
+
+
+def check_endpoint_url(url: str) -> str:
+    """The configure-time guard. A name that does not resolve now is accepted: the send-time guard,
+    which checks the address actually connected to, still refuses it if it later points inward."""
+    config = current_app.config
+    parts = urlsplit(url)
+    if parts.scheme not in allowed_schemes(config["WEBHOOK_ALLOW_HTTP"]):
+        raise ValidationFailed("endpoint_url", "endpoint_url must be an https:// URL.", url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise ValidationFailed("endpoint_url", "endpoint_url has an invalid port.", url)
+    host = (parts.hostname or "").rstrip(".")
+    if not host:
+        raise ValidationFailed("endpoint_url", "endpoint_url must name a host.", url)
+    if config["WEBHOOK_ALLOW_PRIVATE_ADDRESSES"]:
+        return url
+    if host == "localhost" or host.endswith(".localhost"):
+        raise _not_public(url)
+    if any(is_forbidden_address(address) for address in _resolved_addresses(host, port)):
+        raise _not_public(url)
+    return url
+
+
+def _not_public(url):
+    return ValidationFailed("endpoint_url", "endpoint_url must resolve to a public internet address "
+                                            "(loopback, private, link-local and similar ranges are refused).", url)
+
+
+# --- configuration ------------------------------------------------------------------------------
+
+def new_secret() -> str:
+    return SECRET_PREFIX + random_alphanumeric(SECRET_LENGTH)
+
+
+def get(account_id: str, session=None) -> WebhookConfig:
+    config = events.webhook_config_for(session or db.session, account_id)
+    if config is None:
+        raise ConfigurationMissing()
+    return config
+
+
+def configure(account_id: str, body: dict):
+    """Create the configuration or replace it (new secret, active, healthy). Returns (config, created)."""
+    url = check_endpoint_url(body["endpoint_url"])
+    patterns = validate_events(body["events"])
+    with write_transaction() as session:
+        now = utcnow()
+        config = events.webhook_config_for(session, account_id)
+        created = config is None
+        if created:
+            config = WebhookConfig(id=new_id("whc"), account_id=account_id, created_at=now)
+            session.add(config)
+        config.endpoint_url, config.events = url, patterns
+        config.initial_webhook = body["initial_webhook"]
+        config.secret, config.previous_secret, config.rotated_at = new_secret(), None, None
+        config.is_active, config.failing_since, config.updated_at = True, None, now
+    return config, created
+
+
+def update_config(account_id: str, changes: dict) -> WebhookConfig:
+    """Change any of endpoint_url, events, is_active, initial_webhook; the secret stays."""
+    if "endpoint_url" in changes:
+        check_endpoint_url(changes["endpoint_url"])
+    if "events" in changes:
+        changes["events"] = validate_events(changes["events"])
+    with write_transaction() as session:
+        config = get(account_id, session)
+        if changes.get("is_active") and not config.is_active:
+            config.failing_since = None  # a reactivated endpoint starts with a clean record
+        for name, value in changes.items():
+            setattr(config, name, value)
+        config.updated_at = utcnow()
+    return config
+
+
+def remove(account_id: str) -> dict:
+    """Delete the configuration; its queued deliveries are dropped (their events become skipped or failed)."""
+    with write_transaction() as session:
+        config = get(account_id, session)
+        queued = select(OutboxDelivery.event_id).where(OutboxDelivery.account_id == account_id,
+                                                       OutboxDelivery.status == "pending")
+        session.execute(update(Event).where(Event.id.in_(queued)).values(
+            delivery_status=case((Event.attempt_count > 0, "failed"), else_="skipped")))
+        session.execute(delete(OutboxDelivery).where(OutboxDelivery.account_id == account_id,
+                                                     OutboxDelivery.status == "pending"))
+        session.delete(config)
+        return {"id": config.id, "deleted": True}
+
+
+def rotate_secret(account_id: str) -> dict:
+    """A new secret; the old one keeps signing `X-Webhook-Signature-Previous` during the overlap."""
+    with write_transaction() as session:
+        config = get(account_id, session)
+        now = utcnow()
+        config.previous_secret, config.secret, config.rotated_at = config.secret, new_secret(), now
+        config.updated_at = now
+    return {"id": config.id, "secret": config.secret, "rotated_at": config.rotated_at}
+
+
+def previous_secret_in_overlap(config: WebhookConfig, now):
+    """The replaced secret while the rotation overlap lasts, else None."""
+    overlap = timedelta(seconds=current_app.config["WEBHOOK_SECRET_OVERLAP_SECONDS"])
+    if config.previous_secret and config.rotated_at and now - config.rotated_at < overlap:
+        return config.previous_secret
+    return None
+
+
+def active_config(session, account_id) -> WebhookConfig:
+    """The configuration that explicit (re)deliveries go to: 404 when none, 409 while inactive."""
+    config = get(account_id, session)
+    if not config.is_active:
+        raise InvalidState("The webhook configuration is inactive; PUT /webhooks/configure with "
+                           "is_active true first.", {"is_active": False})
+    return config

@@ -1,0 +1,203 @@
+"""Sending one webhook try: signing, the HTTP call and the send-time SSRF guard (contract §5).
+
+No database here: the outbox claims and records; this module only turns an `Outgoing` into an
+`Outcome`, and never raises, so a batch always gets recorded.
+"""
+import hashlib
+import hmac
+import logging
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from http.cookiejar import DefaultCookiePolicy
+from typing import Optional
+from urllib.parse import urlsplit
+
+import requests
+import urllib3
+from requests.adapters import HTTPAdapter
+from requests_hardened import Config, HTTPSession
+from requests_hardened.ip_filter import InvalidIPAddress
+from requests_hardened.ip_filter_adapter import IPFilterAdapter
+
+log = logging.getLogger(__name__)
+
+USER_AGENT = "entity-monitor-webhooks/1.0"
+MAX_SESSIONS = 256
+MAX_ERROR_LENGTH = 500
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """One HTTP try of one event."""
+    event_id: str
+    url: str
+    body: bytes
+    attempt: int
+    secret: str
+    previous_secret: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    succeeded: bool
+    status_code: Optional[int]
+    duration_ms: int
+    error: Optional[str] = None
+    throttled: bool = False  # a timeout or a 429: the next try waits at least a minute
+    retry_after: Optional[float] = None
+    gone: bool = False  # 410: the endpoint asks us to stop
+
+
+def allowed_schemes(allow_http: bool) -> tuple:
+    return ("https", "http") if allow_http else ("https",)
+
+
+def sign(secret: str, timestamp_ms: int, body: bytes) -> str:
+    """Hex HMAC-SHA256 of `<timestamp>.<body>` keyed by the whole secret string (spec "Webhook signature")."""
+    return hmac.new(secret.encode(), str(timestamp_ms).encode() + b"." + body, hashlib.sha256).hexdigest()
+
+
+def signed_headers(outgoing: Outgoing, timestamp_ms: int) -> dict:
+    headers = {
+        "Content-Type": "application/json",
+        "X-Webhook-Id": outgoing.event_id,
+        "X-Webhook-Attempt": str(outgoing.attempt),
+        "X-Webhook-Timestamp": str(timestamp_ms),
+        "X-Webhook-Signature": sign(outgoing.secret, timestamp_ms, outgoing.body),
+    }
+    if outgoing.previous_secret:
+        headers["X-Webhook-Signature-Previous"] = sign(outgoing.previous_secret, timestamp_ms, outgoing.body)
+    return headers
+
+
+def parse_retry_after(value: Optional[str]) -> Optional[float]:
+    """Seconds from a `Retry-After` header (delta-seconds or an HTTP date); None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        moment = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, moment.timestamp() - time.time())
+
+
+def _truncate(message: str) -> str:
+    return message if len(message) <= MAX_ERROR_LENGTH else message[:MAX_ERROR_LENGTH - 1] + "…"
+
+
+class Transport:
+    """Sends tries over one pooled session per endpoint host, with the SSRF guard pinned per connection."""
+
+    def __init__(self, *, workers: int, timeout: float, max_response_bytes: int, allow_http: bool,
+                 allow_private: bool):
+        self.workers = workers
+        self.timeout = timeout
+        self.max_response_bytes = max_response_bytes
+        self.schemes = allowed_schemes(allow_http)
+        self.allow_private = allow_private
+        self._sessions = OrderedDict()
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, config) -> "Transport":
+        return cls(workers=config["WEBHOOK_WORKERS"], timeout=config["WEBHOOK_TIMEOUT_SECONDS"],
+                   max_response_bytes=config["WEBHOOK_MAX_RESPONSE_BYTES"],
+                   allow_http=config["WEBHOOK_ALLOW_HTTP"],
+                   allow_private=config["WEBHOOK_ALLOW_PRIVATE_ADDRESSES"])
+
+    def send(self, outgoing: Outgoing) -> Outcome:
+        started = time.monotonic()
+        try:
+            return self._send(outgoing, started)
+        except Exception as error:  # noqa: BLE001 - an unexpected failure is a failed try, never a lost batch
+            log.exception("webhook send of %s failed unexpectedly", outgoing.event_id)
+            return self._failure(started, f"internal error: {type(error).__name__}")
+
+    def _send(self, outgoing: Outgoing, started: float) -> Outcome:
+        parts = urlsplit(outgoing.url)
+        if parts.scheme not in self.schemes:
+            return self._failure(started, f"refused: {parts.scheme}:// endpoints are not allowed")
+        timestamp_ms = int(time.time() * 1000)
+        try:
+            response = self._session_for(parts).post(
+                outgoing.url, data=outgoing.body, headers=signed_headers(outgoing, timestamp_ms),
+                timeout=(self.timeout, self.timeout), allow_redirects=False, stream=True, verify=True)
+            with response:
+                overran = self._drain(response, started)
+        except InvalidIPAddress as error:
+            return self._failure(started, f"refused: {error} is not a public address")
+        except (requests.Timeout, urllib3.exceptions.TimeoutError):
+            return self._failure(started, f"timeout: no answer within {self.timeout:g} s", throttled=True)
+        except (requests.RequestException, urllib3.exceptions.HTTPError) as error:
+            return self._failure(started, _truncate(f"connection failed: {error}"))
+        return self._judge(response, started, overran)
+
+    def _drain(self, response, started) -> bool:
+        """Read and drop the body, at most the cap and within the total deadline (True when it ran out).
+        read1 returns whatever has arrived, so a trickling body cannot hold a worker; raw bytes, so a
+        compressed body cannot expand; a body read to its end lets the connection back into the pool."""
+        read = 0
+        while read < self.max_response_bytes:
+            chunk = response.raw.read1(min(8192, self.max_response_bytes - read), decode_content=False)
+            if not chunk:
+                return False
+            read += len(chunk)
+            if time.monotonic() - started > self.timeout:
+                return True
+        return False
+
+    def _judge(self, response, started, overran) -> Outcome:
+        status = response.status_code
+        duration_ms = int((time.monotonic() - started) * 1000)
+        if overran:
+            return Outcome(False, status, duration_ms, f"timeout: the answer took over {self.timeout:g} s",
+                           throttled=True)
+        if 200 <= status < 300:
+            return Outcome(True, status, duration_ms)
+        if 300 <= status < 400:
+            error = f"redirect not followed (HTTP {status})"
+        else:
+            error = f"HTTP {status}"
+        return Outcome(False, status, duration_ms, error, throttled=status == 429,
+                       retry_after=parse_retry_after(response.headers.get("Retry-After")), gone=status == 410)
+
+    @staticmethod
+    def _failure(started, error, throttled=False) -> Outcome:
+        return Outcome(False, None, int((time.monotonic() - started) * 1000), error, throttled=throttled)
+
+    def _session_for(self, parts):
+        key = (parts.scheme, parts.hostname, parts.port)
+        with self._lock:
+            session = self._sessions.get(key)
+            if session is None:
+                session = self._sessions[key] = self._new_session()
+                if len(self._sessions) > MAX_SESSIONS:
+                    self._sessions.popitem(last=False)[1].close()
+            else:
+                self._sessions.move_to_end(key)
+            return session
+
+    def _new_session(self):
+        session = HTTPSession(Config(ip_filter_enable=False, ip_filter_allow_loopback_ips=False,
+                                     never_redirect=True, default_timeout=(self.timeout, self.timeout),
+                                     user_agent_override=USER_AGENT))
+        session.trust_env = False  # an environment proxy would connect to an address we never checked
+        session.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))  # no state shared between accounts
+        for scheme in ("http://", "https://"):
+            session.mount(scheme, self._adapter(https=scheme == "https://"))
+        return session
+
+    def _adapter(self, https: bool):
+        if self.allow_private:
+            return HTTPAdapter(pool_connections=4, pool_maxsize=self.workers)
+        # requests-hardened resolves, refuses non-public addresses and connects to the checked address
+        # (SNI and certificate checks keep the hostname), so DNS rebinding cannot slip between check and use.
+        adapter = IPFilterAdapter(is_https_proto=https, allow_loopback=False)
+        adapter.init_poolmanager(4, self.workers)
+        return adapter

@@ -1,0 +1,167 @@
+"""The SSRF guard: every non-public class refused when configuring and again at send time, against the
+address actually connected to (DNS rebinding: the name resolves publicly at configure time, privately
+at send time). No test traffic leaves 127.0.0.1: refused sends never connect."""
+import socket
+
+import pytest
+from sqlalchemy import select
+
+from app.extensions import db
+from app.models import DeliveryAttempt
+from app.worker.deliveries import deliver_due
+from tests.webhook_helpers import LOCAL_RECEIVER_CONFIG, Receiver, configure, record_events
+
+PUBLIC_ADDRESS = "93.184.216.34"
+FORBIDDEN = {
+    "loopback": "127.0.0.1",
+    "loopback-other": "127.8.9.10",
+    "private-10": "10.1.2.3",
+    "private-172": "172.16.5.4",
+    "private-192": "192.168.1.1",
+    "cgnat": "100.64.0.1",
+    "link-local": "169.254.10.10",
+    "cloud-metadata": "169.254.169.254",
+    "multicast": "224.0.0.1",
+    "reserved": "240.0.0.1",
+    "broadcast": "255.255.255.255",
+    "unspecified": "0.0.0.0",
+    "benchmarking": "198.18.0.1",
+    "documentation": "192.0.2.1",
+    "ipv6-loopback": "::1",
+    "ipv6-unspecified": "::",
+    "ipv6-link-local": "fe80::1",
+    "ipv6-unique-local": "fc00::1",
+    "ipv6-multicast": "ff02::1",
+    "ipv4-mapped-loopback": "::ffff:127.0.0.1",
+    "ipv4-mapped-private": "::ffff:10.0.0.1",
+    "ipv4-mapped-metadata": "::ffff:169.254.169.254",
+    "nat64-of-private": "64:ff9b::a00:1",
+}
+
+
+def literal_host(address):
+    return f"[{address}]" if ":" in address else address
+
+
+class FakeDns:
+    """socket.getaddrinfo answering from a table, so names can be pointed anywhere without a network."""
+
+    def __init__(self, real):
+        self.real = real
+        self.table = {}
+
+    def __call__(self, host, port, family=0, type=0, proto=0, flags=0):
+        if host not in self.table:
+            return self.real(host, port, family, type, proto, flags)
+        address = self.table[host]
+        if address is None:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        if ":" in address:
+            return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", (address, port or 443, 0, 0))]
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port or 443))]
+
+
+@pytest.fixture
+def dns(monkeypatch):
+    fake = FakeDns(socket.getaddrinfo)
+    monkeypatch.setattr(socket, "getaddrinfo", fake)
+    return fake
+
+
+def refused(response):
+    return (response.status_code == 400 and response.json["error"] == "VALIDATION_ERROR"
+            and response.json["details"]["field"] == "endpoint_url")
+
+
+@pytest.mark.parametrize("name", sorted(FORBIDDEN))
+def test_ip_literals_of_every_non_public_class_are_refused_on_configure(alice, name):
+    url = f"https://{literal_host(FORBIDDEN[name])}/hook"
+    assert refused(alice.post("/webhooks/configure", json={"endpoint_url": url}))
+
+
+@pytest.mark.parametrize("name", sorted(FORBIDDEN))
+def test_names_resolving_to_every_non_public_class_are_refused_on_configure(alice, dns, name):
+    dns.table["hooks.example.com"] = FORBIDDEN[name]
+    assert refused(alice.post("/webhooks/configure", json={"endpoint_url": "https://hooks.example.com/hook"}))
+
+
+@pytest.mark.parametrize("url", ["https://localhost/hook", "https://LOCALHOST./hook", "https://api.localhost/x",
+                                 "https://2130706433/hook", "https://0x7f.1/hook", "https://127.1/hook",
+                                 "http://example.com/hook"])
+def test_localhost_numeric_tricks_and_plain_http_are_refused(alice, url):
+    assert refused(alice.post("/webhooks/configure", json={"endpoint_url": url}))
+
+
+def test_a_name_resolving_to_a_mix_is_refused_if_any_address_is_not_public(alice, dns, monkeypatch):
+    real = dns.__call__
+
+    def mixed(host, port, *args, **kwargs):
+        if host == "mixed.example.com":
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (PUBLIC_ADDRESS, 443)),
+                    (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.5", 443))]
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", mixed)
+    assert refused(alice.post("/webhooks/configure", json={"endpoint_url": "https://mixed.example.com/"}))
+
+
+def test_public_and_not_yet_resolvable_names_are_accepted(alice, dns):
+    dns.table["hooks.example.com"] = PUBLIC_ADDRESS
+    dns.table["not-yet.example.com"] = None
+    for url in ("https://hooks.example.com/hook", f"https://{PUBLIC_ADDRESS}/hook", "https://not-yet.example.com/"):
+        assert alice.post("/webhooks/configure", json={"endpoint_url": url}).status_code in (200, 201), url
+
+
+def test_put_is_guarded_too(alice, dns):
+    dns.table["hooks.example.com"] = PUBLIC_ADDRESS
+    configure(alice, "https://hooks.example.com/hook")
+    assert refused(alice.put("/webhooks/configure", json={"endpoint_url": "https://169.254.169.254/latest"}))
+
+
+@pytest.mark.parametrize("name", sorted(FORBIDDEN))
+def test_dns_rebinding_to_every_non_public_class_is_refused_at_send_time(alice, dns, name):
+    dns.table["hooks.example.com"] = PUBLIC_ADDRESS
+    configure(alice, "https://hooks.example.com/hook")
+    [event_id] = record_events(alice.account_id)
+    dns.table["hooks.example.com"] = FORBIDDEN[name]
+    assert deliver_due() == 1
+    attempt = db.session.scalar(select(DeliveryAttempt).where(DeliveryAttempt.event_id == event_id))
+    assert attempt.status == "failed" and attempt.response_status is None
+    assert attempt.error.startswith("refused:") and "not a public address" in attempt.error
+    assert attempt.next_attempt_at is not None  # an ordinary failure: retried, then failed
+
+
+def test_rebinding_to_a_live_loopback_receiver_never_reaches_it(alice, app, dns):
+    app.config["WEBHOOK_ALLOW_HTTP"] = True  # plain HTTP, so only the address guard stands in the way
+    with Receiver() as receiver:
+        port = receiver.server.server_address[1]
+        dns.table["hooks.example.com"] = PUBLIC_ADDRESS
+        configure(alice, f"http://hooks.example.com:{port}/hook")
+        record_events(alice.account_id)
+        dns.table["hooks.example.com"] = "127.0.0.1"
+        deliver_due()
+    assert receiver.requests == []
+
+
+def test_a_plain_http_url_stored_earlier_is_refused_at_send_time(alice, app):
+    app.config["WEBHOOK_ALLOW_HTTP"] = True
+    configure(alice, f"http://{PUBLIC_ADDRESS}/hook")
+    app.config["WEBHOOK_ALLOW_HTTP"] = False
+    app.extensions.pop("webhook_transport", None)
+    [event_id] = record_events(alice.account_id)
+    deliver_due()
+    attempt = db.session.scalar(select(DeliveryAttempt).where(DeliveryAttempt.event_id == event_id))
+    assert attempt.error == "refused: http:// endpoints are not allowed"
+
+
+class TestDevelopmentSettings:
+    @pytest.fixture
+    def app_config(self):
+        return LOCAL_RECEIVER_CONFIG
+
+    def test_both_guards_relax_for_a_local_receiver(self, alice):
+        with Receiver() as receiver:
+            configure(alice, receiver.url)
+            [event_id] = record_events(alice.account_id)
+            deliver_due()
+        assert receiver.event_ids == [event_id]

@@ -1,0 +1,407 @@
+"""Delivery from the outbox: success, the retry schedule (time travel), 410, redirects, throttling,
+Retry-After, filters, inactive configurations, auto-disable, the delivery log, redelivery, recovery,
+the wake-up, and tenant isolation."""
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select
+
+from app.common import isoformat, utcnow
+from app.extensions import db
+from app.models import DeliveryAttempt, Event, OutboxDelivery, WebhookConfig
+from app.services import outbox
+from app.worker import deliveries
+from app.worker.deliveries import deliver_due
+from tests.webhook_helpers import LOCAL_RECEIVER_CONFIG, Clock, Receiver, Reply, configure, record_events
+
+SCHEDULE = [5, 300, 1800, 7200, 18000, 36000, 36000]
+
+
+@pytest.fixture
+def app_config():
+    return {**LOCAL_RECEIVER_CONFIG, "WEBHOOK_RETRY_SCHEDULE": SCHEDULE, "WEBHOOK_RETRY_JITTER_FRACTION": 0.0}
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(outbox, "utcnow", clock)
+    return clock
+
+
+def attempts_of(event_id):
+    db.session.rollback()
+    return db.session.scalars(select(DeliveryAttempt).where(DeliveryAttempt.event_id == event_id)
+                              .order_by(DeliveryAttempt.attempt)).all()
+
+
+def event_row(event_id):
+    db.session.rollback()
+    return db.session.get(Event, event_id)
+
+
+def config_row(account_id):
+    db.session.rollback()
+    return db.session.scalar(select(WebhookConfig).where(WebhookConfig.account_id == account_id))
+
+
+def delay_after(attempt):
+    return (attempt.next_attempt_at - attempt.attempted_at).total_seconds()
+
+
+def test_a_due_event_is_delivered_once_and_logged(alice):
+    with Receiver() as receiver:
+        configure(alice, receiver.url)
+        [event_id] = record_events(alice.account_id)
+        assert deliver_due() == 1
+        assert deliver_due() == 0
+    assert receiver.event_ids == [event_id]
+    assert event_row(event_id).delivery_status == "succeeded"
+    log = alice.get("/webhooks/deliveries").json
+    assert log["pagination"] == {"total": 1, "limit": 20, "offset": 0, "has_more": False}
+    [item] = log["data"]
+    assert item["id"].startswith("dlv_")
+    assert {key: item[key] for key in ("event_id", "event_type", "attempt", "status", "response_status",
+                                       "error", "next_attempt_at")} == {
+        "event_id": event_id, "event_type": "contact.position_changed", "attempt": 1, "status": "succeeded",
+        "response_status": 200, "error": None, "next_attempt_at": None}
+    assert item["duration_ms"] >= 0 and item["attempted_at"].endswith("Z")
+    assert alice.get(f"/events/{event_id}").json["attempts"][0]["id"] == item["id"]
+
+
+def test_a_receiver_down_for_the_whole_schedule_ends_failed_then_redelivery_succeeds(alice, clock):
+    with Receiver(Reply(status=503)) as receiver:
+        configure(alice, receiver.url)
+        [event_id] = record_events(alice.account_id)
+        for _ in range(20):  # bounded: the schedule has 8 tries
+            deliver_due()
+            row = db.session.scalar(select(OutboxDelivery).where(OutboxDelivery.event_id == event_id))
+            if row.status != "pending":
+                break
+            clock.travel_to(row.next_attempt_at)
+        attempts = attempts_of(event_id)
+        assert [attempt.attempt for attempt in attempts] == list(range(1, len(SCHEDULE) + 2))
+        assert all(attempt.status == "failed" and attempt.response_status == 503 for attempt in attempts)
+        assert [delay_after(attempt) for attempt in attempts[:-1]] == SCHEDULE
+        assert attempts[-1].next_attempt_at is None
+        assert event_row(event_id).delivery_status == "failed"
+        assert event_row(event_id).attempt_count == 8
+        assert len(receiver.requests) == 8
+        assert [request.headers["X-Webhook-Attempt"] for request in receiver.requests] == [str(n) for n in range(1, 9)]
+        assert config_row(alice.account_id).is_active is True  # 28 hours of failure is not 5 days
+
+        receiver.reply = Reply(status=200)
+        response = alice.post(f"/events/{event_id}/redeliver")
+        assert response.status_code == 202
+        assert response.json == {"event_id": event_id, "delivery_status": "pending"}
+        assert alice.get(f"/events/{event_id}").json["delivery_status"] == "pending"
+        assert deliver_due() == 1
+    assert receiver.event_ids == [event_id] * 9
+    assert receiver.requests[-1].headers["X-Webhook-Attempt"] == "9"
+    assert event_row(event_id).delivery_status == "succeeded"
+    assert [attempt["attempt"] for attempt in alice.get(f"/events/{event_id}").json["attempts"]] == list(range(1, 10))
+
+
+def test_jitter_spreads_retries_within_twenty_percent(alice, app, clock):
+    app.config["WEBHOOK_RETRY_JITTER_FRACTION"] = 0.2
+    with Receiver(Reply(status=500)) as receiver:
+        configure(alice, receiver.url)
+        record_events(alice.account_id, 30)
+        deliver_due()
+    delays = [delay_after(attempt) for attempt in db.session.scalars(select(DeliveryAttempt))]
+    assert len(delays) == 30
+    assert all(4.0 <= delay <= 6.0 for delay in delays)
+    assert len(set(delays)) > 1
+
+
+def test_410_deactivates_the_configuration_at_once(alice, clock):
+    with Receiver(Reply(status=410)) as receiver:
+        configure(alice, receiver.url)
+        [gone] = record_events(alice.account_id)
+        assert deliver_due() == 1
+        [parked] = record_events(alice.account_id)
+        clock.advance(3600)
+        assert deliver_due() == 0
+    assert config_row(alice.account_id).is_active is False
+    assert alice.get("/webhooks/configure").json["is_active"] is False
+    [attempt] = attempts_of(gone)
+    assert attempt.status == "failed" and attempt.response_status == 410 and attempt.next_attempt_at is None
+    assert event_row(gone).delivery_status == "failed"
+    assert event_row(parked).delivery_status == "skipped"
+    assert receiver.event_ids == [gone]
+
+
+def test_redirects_are_not_followed_and_count_as_failures(alice):
+    with Receiver(lambda received: Reply(status=302, headers={"Location": "/elsewhere"})) as receiver:
+        configure(alice, receiver.url)
+        [event_id] = record_events(alice.account_id)
+        deliver_due()
+    assert [request.path for request in receiver.requests] == ["/hook"]
+    [attempt] = attempts_of(event_id)
+    assert attempt.status == "failed" and attempt.response_status == 302
+    assert "redirect not followed" in attempt.error
+    assert delay_after(attempt) == SCHEDULE[0]
+    assert event_row(event_id).delivery_status == "pending"
+
+
+def test_a_huge_answer_is_read_only_up_to_the_cap(alice, app):
+    app.config["WEBHOOK_MAX_RESPONSE_BYTES"] = 1024
+    with Receiver(Reply(body=b"x" * 100_000, stall_after=4096)) as receiver:
+        configure(alice, receiver.url)
+        [event_id] = record_events(alice.account_id)
+        deliver_due()
+    [attempt] = attempts_of(event_id)
+    assert attempt.status == "succeeded" and attempt.duration_ms < 1500  # never waited for the stalled rest
+
+
+def test_a_timeout_waits_at_least_a_minute(alice, app):
+    app.config["WEBHOOK_TIMEOUT_SECONDS"] = 0.3
+    with Receiver(Reply(delay=1.0)) as receiver:
+        configure(alice, receiver.url)
+        [event_id] = record_events(alice.account_id)
+        deliver_due()
+    [attempt] = attempts_of(event_id)
+    assert attempt.status == "failed" and attempt.response_status is None
+    assert attempt.error.startswith("timeout")
+    assert delay_after(attempt) == 60
+
+
+def test_a_body_trickling_past_the_timeout_is_a_timeout(alice, app):
+    app.config["WEBHOOK_TIMEOUT_SECONDS"] = 0.5
+    with Receiver(Reply(body=b"x" * 1000, stall_after=10)) as receiver:
+        configure(alice, receiver.url)
+        [event_id] = record_events(alice.account_id)
+        deliver_due()
+    [attempt] = attempts_of(event_id)
+    assert attempt.status == "failed" and attempt.error.startswith("timeout")
+    assert delay_after(attempt) == 60
+
+
+def test_a_429_waits_at_least_a_minute(alice):
+    with Receiver(Reply(status=429)) as receiver:
+        configure(alice, receiver.url)
+        [event_id] = record_events(alice.account_id)
+        deliver_due()
+    [attempt] = attempts_of(event_id)
+    assert attempt.response_status == 429
+    assert delay_after(attempt) == 60
+
+
+@pytest.mark.parametrize("status, retry_after, expected", [
+    (429, "90", 90),  # honoured: between the one-minute floor and twice it
+    (429, "100000", 120),  # clamped to twice the delay we would have used (60 s after a 429)
+    (503, "100000", 10),  # twice the 5 s first step
+    (503, "1", 5),  # never sooner than the schedule
+    (503, "soon", 5),  # unreadable: ignored
+])
+def test_retry_after_is_honoured_and_clamped(alice, status, retry_after, expected):
+    with Receiver(Reply(status=status, headers={"Retry-After": retry_after})) as receiver:
+        configure(alice, receiver.url)
+        [event_id] = record_events(alice.account_id)
+        deliver_due()
+    [attempt] = attempts_of(event_id)
+    assert delay_after(attempt) == expected
+
+
+def test_retry_after_as_an_http_date_is_understood(alice):
+    moment = utcnow() + timedelta(seconds=8)
+    http_date = moment.strftime("%a, %d %b %Y %H:%M:%S GMT")
+    with Receiver(Reply(status=503, headers={"Retry-After": http_date})) as receiver:
+        configure(alice, receiver.url)
+        [event_id] = record_events(alice.account_id)
+        deliver_due()
+    [attempt] = attempts_of(event_id)
+    assert 5 < delay_after(attempt) <= 10
+
+
+@pytest.mark.parametrize("events_filter, delivered", [
+    (["*"], {"contact.position_changed", "company.employee_count_changed", "entity.unavailable"}),
+    (["contact.*"], {"contact.position_changed"}),
+    (["company.employee_count_changed"], {"company.employee_count_changed"}),
+    (["contact.position_changed", "entity.*"], {"contact.position_changed", "entity.unavailable"}),
+])
+def test_the_events_filter_decides_what_is_sent(alice, events_filter, delivered):
+    with Receiver() as receiver:
+        configure(alice, receiver.url, events_filter)
+        recorded = {event_type: record_events(alice.account_id, event_type=event_type)[0]
+                    for event_type in ("contact.position_changed", "company.employee_count_changed",
+                                       "entity.unavailable")}
+        deliver_due()
+    assert {request.event["type"] for request in receiver.requests} == delivered
+    for event_type, event_id in recorded.items():
+        assert event_row(event_id).delivery_status == ("succeeded" if event_type in delivered else "skipped")
+
+
+def test_an_inactive_configuration_records_events_but_sends_nothing_until_reactivated(alice):
+    with Receiver() as receiver:
+        configure(alice, receiver.url)
+        [queued_before] = record_events(alice.account_id)
+        assert alice.put("/webhooks/configure", json={"is_active": False}).status_code == 200
+        [recorded_while_inactive] = record_events(alice.account_id)
+        assert deliver_due() == 0
+        assert receiver.requests == []
+        assert event_row(recorded_while_inactive).delivery_status == "skipped"
+        assert event_row(queued_before).delivery_status == "pending"
+
+        assert alice.put("/webhooks/configure", json={"is_active": True}).status_code == 200
+        assert deliver_due() == 1
+    assert receiver.event_ids == [queued_before]
+
+
+def test_five_days_of_nothing_but_failures_disables_the_endpoint(alice, clock):
+    with Receiver(Reply(status=500)) as receiver:
+        configure(alice, receiver.url)
+        record_events(alice.account_id)
+        deliver_due()
+        failing_since = config_row(alice.account_id).failing_since
+        assert failing_since is not None
+        clock.advance(4 * 86400)
+        record_events(alice.account_id)
+        deliver_due()
+        assert config_row(alice.account_id).is_active is True
+        assert config_row(alice.account_id).failing_since == failing_since
+        clock.advance(86400)
+        record_events(alice.account_id)
+        deliver_due()
+    assert config_row(alice.account_id).is_active is False
+
+
+def test_a_success_clears_the_failure_record(alice):
+    replies = iter([Reply(status=500), Reply(status=200)])
+    with Receiver(lambda received: next(replies)) as receiver:
+        configure(alice, receiver.url)
+        record_events(alice.account_id)
+        deliver_due()
+        assert config_row(alice.account_id).failing_since is not None
+        record_events(alice.account_id)
+        deliver_due()
+    assert config_row(alice.account_id).failing_since is None
+
+
+def test_reactivating_starts_a_clean_failure_record(alice):
+    configure(alice, "https://93.184.216.34/")
+    db.session.execute(WebhookConfig.__table__.update().values(is_active=False, failing_since=utcnow()))
+    db.session.commit()
+    response = alice.put("/webhooks/configure", json={"is_active": True})
+    assert response.json["is_active"] is True and response.json["failing_since"] is None
+
+
+def test_the_delivery_log_filters_and_paginates(alice):
+    replies = iter([Reply(status=200), Reply(status=500), Reply(status=200)])
+    with Receiver(lambda received: next(replies)) as receiver:
+        configure(alice, receiver.url)
+        first, second, third = record_events(alice.account_id, 3)
+        deliver_due()
+    assert alice.get("/webhooks/deliveries?status=failed").json["pagination"]["total"] == 1
+    assert alice.get("/webhooks/deliveries?status=succeeded").json["pagination"]["total"] == 2
+    assert [item["event_id"] for item in alice.get(f"/webhooks/deliveries?event_id={second}").json["data"]] == [second]
+    page = alice.get("/webhooks/deliveries?limit=2&offset=2").json
+    assert page["pagination"] == {"total": 3, "limit": 2, "offset": 2, "has_more": False}
+    assert len(page["data"]) == 1
+    for query in ("status=pending", "limit=0", "limit=101", "offset=-1"):
+        assert alice.get(f"/webhooks/deliveries?{query}").status_code == 400
+
+
+def test_recover_queues_failed_and_unsent_events_of_the_window(alice, app):
+    with Receiver() as receiver:
+        [unsent] = record_events(alice.account_id)  # before any configuration: skipped
+        configure(alice, receiver.url, ["contact.*"])
+        [failed, succeeded] = record_events(alice.account_id, 2)
+        [filtered] = record_events(alice.account_id, event_type="company.description_changed")
+        db.session.execute(Event.__table__.update().where(Event.id == failed).values(delivery_status="failed"))
+        db.session.execute(OutboxDelivery.__table__.delete().where(OutboxDelivery.event_id == failed))
+        db.session.commit()
+        deliver_due()
+        test_event = alice.post("/webhooks/test").json["event_id"]
+        receiver.requests.clear()
+
+        since = isoformat(utcnow() - timedelta(hours=1))
+        response = alice.post("/webhooks/recover", json={"since": since})
+        assert response.status_code == 202
+        assert response.json == {"queued": 2}
+        deliver_due()
+    assert sorted(receiver.event_ids) == sorted([unsent, failed])
+    assert {event_row(event_id).delivery_status for event_id in (unsent, failed, succeeded)} == {"succeeded"}
+    assert event_row(filtered).delivery_status == "skipped"
+    assert event_row(test_event).type == "test"
+    assert alice.post("/webhooks/recover", json={"since": since}).json == {"queued": 0}
+
+
+def test_recover_ignores_events_older_than_fourteen_days_and_checks_its_window(alice):
+    configure(alice, "https://93.184.216.34/")
+    [old] = record_events(alice.account_id)
+    db.session.execute(Event.__table__.update().where(Event.id == old).values(
+        created_at=utcnow() - timedelta(days=15), delivery_status="failed"))
+    db.session.execute(OutboxDelivery.__table__.delete())
+    db.session.commit()
+    assert alice.post("/webhooks/recover", json={"since": isoformat(utcnow() - timedelta(days=20))}).json == {
+        "queued": 0}
+    now = utcnow()
+    for body in ({"since": isoformat(now), "until": isoformat(now - timedelta(hours=1))}, {},
+                 {"since": "yesterday"}, {"since": isoformat(now), "limit": 3}):
+        assert alice.post("/webhooks/recover", json=body).status_code == 400
+
+
+def test_redelivery_and_recovery_need_an_active_configuration(alice):
+    [event_id] = record_events(alice.account_id)
+    assert alice.post(f"/events/{event_id}/redeliver").status_code == 404
+    configure(alice, "https://93.184.216.34/")
+    alice.put("/webhooks/configure", json={"is_active": False})
+    response = alice.post(f"/events/{event_id}/redeliver")
+    assert response.status_code == 409 and response.json["error"] == "INVALID_STATE"
+    since = isoformat(utcnow() - timedelta(hours=1))
+    assert alice.post("/webhooks/recover", json={"since": since}).status_code == 409
+
+
+def test_tenants_cannot_see_or_redeliver_each_others_events(alice, bob):
+    with Receiver() as receiver:
+        configure(alice, receiver.url)
+        configure(bob, receiver.url)
+        [alices] = record_events(alice.account_id)
+        deliver_due()
+        assert bob.post(f"/events/{alices}/redeliver").status_code == 404
+        assert bob.get(f"/events/{alices}").status_code == 404
+        assert bob.get("/webhooks/deliveries").json["data"] == []
+        assert bob.get(f"/webhooks/deliveries?event_id={alices}").json["data"] == []
+        assert bob.post("/webhooks/recover", json={"since": isoformat(utcnow() - timedelta(hours=1))}).json == {
+            "queued": 0}
+        assert deliver_due() == 0
+    assert receiver.event_ids == [alices]
+
+
+def test_deleting_the_configuration_drops_its_queued_deliveries(alice):
+    with Receiver(Reply(status=500)) as receiver:
+        configure(alice, receiver.url)
+        [tried] = record_events(alice.account_id)
+        deliver_due()
+        [untried] = record_events(alice.account_id)
+        alice.delete("/webhooks/configure")
+    assert db.session.scalar(select(OutboxDelivery)) is None
+    assert event_row(tried).delivery_status == "failed"
+    assert event_row(untried).delivery_status == "skipped"
+
+
+def test_queued_deliveries_wake_the_scheduler_job(alice, app):
+    class FakeScheduler:
+        def __init__(self):
+            self.woken = []
+
+        def modify_job(self, job_id, **changes):
+            self.woken.append((job_id, changes))
+
+    app.extensions["scheduler"] = scheduler = FakeScheduler()
+    configure(alice, "https://93.184.216.34/")
+    record_events(alice.account_id)
+    assert [job_id for job_id, _ in scheduler.woken] == [deliveries.JOB_ID]
+    assert "next_run_time" in scheduler.woken[0][1]
+
+
+def test_the_cli_sends_what_is_due(alice, runner):
+    with Receiver() as receiver:
+        configure(alice, receiver.url)
+        ids = record_events(alice.account_id, 3)
+        once = runner.invoke(args=["deliveries", "run", "--once"])
+        assert once.exit_code == 0 and once.output.strip() == "sent=3"
+        again = runner.invoke(args=["deliveries", "run"])
+        assert again.exit_code == 0 and again.output.strip() == "sent=0"
+    assert sorted(receiver.event_ids) == sorted(ids)

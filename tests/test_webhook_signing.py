@@ -1,0 +1,197 @@
+"""Signatures as the spec states them, checked against an independent HMAC written here from RFC 2104
+(no `hmac` module), on the raw bytes the receiver got; rotation overlap headers."""
+import hashlib
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from app.extensions import db
+from app.models import Event
+from app.services import outbox
+from app.worker.deliveries import deliver_due
+from app.worker.transport import Outgoing, sign, signed_headers
+from tests.webhook_helpers import (LOCAL_RECEIVER_CONFIG, ROOT, Clock, Receiver, Reply, configure,
+                                  record_events)
+
+
+
+def reference_hmac_sha256_hex(key: bytes, message: bytes) -> str:
+    """RFC 2104 by hand: H((K ^ opad) || H((K ^ ipad) || m))."""
+    block = 64
+    if len(key) > block:
+        key = hashlib.sha256(key).digest()
+    key = key.ljust(block, b"\0")
+    inner = hashlib.sha256(bytes(byte ^ 0x36 for byte in key) + message).digest()
+    return hashlib.sha256(bytes(byte ^ 0x5C for byte in key) + inner).hexdigest()
+
+
+def reference_signature(secret: str, timestamp: str, raw_body: bytes) -> str:
+    return reference_hmac_sha256_hex(secret.encode("utf-8"), timestamp.encode("ascii") + b"." + raw_body)
+
+
+@pytest.fixture
+def app_config():
+    return LOCAL_RECEIVER_CONFIG
+
+
+# Inputs checked against the reference implementation above; the first also has a digest from OpenSSL.
+VECTORS = [
+    ("whsec_test", 1700000000000, b'{"id":"evt_1"}'),
+    ("whsec_" + "k" * 80, 1, b""),  # a key longer than the SHA-256 block
+    ("whsec_MfKQ9r2LvX", 1767225600123, '{"name":"Zoë Ångström","emoji":"✓"}'.encode("utf-8")),
+]
+
+
+@pytest.mark.parametrize("secret, timestamp, body", VECTORS)
+def test_signatures_match_an_independent_implementation(secret, timestamp, body):
+    assert sign(secret, timestamp, body) == reference_signature(secret, str(timestamp), body)
+
+
+def test_a_vector_matches_openssl():
+    # printf '%s' '1700000000000.{"id":"evt_1"}' | openssl dgst -sha256 -hmac whsec_test
+    expected = "f510dfdb0b01915750c36f3e15401a7895306243fa607a5cba4496ce6c3a0ea3"
+    assert sign("whsec_test", 1700000000000, b'{"id":"evt_1"}') == expected
+    assert reference_signature("whsec_test", "1700000000000", b'{"id":"evt_1"}') == expected
+
+
+def test_headers_carry_id_attempt_timestamp_and_both_signatures():
+    outgoing = Outgoing("evt_1", "https://example.com", b"{}", 3, "whsec_new", "whsec_old")
+    headers = signed_headers(outgoing, 1234)
+    assert headers["Content-Type"] == "application/json"
+    assert headers["X-Webhook-Id"] == "evt_1"
+    assert headers["X-Webhook-Attempt"] == "3"
+    assert headers["X-Webhook-Timestamp"] == "1234"
+    assert headers["X-Webhook-Signature"] == reference_signature("whsec_new", "1234", b"{}")
+    assert headers["X-Webhook-Signature-Previous"] == reference_signature("whsec_old", "1234", b"{}")
+    assert "X-Webhook-Signature-Previous" not in signed_headers(
+        Outgoing("evt_1", "https://example.com", b"{}", 1, "whsec_new"), 1234)
+
+
+def test_a_delivery_is_signed_over_the_exact_stored_bytes(alice):
+    with Receiver() as receiver:
+        secret = configure(alice, receiver.url)["secret"]
+        [event_id] = record_events(alice.account_id, data={"note": "Zoë → CTO ✓", "nested": {"b": 1, "a": 2}})
+        before_ms = int(time.time() * 1000)
+        deliver_due()
+    [request] = receiver.requests
+    headers = request.headers
+    assert headers["X-Webhook-Signature"] == reference_signature(secret, headers["X-Webhook-Timestamp"], request.body)
+    assert request.body == db.session.get(Event, event_id).body.encode("utf-8")
+    assert before_ms - 1000 <= int(headers["X-Webhook-Timestamp"]) <= int(time.time() * 1000)
+    assert headers["X-Webhook-Id"] == event_id == json.loads(request.body)["id"]
+    assert headers["X-Webhook-Attempt"] == "1"
+    assert headers["Content-Type"] == "application/json"
+    assert "X-Webhook-Signature-Previous" not in headers
+    envelope = request.event
+    assert envelope["type"] == "contact.position_changed" and isinstance(envelope["created"], int)
+    assert set(envelope["metadata"]) == {"subscription_id", "detected_at", "custom_metadata"}
+
+
+def test_each_try_gets_a_fresh_timestamp_and_the_same_event_id(alice, monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(outbox, "utcnow", clock)
+    replies = iter([Reply(status=500), Reply(status=200)])
+    with Receiver(lambda received: next(replies)) as receiver:
+        secret = configure(alice, receiver.url)["secret"]
+        record_events(alice.account_id)
+        deliver_due()
+        time.sleep(0.005)  # milliseconds must differ between the two tries
+        clock.advance(10)
+        deliver_due()
+    first, second = receiver.requests
+    assert first.headers["X-Webhook-Id"] == second.headers["X-Webhook-Id"]
+    assert first.body == second.body
+    assert [first.headers["X-Webhook-Attempt"], second.headers["X-Webhook-Attempt"]] == ["1", "2"]
+    assert first.headers["X-Webhook-Timestamp"] != second.headers["X-Webhook-Timestamp"]
+    for request in (first, second):
+        assert request.headers["X-Webhook-Signature"] == reference_signature(
+            secret, request.headers["X-Webhook-Timestamp"], request.body)
+
+
+def test_rotation_signs_with_both_secrets_for_24_hours_then_only_the_new_one(alice, monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(outbox, "utcnow", clock)
+    with Receiver() as receiver:
+        old_secret = configure(alice, receiver.url)["secret"]
+        new_secret = alice.post("/webhooks/rotate-secret").json["secret"]
+        record_events(alice.account_id)
+        deliver_due()
+        clock.advance(23 * 3600)
+        record_events(alice.account_id)
+        deliver_due()
+        clock.advance(3600 + 1)
+        record_events(alice.account_id)
+        deliver_due()
+    within, near_end, after = receiver.requests
+    for request in (within, near_end):
+        timestamp = request.headers["X-Webhook-Timestamp"]
+        assert request.headers["X-Webhook-Signature"] == reference_signature(new_secret, timestamp, request.body)
+        assert request.headers["X-Webhook-Signature-Previous"] == reference_signature(old_secret, timestamp,
+                                                                                      request.body)
+    assert after.headers["X-Webhook-Signature"] == reference_signature(
+        new_secret, after.headers["X-Webhook-Timestamp"], after.body)
+    assert "X-Webhook-Signature-Previous" not in after.headers
+
+
+def test_the_test_send_is_signed_too(alice):
+    with Receiver() as receiver:
+        secret = configure(alice, receiver.url)["secret"]
+        alice.post("/webhooks/test")
+    [request] = receiver.requests
+    assert request.headers["X-Webhook-Signature"] == reference_signature(
+        secret, request.headers["X-Webhook-Timestamp"], request.body)
+    assert request.headers["X-Webhook-Id"].startswith("evt_test_")
+
+
+def load_receiver_script():
+    spec = importlib.util.spec_from_file_location("receiver_script", ROOT / "scripts" / "receiver.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_receiver_script_accepts_fresh_signed_bodies_and_rejects_the_rest():
+    receiver = load_receiver_script()
+    body, now_ms = b'{"id":"evt_1","type":"test"}', 1_800_000_000_000
+
+    def headers(timestamp, secret="whsec_a", name="X-Webhook-Signature"):
+        return {"X-Webhook-Timestamp": str(timestamp), name: reference_signature(secret, str(timestamp), body)}
+
+    assert receiver.verify(headers(now_ms), body, ["whsec_a"], now_ms)["id"] == "evt_1"
+    assert receiver.verify(headers(now_ms - 299_000), body, ["whsec_a"], now_ms)["type"] == "test"
+    assert receiver.verify(headers(now_ms, "whsec_old", "X-Webhook-Signature-Previous"), body,
+                           ["whsec_new", "whsec_old"], now_ms)
+    for bad, status in ((headers(now_ms - 301_000), 400), (headers(now_ms, "whsec_b"), 401),
+                        ({"X-Webhook-Signature": "00"}, 400)):
+        with pytest.raises(receiver.Rejected) as rejected:
+            receiver.verify(bad, body, ["whsec_a"], now_ms)
+        assert rejected.value.status == status
+    with pytest.raises(receiver.Rejected):  # a re-serialised body no longer matches
+        receiver.verify(headers(now_ms), json.dumps(json.loads(body)).encode(), ["whsec_a"], now_ms)
+
+
+def test_the_receiver_script_prints_each_event_once(alice):
+    configure(alice, "http://127.0.0.1:9/placeholder")
+    secret = alice.post("/webhooks/rotate-secret").json["secret"]
+    script = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "receiver.py"), "--port", "0",
+                               "--secret", secret], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        port = re.search(r":(\d+)/", script.stderr.readline()).group(1)
+        alice.put("/webhooks/configure", json={"endpoint_url": f"http://127.0.0.1:{port}/webhooks"})
+        [event_id] = record_events(alice.account_id)
+        deliver_due()
+        alice.post(f"/events/{event_id}/redeliver")
+        deliver_due()
+        assert alice.post("/webhooks/test").json["delivered"] is True
+    finally:
+        script.terminate()
+        output = script.communicate(timeout=10)[0]
+    printed = [json.loads(line) for line in output.splitlines()]
+    assert [event["id"] for event in printed[:1]] == [event_id]
+    assert [event["type"] for event in printed] == ["contact.position_changed", "test"]
+    assert db.session.get(Event, event_id).attempt_count == 2

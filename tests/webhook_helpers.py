@@ -1,0 +1,144 @@
+"""Shared by the webhook tests: a programmable receiver on 127.0.0.1, events made through the real
+events.record, and a clock the outbox can be moved along (time travel instead of sleeping)."""
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from app.common import utcnow
+from app.database import write_transaction
+from app.services import events, subscriptions
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCAL_RECEIVER_CONFIG = {"WEBHOOK_ALLOW_HTTP": True, "WEBHOOK_ALLOW_PRIVATE_ADDRESSES": True}
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict
+    body: bytes
+
+    @property
+    def event(self) -> dict:
+        return json.loads(self.body)
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    headers: dict = field(default_factory=dict)
+    delay: float = 0.0
+    body: bytes = b"{}"
+    stall_after: int = None  # bytes of body written before a 2-second pause
+
+
+class Receiver:
+    """`with Receiver() as receiver:` serves on 127.0.0.1 until the block ends; `receiver.reply` decides
+    the answer to every request (a Reply, or a callable taking the Received)."""
+
+    def __init__(self, reply=None):
+        self.reply = reply or Reply()
+        self.requests = []
+        self._lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+    @property
+    def event_ids(self) -> list:
+        with self._lock:
+            return [request.headers.get("X-Webhook-Id") for request in self.requests]
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+    def _answer(self, received: Received) -> Reply:
+        with self._lock:
+            self.requests.append(received)
+        return self.reply(received) if callable(self.reply) else self.reply
+
+    def _handler_class(self):
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out in two writes
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                reply = receiver._answer(Received(self.path, dict(self.headers.items()), body))
+                if reply.delay:
+                    time.sleep(reply.delay)
+                self.send_response(reply.status)
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(reply.body)))
+                self.end_headers()
+                try:
+                    self.wfile.write(reply.body[:reply.stall_after])
+                    if reply.stall_after is not None:
+                        time.sleep(2)
+                        self.wfile.write(reply.body[reply.stall_after:])
+                except OSError:  # the sender stopped reading a body past its cap
+                    self.close_connection = True
+
+            def log_message(self, *args):
+                pass
+
+        return Handler
+
+
+def subscribe(account_id, network_id="jane-doe", entity_type="contact"):
+    return subscriptions.create(account_id, {"entity_type": entity_type, "network_id": network_id,
+                                             "network_url": None, "custom_metadata": {}})
+
+
+def record_events(account_id, count=1, event_type="contact.position_changed", subscription=None, data=None):
+    """Events as monitoring records them: envelope, event row and (when wanted) outbox row in one transaction."""
+    subscription = subscription or subscribe(account_id, f"person-{utcnow().timestamp():.6f}".replace(".", "-"))
+    with write_transaction() as session:
+        config = events.webhook_config_for(session, account_id)
+        recorded = [events.record(session, account_id, event_type,
+                                  data or {"entity": events.entity_data(subscription),
+                                           "changes": {"previous_title": "Engineer", "current_title": "CTO"}},
+                                  subscription=subscription, config=config)
+                    for _ in range(count)]
+        ids = [event.id for event in recorded]
+    events.notify_new_deliveries()
+    return ids
+
+
+def configure(tenant, url, events_filter=("*",)):
+    response = tenant.post("/webhooks/configure", json={"endpoint_url": url, "events": list(events_filter)})
+    assert response.status_code in (200, 201), response.json
+    return response.json
+
+
+class Clock:
+    """Replaces the outbox's `utcnow`: real time plus an offset that only grows when told."""
+
+    def __init__(self):
+        self.offset = timedelta(0)
+
+    def __call__(self):
+        return utcnow() + self.offset
+
+    def advance(self, seconds):
+        self.offset += timedelta(seconds=seconds)
+
+    def travel_to(self, moment):
+        """Move on to `moment` (never back)."""
+        self.offset += max(timedelta(0), moment - self())
