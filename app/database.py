@@ -6,7 +6,7 @@ with "database is locked". On PostgreSQL the same code runs with ordinary transa
 """
 from contextlib import contextmanager
 
-from sqlalchemy import event
+from sqlalchemy import event, func, select
 from sqlalchemy.engine import Engine
 
 from app.extensions import db
@@ -55,3 +55,11 @@ def write_transaction():
 def end_read_transaction():
     """Release the snapshot a read took, so no transaction stays open across slow work."""
     db.session.rollback()
+
+
+def newest_first_page(model, conditions, limit, offset, created_column):
+    """(rows, total) of `model` matching `conditions`, newest first then by id, for a paginated list."""
+    total = db.session.scalar(select(func.count()).select_from(model).where(*conditions))
+    rows = db.session.scalars(select(model).where(*conditions)
+                              .order_by(created_column.desc(), model.id.desc()).limit(limit).offset(offset)).all()
+    return rows, total

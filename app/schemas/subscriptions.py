@@ -66,7 +66,8 @@ class ExportQuerySchema(QuerySchema):
     status = fields.Str(load_default="all", validate=validate.OneOf(STATUSES + ("all",)))
 
 
-class SubscriptionCreatedSchema(Schema):
+class _SubscriptionCoreSchema(Schema):
+    """The fields every subscription shape shares."""
     id = fields.Str()
     entity_type = fields.Str()
     network_id = fields.Str()
@@ -74,18 +75,14 @@ class SubscriptionCreatedSchema(Schema):
     status = fields.Str()
     custom_metadata = fields.Dict()
     created_at = Timestamp()
+
+
+class SubscriptionCreatedSchema(_SubscriptionCoreSchema):
     updated_at = Timestamp()
 
 
-class SubscriptionListItemSchema(Schema):
-    id = fields.Str()
-    entity_type = fields.Str()
-    network_id = fields.Str()
-    network_url = fields.Str()
-    status = fields.Str()
-    custom_metadata = fields.Dict()
+class SubscriptionListItemSchema(_SubscriptionCoreSchema):
     last_checked_at = Timestamp()
-    created_at = Timestamp()
 
 
 class CheckMetadataSchema(Schema):

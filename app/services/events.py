@@ -1,9 +1,10 @@
 """The event log: building envelopes and recording events with their outbox delivery (contract §5, §6)."""
 import json
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import insert, select
 
 from app.common import isoformat, new_id, unix_seconds, utcnow
+from app.database import newest_first_page
 from app.errors import NotFound
 from app.extensions import db
 from app.models import DeliveryAttempt, Event, OutboxDelivery, WebhookConfig
@@ -120,10 +121,7 @@ def list_page(account_id, limit, offset, event_type=None, subscription_id=None):
         conditions.append(Event.type == event_type)
     if subscription_id:
         conditions.append(Event.subscription_id == subscription_id)
-    total = db.session.scalar(select(func.count()).select_from(Event).where(*conditions))
-    rows = db.session.scalars(select(Event).where(*conditions)
-                              .order_by(Event.created_at.desc(), Event.id.desc()).limit(limit).offset(offset)).all()
-    return rows, total
+    return newest_first_page(Event, conditions, limit, offset, Event.created_at)
 
 
 def get(account_id, event_id) -> Event:

@@ -13,12 +13,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from flask import current_app
-from sqlalchemy import DateTime, Integer, String, func, insert, literal, select, update
+from sqlalchemy import DateTime, Integer, String, insert, literal, select, update
 
 from app.common import new_id, utcnow
-from app.database import write_transaction
+from app.database import newest_first_page, write_transaction
 from app.errors import ValidationFailed
-from app.extensions import db
 from app.models import DeliveryAttempt, Event, OutboxDelivery, WebhookConfig
 from app.services import events, webhooks
 from app.worker.transport import Outcome, Outgoing
@@ -219,8 +218,4 @@ def attempts_page(account_id: str, limit: int, offset: int, status=None, event_i
         conditions.append(DeliveryAttempt.status == status)
     if event_id:
         conditions.append(DeliveryAttempt.event_id == event_id)
-    total = db.session.scalar(select(func.count()).select_from(DeliveryAttempt).where(*conditions))
-    rows = db.session.scalars(select(DeliveryAttempt).where(*conditions)
-                              .order_by(DeliveryAttempt.attempted_at.desc(), DeliveryAttempt.id.desc())
-                              .limit(limit).offset(offset)).all()
-    return rows, total
+    return newest_first_page(DeliveryAttempt, conditions, limit, offset, DeliveryAttempt.attempted_at)
