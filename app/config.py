@@ -55,7 +55,7 @@ class Defaults:
     PROVIDER_HTTP_TOKEN = None
     PROVIDER_HTTP_TIMEOUT_SECONDS = 10
     SIMULATED_SEED = 1
-    SIMULATED_PACE_SECONDS = 3600
+    SIMULATED_PACE_SECONDS = 86400  # one simulated day per epoch; the quick start sets a fast pace
 
     WEBHOOK_ALLOW_HTTP = False
     WEBHOOK_ALLOW_PRIVATE_ADDRESSES = False

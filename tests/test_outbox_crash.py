@@ -14,7 +14,7 @@ from app.extensions import db
 from app.models import Event, OutboxDelivery
 from app.services import events, outbox
 from app.worker.deliveries import deliver_due
-from app.worker.transport import Outcome
+from app.services.transport import Outcome
 from tests.webhook_helpers import (LOCAL_RECEIVER_CONFIG, ROOT, Clock, Receiver, Reply, configure,
                                   record_events)
 

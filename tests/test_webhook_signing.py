@@ -14,7 +14,7 @@ from app.extensions import db
 from app.models import Event
 from app.services import outbox
 from app.worker.deliveries import deliver_due
-from app.worker.transport import Outgoing, sign, signed_headers
+from app.services.transport import Outgoing, sign, signed_headers
 from tests.webhook_helpers import (LOCAL_RECEIVER_CONFIG, ROOT, Clock, Receiver, Reply, configure,
                                   record_events)
 

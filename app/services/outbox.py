@@ -20,7 +20,7 @@ from app.database import newest_first_page, write_transaction
 from app.errors import ValidationFailed
 from app.models import DeliveryAttempt, Event, OutboxDelivery, WebhookConfig
 from app.services import events, webhooks
-from app.worker.transport import Outcome, Outgoing
+from app.services.transport import Outcome, Outgoing
 
 TEST_MESSAGE = "This is a test event sent by POST /webhooks/test."
 UNSENT_STATUSES = ("failed", "skipped")

@@ -14,7 +14,7 @@ from app.errors import InvalidState, NotFound, ServiceError, ValidationFailed
 from app.extensions import db
 from app.models import Event, OutboxDelivery, WebhookConfig
 from app.services import events
-from app.worker.transport import allowed_schemes
+from app.services.transport import allowed_schemes
 
 SECRET_PREFIX = "whsec_"
 SECRET_LENGTH = 32

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from flask import current_app, has_app_context
 
 from app.services import events, outbox
-from app.worker.transport import Transport
+from app.services.transport import Transport
 
 JOB_ID = "deliveries"
 STEP_BUDGET_SECONDS = 30
