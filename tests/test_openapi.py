@@ -103,3 +103,20 @@ def test_responses_reference_schemas_and_the_error_shape(document):
     error = _resolve(document, create["400"]["content"]["application/json"]["schema"])
     assert error["required"] == ["error", "message"]
     assert document["paths"]["/subscriptions"]["get"]["responses"]["200"]["content"]["application/json"]
+
+
+def test_each_operation_lists_the_error_codes_it_can_answer(document):
+    create = document["paths"]["/subscriptions"]["post"]["responses"]
+    assert create["403"]["description"] == "TIER_LIMIT_EXCEEDED or TRIAL_EXPIRED"
+    assert create["409"]["description"] == "DUPLICATE_SUBSCRIPTION"
+    assert create["413"]["description"] == "PAYLOAD_TOO_LARGE"
+    assert {"400", "401", "429", "500"} <= set(create)
+    assert "404" not in create  # no path parameter, no NOT_FOUND
+    resume = document["paths"]["/subscriptions/{subscription_id}/resume"]["post"]["responses"]
+    assert resume["404"]["description"] == "NOT_FOUND" and resume["409"]["description"] == "INVALID_STATE"
+    assert document["paths"]["/account/api-keys"]["post"]["responses"]["403"]["description"] == "KEY_LIMIT_EXCEEDED"
+
+
+def test_export_documents_both_media_types(document):
+    content = document["paths"]["/subscriptions/export"]["get"]["responses"]["200"]["content"]
+    assert set(content) == {"text/csv", "application/json"}

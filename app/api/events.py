@@ -6,6 +6,7 @@ from app.api.limits import default_limit, read_limit
 from app.schemas.base import page
 from app.schemas.events import EventDetailSchema, EventListQuerySchema, EventListSchema
 from app.schemas.webhooks import RedeliveredSchema
+from app.errors import InvalidState
 from app.services import events, outbox
 
 bp = Blueprint("events", __name__)
@@ -37,6 +38,6 @@ def get_event(event_id):
 @bp.post("/events/<event_id>/redeliver")
 @default_limit
 @spec("Queue one more delivery of an event, whatever its status", response=RedeliveredSchema, status=202,
-      tag="events")
+      tag="events", errors=(InvalidState,))
 def redeliver_event(event_id):
     return redelivered_schema.dump(outbox.redeliver(account_id(), event_id)), 202

@@ -40,10 +40,15 @@ def account_id() -> str:
     return g.account_id
 
 
-def spec(summary, *, body=None, query=None, response=None, status=200, auth=True, tag=None):
-    """Attach OpenAPI metadata to a view; `app/api/openapi.py` turns it into the document."""
+def spec(summary, *, body=None, query=None, response=None, status=200, auth=True, tag=None, errors=(),
+         media_types=("application/json",)):
+    """Attach OpenAPI metadata to a view; `app/api/openapi.py` turns it into the document.
+
+    `errors`: the ServiceError classes the view can answer with beyond those every view can
+    (401, 429, 500; 400 with a body or query, 413 with a body, 404 with a path parameter)."""
     def decorate(view):
         view.openapi = {"summary": summary, "body": body, "query": query, "response": response,
-                        "status": status, "auth": auth, "tag": tag}
+                        "status": status, "auth": auth, "tag": tag, "errors": errors,
+                        "media_types": media_types}
         return view
     return decorate

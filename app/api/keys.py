@@ -5,6 +5,7 @@ from app.api.http import account_id, load_body, spec
 from app.api.limits import default_limit
 from app.schemas.account import ApiKeyCreatedSchema, ApiKeyCreateSchema, ApiKeyListSchema
 from app.schemas.base import DeletedSchema
+from app.errors import InvalidState, KeyLimitExceeded
 from app.services import keys
 
 bp = Blueprint("keys", __name__)
@@ -17,7 +18,7 @@ list_schema = ApiKeyListSchema()
 @bp.post("/account/api-keys")
 @default_limit
 @spec("Create an API key (its value is shown only here)", body=ApiKeyCreateSchema,
-      response=ApiKeyCreatedSchema, status=201, tag="api keys")
+      response=ApiKeyCreatedSchema, status=201, tag="api keys", errors=(KeyLimitExceeded,))
 def create_key():
     body = load_body(create_schema)
     key, plaintext = keys.create_key(account_id(), body["name"])
@@ -34,7 +35,8 @@ def list_keys():
 
 @bp.delete("/account/api-keys/<key_id>")
 @default_limit
-@spec("Delete an API key; it fails from its next request on", response=DeletedSchema, tag="api keys")
+@spec("Delete an API key; it fails from its next request on", response=DeletedSchema, tag="api keys",
+      errors=(InvalidState,))
 def delete_key(key_id):
     keys.delete_key(account_id(), key_id)
     return {"id": key_id, "deleted": True}

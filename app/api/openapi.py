@@ -9,7 +9,7 @@ from app.schemas.base import ErrorSchema
 
 _PATH_PARAMETER = re.compile(r"<(?:[a-z]+:)?([a-z_]+)>")
 PREFIX = "/api/v1"
-ERRORS = {"400": "VALIDATION_ERROR", "401": "UNAUTHORIZED", "404": "NOT_FOUND", "429": "RATE_LIMIT_EXCEEDED"}
+ALWAYS = {401: ["UNAUTHORIZED"], 429: ["RATE_LIMIT_EXCEEDED"], 500: ["INTERNAL_ERROR"]}
 
 
 def _schema_name(schema):
@@ -38,14 +38,31 @@ def build_document(app) -> dict:
     return spec.to_dict()
 
 
+def _error_codes(meta, rule) -> dict:
+    """{status: [codes]} this operation can answer with."""
+    codes = {status: list(names) for status, names in ALWAYS.items()} if meta["auth"] else {500: ["INTERNAL_ERROR"]}
+    if meta["body"] is not None or meta["query"] is not None:
+        codes.setdefault(400, []).append("VALIDATION_ERROR")
+    if meta["body"] is not None:
+        codes.setdefault(413, []).append("PAYLOAD_TOO_LARGE")
+    if rule.arguments:
+        codes.setdefault(404, []).append("NOT_FOUND")
+    for error in meta["errors"]:
+        if error.code not in codes.setdefault(error.status, []):
+            codes[error.status].append(error.code)
+    return dict(sorted(codes.items()))
+
+
 def _operation(meta, rule):
     success = {"description": meta["summary"]}
     if meta["response"] is not None:
-        success["content"] = {"application/json": {"schema": meta["response"]}}
+        success["content"] = {media_type: {"schema": meta["response"]} for media_type in meta["media_types"]}
+    elif meta["media_types"] != ("application/json",):
+        success["content"] = {media_type: {"schema": {"type": "string"}} for media_type in meta["media_types"]}
     responses = {str(meta["status"]): success}
-    for status, code in ERRORS.items():
-        responses[status] = {"description": code,
-                             "content": {"application/json": {"schema": "Error"}}}
+    for status, codes in _error_codes(meta, rule).items():
+        responses[str(status)] = {"description": " or ".join(codes),
+                                  "content": {"application/json": {"schema": "Error"}}}
     operation = {"summary": meta["summary"], "responses": responses,
                  "tags": [meta["tag"]] if meta["tag"] else []}
     parameters = [{"in": "path", "name": name, "required": True, "schema": {"type": "string"}}

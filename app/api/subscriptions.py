@@ -15,6 +15,7 @@ from app.schemas.subscriptions import (BulkCancelResultSchema, BulkCreateResultS
                                        SubscriptionListItemSchema, SubscriptionListQuerySchema,
                                        SubscriptionListSchema, SubscriptionSchema)
 from app.schemas.base import flat_dumper, page
+from app.errors import DuplicateSubscription, InvalidState, TierLimitExceeded, TrialExpired
 from app.services import subscriptions
 
 bp = Blueprint("subscriptions", __name__)
@@ -38,7 +39,7 @@ export_query_schema = ExportQuerySchema()
 @bp.post("/subscriptions")
 @write_limit
 @spec("Subscribe to an entity", body=SubscriptionCreateSchema, response=SubscriptionCreatedSchema,
-      status=201, tag="subscriptions")
+      status=201, tag="subscriptions", errors=(TierLimitExceeded, TrialExpired, DuplicateSubscription))
 def create_subscription():
     subscription = subscriptions.create(account_id(), load_body(create_schema))
     return (created_schema.dump(subscription), 201,
@@ -72,14 +73,14 @@ def cancel_subscription(subscription_id):
 
 @bp.post("/subscriptions/<subscription_id>/pause")
 @write_limit
-@spec("Pause an active subscription", response=SubscriptionSchema, tag="subscriptions")
+@spec("Pause an active subscription", response=SubscriptionSchema, tag="subscriptions", errors=(InvalidState,))
 def pause_subscription(subscription_id):
     return detail_schema.dump(subscriptions.set_status(account_id(), subscription_id, "paused"))
 
 
 @bp.post("/subscriptions/<subscription_id>/resume")
 @write_limit
-@spec("Resume a paused subscription", response=SubscriptionSchema, tag="subscriptions")
+@spec("Resume a paused subscription", response=SubscriptionSchema, tag="subscriptions", errors=(InvalidState,))
 def resume_subscription(subscription_id):
     return detail_schema.dump(subscriptions.set_status(account_id(), subscription_id, "active"))
 
@@ -97,7 +98,7 @@ def update_subscription(subscription_id):
 @bp.post("/subscriptions/bulk")
 @bulk_limit
 @spec("Create up to 100 subscriptions; failures are reported per item", body=BulkCreateSchema,
-      response=BulkCreateResultSchema, tag="subscriptions")
+      response=BulkCreateResultSchema, tag="subscriptions", errors=(TrialExpired,))
 def bulk_create():
     body = load_body(bulk_create_schema)
     result = subscriptions.bulk_create(account_id(), body["subscriptions"],
@@ -130,7 +131,8 @@ def bulk_set_status():
 
 @bp.get("/subscriptions/export")
 @bulk_limit
-@spec("Export subscriptions as CSV or JSON, streamed", query=ExportQuerySchema, tag="subscriptions")
+@spec("Export subscriptions as CSV or JSON, streamed", query=ExportQuerySchema, tag="subscriptions",
+      media_types=("text/csv", "application/json"))
 def export_subscriptions():
     query = load_query(export_query_schema)
     rows = subscriptions.export_rows(account_id(), query["status"])

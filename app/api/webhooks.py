@@ -7,7 +7,9 @@ from app.schemas.base import DeletedSchema, page
 from app.schemas.webhooks import (DeliveryListQuerySchema, DeliveryListSchema, RecoverResultSchema, RecoverSchema,
                                   RotatedSecretSchema, TestResultSchema, WebhookConfigSchema,
                                   WebhookConfigureSchema, WebhookConfigWithSecretSchema, WebhookUpdateSchema)
+from app.errors import InvalidState
 from app.services import outbox, webhooks
+from app.services.webhooks import ConfigurationMissing
 from app.worker.deliveries import transport_for
 
 bp = Blueprint("webhooks", __name__)
@@ -39,7 +41,8 @@ def configure():
 @bp.get("/webhooks/configure")
 @bp.get("/webhooks/configuration")
 @read_limit
-@spec("The webhook configuration, without its secret", response=WebhookConfigSchema, tag="webhooks")
+@spec("The webhook configuration, without its secret", response=WebhookConfigSchema, tag="webhooks",
+      errors=(ConfigurationMissing,))
 def get_configuration():
     return config_schema.dump(webhooks.get(account_id()))
 
@@ -47,21 +50,23 @@ def get_configuration():
 @bp.put("/webhooks/configure")
 @default_limit
 @spec("Change endpoint_url, events, is_active or initial_webhook; the secret stays", body=WebhookUpdateSchema,
-      response=WebhookConfigSchema, tag="webhooks")
+      response=WebhookConfigSchema, tag="webhooks", errors=(ConfigurationMissing,))
 def update_configuration():
     return config_schema.dump(webhooks.update_config(account_id(), load_body(update_schema)))
 
 
 @bp.delete("/webhooks/configure")
 @default_limit
-@spec("Delete the webhook configuration; queued deliveries are dropped", response=DeletedSchema, tag="webhooks")
+@spec("Delete the webhook configuration; queued deliveries are dropped", response=DeletedSchema, tag="webhooks",
+      errors=(ConfigurationMissing,))
 def delete_configuration():
     return deleted_schema.dump(webhooks.remove(account_id()))
 
 
 @bp.post("/webhooks/test")
 @default_limit
-@spec("Send a `test` event now and report the outcome", response=TestResultSchema, tag="webhooks")
+@spec("Send a `test` event now and report the outcome", response=TestResultSchema, tag="webhooks",
+      errors=(ConfigurationMissing,))
 def send_test():
     return test_result_schema.dump(outbox.send_test(account_id(), transport_for(current_app._get_current_object())))
 
@@ -69,7 +74,7 @@ def send_test():
 @bp.post("/webhooks/rotate-secret")
 @default_limit
 @spec("Rotate the secret; for 24 hours deliveries also carry X-Webhook-Signature-Previous",
-      response=RotatedSecretSchema, tag="webhooks")
+      response=RotatedSecretSchema, tag="webhooks", errors=(ConfigurationMissing,))
 def rotate_secret():
     return rotated_schema.dump(webhooks.rotate_secret(account_id()))
 
@@ -87,7 +92,8 @@ def list_deliveries():
 @bp.post("/webhooks/recover")
 @default_limit
 @spec("Queue a new delivery for every failed or unsent event of a window (at most 14 days back)",
-      body=RecoverSchema, response=RecoverResultSchema, status=202, tag="webhooks")
+      body=RecoverSchema, response=RecoverResultSchema, status=202, tag="webhooks",
+      errors=(ConfigurationMissing, InvalidState))
 def recover():
     body = load_body(recover_schema)
     return recover_result_schema.dump(outbox.recover(account_id(), body["since"], body.get("until"))), 202
