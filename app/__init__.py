@@ -18,7 +18,9 @@ def create_app(test_config=None):
     _configure(app, test_config)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per job run is noise
-    app.wsgi_app = ProxyFix(app.wsgi_app, x_for=1, x_proto=1)
+    hops = app.config["TRUSTED_PROXY_HOPS"]
+    if hops:  # behind nginx: trust its X-Forwarded-For, or per-address limits could be dodged by any client
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops)
 
     from app import models  # noqa: F401 - registers the tables with the metadata
     from app.database import configure_engine

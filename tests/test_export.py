@@ -34,6 +34,7 @@ def test_csv_is_the_default_with_header_and_attachment(alice, three):
     response = alice.get("/subscriptions/export")
     assert response.status_code == 200
     assert response.mimetype == "text/csv"
+    assert response.headers["Content-Type"] == "text/csv; charset=utf-8"
     assert response.headers["Content-Disposition"] == 'attachment; filename="subscriptions.csv"'
     rows = _csv_rows(response)
     assert rows[0] == COLUMNS

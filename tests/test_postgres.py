@@ -69,3 +69,31 @@ def test_a_check_writes_snapshot_and_initial_event_on_postgres(pg_app):
     types = db.session.scalars(select(Event.type)).all()
     assert types == ["subscription.initial_state"] * 3
     assert db.session.scalar(select(func.count()).where(Subscription.snapshot.is_not(None))) == 3
+
+
+def test_concurrent_bulk_creates_of_the_same_entities_report_duplicates_not_errors(pg_app):
+    account, _key = accounts.create_account("Scale", "enterprise")
+    items = [{"entity_type": "contact", "network_id": f"dup-{number:03d}"} for number in range(60)]
+    results, failures, barrier = [], [], threading.Barrier(3)
+
+    def load(raw):
+        return {**raw, "network_url": None, "custom_metadata": {}}
+
+    def bulk():
+        with pg_app.app_context():
+            barrier.wait()
+            try:
+                results.append(subscriptions.bulk_create(account.id, items, load))
+            except Exception as error:  # noqa: BLE001 - the assertion below names it
+                failures.append(error)
+            db.session.remove()
+
+    threads = [threading.Thread(target=bulk) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert failures == []
+    assert sum(len(result.created) for result in results) == 60
+    assert {error["code"] for result in results for error in result.errors} <= {"DUPLICATE_SUBSCRIPTION"}
+    assert db.session.scalar(select(func.count()).select_from(Subscription)) == 60

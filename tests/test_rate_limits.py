@@ -193,3 +193,35 @@ class TestDisabled:
             response = alice.get("/subscriptions")
             assert response.status_code == 200
             assert "X-RateLimit-Limit" not in response.headers
+
+
+def test_reads_other_than_subscriptions_use_the_default_class(alice):
+    """Contract §8: only reads on subscriptions have the 1000 class; the event log and webhook reads do not."""
+    for path in ("/events", "/webhooks/deliveries"):
+        assert alice.get(path).headers["X-RateLimit-Limit"] == str(LIMITS["default"])
+    assert alice.get("/subscriptions").headers["X-RateLimit-Remaining"] == str(LIMITS["read"] - 1)
+
+
+def test_keyed_unknown_routes_and_wrong_methods_carry_the_headers_unspent(alice):
+    alice.get("/account")
+    for response in (alice.get("/nope"), alice.put("/account")):
+        assert response.status_code in (404, 405)
+        assert response.headers["X-RateLimit-Limit"] == str(LIMITS["default"])
+        assert response.headers["X-RateLimit-Remaining"] == str(LIMITS["default"] - 1)
+        assert int(response.headers["X-RateLimit-Reset"]) > time.time()
+
+
+def test_a_forged_x_forwarded_for_does_not_dodge_the_address_limit(app):
+    for number in range(3):
+        response = app.test_client().get("/api/v1/subscriptions",
+                                         headers={"X-Forwarded-For": f"9.9.9.{number}"})
+    assert response.status_code == 429
+
+
+@pytest.mark.parametrize("app_config", [{"TRUSTED_PROXY_HOPS": 1, "RATELIMIT_UNAUTHENTICATED": 2}])
+def test_behind_a_trusted_proxy_the_forwarded_address_is_the_client(app):
+    for _ in range(2):
+        app.test_client().get("/api/v1/subscriptions", headers={"X-Forwarded-For": "9.9.9.1"})
+    limited = app.test_client().get("/api/v1/subscriptions", headers={"X-Forwarded-For": "9.9.9.1"})
+    other = app.test_client().get("/api/v1/subscriptions", headers={"X-Forwarded-For": "9.9.9.2"})
+    assert (limited.status_code, other.status_code) == (429, 401)

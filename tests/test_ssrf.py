@@ -165,3 +165,27 @@ class TestDevelopmentSettings:
             [event_id] = record_events(alice.account_id)
             deliver_due()
         assert receiver.event_ids == [event_id]
+
+
+def test_site_local_ipv6_is_refused_on_configure(alice, dns):
+    assert refused(configure_response(alice, "https://[fec0::1]/hook"))
+    dns.table["old-site.example.com"] = "fec0::1"
+    assert refused(configure_response(alice, "https://old-site.example.com/hook"))
+
+
+@pytest.mark.parametrize("address", ["fec0::1", "400::1"])
+def test_addresses_only_our_guard_knows_are_refused_at_send_time(alice, dns, address):
+    """requests-hardened's own check lets site-local and reserved IPv6 through; the pinned address is checked
+    with the same rule as on configure."""
+    dns.table["hooks.example.com"] = PUBLIC_ADDRESS
+    configure(alice, "https://hooks.example.com/hook")
+    [event_id] = record_events(alice.account_id)
+    dns.table["hooks.example.com"] = address
+    assert deliver_due() == 1
+    attempt = db.session.scalar(select(DeliveryAttempt).where(DeliveryAttempt.event_id == event_id))
+    assert attempt.status == "failed" and attempt.response_status is None
+    assert attempt.error.startswith("refused:")
+
+
+def configure_response(tenant, url):
+    return tenant.post("/webhooks/configure", json={"endpoint_url": url, "events": ["*"]})

@@ -348,3 +348,10 @@ def test_caps_are_per_account(alice, bob):
     for n in range(3):
         _create(alice, entity_type="contact", network_id=f"person-{n}")
     assert _create(bob, entity_type="contact", network_id="person-0").status_code == 201
+
+
+@pytest.mark.parametrize("network_id", ["ab%2e", "%2e%2e", "a%7eb", "a%2fb", "ab%00", "a%20b", "ab%c2%a0"])
+def test_percent_escapes_of_ascii_punctuation_or_spaces_are_refused(alice, network_id):
+    """`%2e` is a '.', refused like a raw one: escapes may stand for non-ASCII UTF-8 letters only."""
+    _assert_validation_error(_create(alice, entity_type="contact", network_id=network_id), "network_id")
+    assert _count(alice.account_id) == 0

@@ -2,7 +2,7 @@ from flask import Blueprint
 
 from app.api.auth import require_api_key
 from app.api.http import account_id, load_query, spec
-from app.api.limits import default_limit, read_limit
+from app.api.limits import default_limit
 from app.schemas.base import page
 from app.schemas.events import EventDetailSchema, EventListQuerySchema, EventListSchema
 from app.schemas.webhooks import RedeliveredSchema
@@ -18,7 +18,7 @@ redelivered_schema = RedeliveredSchema()
 
 
 @bp.get("/events")
-@read_limit
+@default_limit
 @spec("The event log, newest first", query=EventListQuerySchema, response=EventListSchema, tag="events")
 def list_events():
     query = load_query(list_query_schema)
@@ -28,7 +28,7 @@ def list_events():
 
 
 @bp.get("/events/<event_id>")
-@read_limit
+@default_limit
 @spec("One event with its delivery attempts", response=EventDetailSchema, tag="events")
 def get_event(event_id):
     event = events.get(account_id(), event_id)

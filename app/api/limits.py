@@ -4,7 +4,7 @@ import math
 import time
 
 from flask import current_app, g
-from limits import RateLimitItemPerSecond
+from limits import RateLimitItemPerSecond, parse
 
 from app.errors import ServiceError
 from app.extensions import limiter, rate_limit_key
@@ -67,7 +67,12 @@ def add_rate_limit_headers(response):
         return response
     current = limiter.current_limit
     if current is not None:
-        response.headers["X-RateLimit-Limit"] = str(current.limit.amount)
-        response.headers["X-RateLimit-Remaining"] = str(max(0, current.remaining))
-        response.headers["X-RateLimit-Reset"] = str(current.reset_at)
+        amount, remaining, reset_at = current.limit.amount, current.remaining, current.reset_at
+    else:  # no limited view ran (an unknown route, a wrong method): report the default class, unspent
+        item = parse(_limit_string("default")())
+        reset_time, remaining = limiter.limiter.get_window_stats(item, rate_limit_key(), "default")
+        amount, reset_at = item.amount, int(reset_time + 1)
+    response.headers["X-RateLimit-Limit"] = str(amount)
+    response.headers["X-RateLimit-Remaining"] = str(max(0, remaining))
+    response.headers["X-RateLimit-Reset"] = str(reset_at)
     return response

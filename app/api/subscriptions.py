@@ -139,7 +139,7 @@ def export_subscriptions():
     if query["format"] == "json":
         body, mimetype = _json_stream(rows), "application/json"
     else:
-        body, mimetype = _csv_stream(rows), "text/csv; charset=utf-8"
+        body, mimetype = _csv_stream(rows), "text/csv"
     filename = f"subscriptions.{query['format']}"
     return Response(stream_with_context(body), mimetype=mimetype,
                     headers={"Content-Disposition": f'attachment; filename="{filename}"'})

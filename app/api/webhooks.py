@@ -2,7 +2,7 @@ from flask import Blueprint, current_app
 
 from app.api.auth import require_api_key
 from app.api.http import account_id, load_body, load_query, spec
-from app.api.limits import default_limit, read_limit
+from app.api.limits import default_limit
 from app.schemas.base import DeletedSchema, page
 from app.schemas.webhooks import (DeliveryListQuerySchema, DeliveryListSchema, RecoverResultSchema, RecoverSchema,
                                   RotatedSecretSchema, TestResultSchema, WebhookConfigSchema,
@@ -40,7 +40,7 @@ def configure():
 
 @bp.get("/webhooks/configure")
 @bp.get("/webhooks/configuration")
-@read_limit
+@default_limit
 @spec("The webhook configuration, without its secret", response=WebhookConfigSchema, tag="webhooks",
       errors=(ConfigurationMissing,))
 def get_configuration():
@@ -80,7 +80,7 @@ def rotate_secret():
 
 
 @bp.get("/webhooks/deliveries")
-@read_limit
+@default_limit
 @spec("The delivery log: one item per HTTP try, newest first", query=DeliveryListQuerySchema,
       response=DeliveryListSchema, tag="webhooks")
 def list_deliveries():

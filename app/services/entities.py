@@ -11,6 +11,7 @@ ENTITY_FOR_KIND = {kind: entity for entity, kind in PATH_KIND.items()}
 _ID_PATTERN = re.compile(r"^(?:[A-Za-z0-9_-]|%[0-9A-Fa-f]{2})+$")
 _PLAIN = frozenset(string.ascii_letters + string.digits + "-_")
 MIN_ID, MAX_ID = 2, 100
+ALLOWED_CHARACTERS = "network_id may hold only letters, digits, '-', '_' and percent-encoded UTF-8."
 
 
 def _percent_encode(text: str) -> str:
@@ -20,16 +21,18 @@ def _percent_encode(text: str) -> str:
 
 def normalize_network_id(raw: str, field="network_id") -> str:
     """The canonical id: percent-escapes decoded, lower-cased (Unicode-aware, so `JOSÉ` and `josé` are one
-    entity), then every character but letters, digits, '-' and '_' percent-encoded again with lower-case hex.
+    entity), then every non-ASCII character percent-encoded again as UTF-8 with lower-case hex.
     Anything that is not letters, digits, '-', '_' or (percent-encoded) UTF-8 is refused."""
     encoded = _percent_encode(raw)
     if not _ID_PATTERN.match(encoded):
-        raise ValidationFailed(field, "network_id may hold only letters, digits, '-', '_' and "
-                                      "percent-encoded UTF-8.", raw)
+        raise ValidationFailed(field, ALLOWED_CHARACTERS, raw)
     try:
         decoded = unquote(encoded, errors="strict")
     except UnicodeDecodeError:
         raise ValidationFailed(field, "network_id holds a percent-escape that is not UTF-8.", raw)
+    if not all(ch in _PLAIN or (not ch.isascii() and ch.isprintable() and not ch.isspace()) for ch in decoded):
+        # a percent-escape may stand for a non-ASCII character only: `%2e` is a '.', refused like a raw one
+        raise ValidationFailed(field, ALLOWED_CHARACTERS, raw)
     canonical = "".join(ch if ch in _PLAIN else quote(ch, safe="") for ch in decoded.lower()).lower()
     if not MIN_ID <= len(canonical) <= MAX_ID:
         raise ValidationFailed(field, f"network_id must be {MIN_ID}-{MAX_ID} characters long.", raw)

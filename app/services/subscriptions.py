@@ -100,14 +100,23 @@ def bulk_create(account_id: str, raw_items: list, load_item) -> BulkCreateResult
 
     `load_item` validates one raw item (the HTTP layer's schema) and raises ServiceError.
     """
-    result = BulkCreateResult()
-    resolved = []  # (index, raw, item, network_id, network_url)
+    invalid, resolved = [], []  # resolved: (index, raw, item, network_id, network_url)
     for index, raw in enumerate(raw_items):
         try:
             item = load_item(raw)
             resolved.append((index, raw, item, *_resolve(item)))
         except ServiceError as error:
-            result.errors.append(_item_error(index, raw, error))
+            invalid.append(_item_error(index, raw, error))
+    try:
+        result = _insert_batch(account_id, resolved)
+    except IntegrityError:  # a concurrent create took one of these entities (PostgreSQL): now a duplicate
+        result = _insert_batch(account_id, resolved)
+    result.errors = sorted(invalid + result.errors, key=lambda error: error["index"])
+    return result
+
+
+def _insert_batch(account_id: str, resolved: list) -> BulkCreateResult:
+    result = BulkCreateResult()
     with write_transaction() as session:
         now = utcnow()
         account = session.get(Account, account_id)
@@ -135,7 +144,6 @@ def bulk_create(account_id: str, raw_items: list, load_item) -> BulkCreateResult
             existing[key] = subscription.id
             count += 1
             result.created.append(subscription)
-    result.errors.sort(key=lambda error: error["index"])
     return result
 
 

@@ -4,6 +4,7 @@ No database here: the outbox claims and records; this module only turns an `Outg
 `Outcome`, and never raises, so a batch always gets recorded.
 """
 import hashlib
+import ipaddress
 import hmac
 import logging
 import threading
@@ -19,7 +20,7 @@ import requests
 import urllib3
 from requests.adapters import HTTPAdapter
 from requests_hardened import Config, HTTPSession
-from requests_hardened.ip_filter import InvalidIPAddress
+from requests_hardened.ip_filter import EXTRA_BLOCKED_NET_RANGES, InvalidIPAddress
 from requests_hardened.ip_filter_adapter import IPFilterAdapter
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,29 @@ class Outcome:
     throttled: bool = False  # a timeout or a 429: the next try waits at least a minute
     retry_after: Optional[float] = None
     gone: bool = False  # 410: the endpoint asks us to stop
+
+
+def is_forbidden_address(address) -> bool:
+    """Anything not globally routable (loopback, private, CGNAT, link-local incl. cloud metadata, site-local,
+    multicast, reserved, unspecified), looking through IPv4-mapped IPv6 forms."""
+    if address.version == 6 and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return (not address.is_global or address.is_multicast or address.is_reserved
+            or getattr(address, "is_site_local", False)
+            or any(address in network for network in EXTRA_BLOCKED_NET_RANGES))
+
+
+class PublicOnlyAdapter(IPFilterAdapter):
+    """requests-hardened resolves the host, refuses private addresses and pins the connection to the checked
+    address (SNI and certificate checks keep the hostname); this applies our stricter definition of
+    "not public" to that pinned address too, so configure time and send time refuse the same things."""
+
+    def build_connection_pool_key_attributes(self, request, verify, cert=None):
+        host_params, pool_kwargs = super().build_connection_pool_key_attributes(request, verify, cert)
+        address = ipaddress.ip_address(host_params["host"].strip("[]"))
+        if is_forbidden_address(address):
+            raise InvalidIPAddress(address)
+        return host_params, pool_kwargs
 
 
 def allowed_schemes(allow_http: bool) -> tuple:
@@ -196,8 +220,7 @@ class Transport:
     def _adapter(self, https: bool):
         if self.allow_private:
             return HTTPAdapter(pool_connections=4, pool_maxsize=self.workers)
-        # requests-hardened resolves, refuses non-public addresses and connects to the checked address
-        # (SNI and certificate checks keep the hostname), so DNS rebinding cannot slip between check and use.
-        adapter = IPFilterAdapter(is_https_proto=https, allow_loopback=False)
+        # The address checked is the address connected to, so DNS rebinding cannot slip between check and use.
+        adapter = PublicOnlyAdapter(is_https_proto=https, allow_loopback=False)
         adapter.init_poolmanager(4, self.workers)
         return adapter

@@ -5,7 +5,6 @@ from datetime import timedelta
 from urllib.parse import urlsplit
 
 from flask import current_app
-from requests_hardened.ip_filter import EXTRA_BLOCKED_NET_RANGES
 from sqlalchemy import case, delete, select, update
 
 from app.common import new_id, random_alphanumeric, utcnow
@@ -14,7 +13,7 @@ from app.errors import InvalidState, NotFound, ServiceError, ValidationFailed
 from app.extensions import db
 from app.models import Event, OutboxDelivery, WebhookConfig
 from app.services import events
-from app.services.transport import allowed_schemes
+from app.services.transport import allowed_schemes, is_forbidden_address
 
 SECRET_PREFIX = "whsec_"
 SECRET_LENGTH = 32
@@ -25,7 +24,7 @@ EVENT_FAMILIES = frozenset(event_type.split(".")[0] for event_type in events.EVE
 class ConfigurationMissing(NotFound):
     def __init__(self):
         ServiceError.__init__(self, "This account has no webhook configuration; POST /webhooks/configure first.",
-                              {"resource": "webhook_configuration"})
+                              {"resource": "webhook_configuration", "id": None})
 
 
 # --- validation -------------------------------------------------------------------------------
@@ -40,15 +39,6 @@ def validate_events(patterns: list) -> list:
             raise ValidationFailed("events", f"Unknown event type '{pattern}'. Use `*`, a family such as "
                                              f"`contact.*`, or one of: {', '.join(events.EVENT_TYPES)}.", pattern)
     return list(dict.fromkeys(patterns))
-
-
-def is_forbidden_address(address) -> bool:
-    """Anything not globally routable (loopback, private, CGNAT, link-local incl. cloud metadata, multicast,
-    reserved, unspecified), looking through IPv4-mapped IPv6 forms."""
-    if address.version == 6 and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return (not address.is_global or address.is_multicast or address.is_reserved
-            or any(address in network for network in EXTRA_BLOCKED_NET_RANGES))
 
 
 def _resolved_addresses(host: str, port: int) -> list:
