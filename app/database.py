@@ -58,8 +58,10 @@ def end_read_transaction():
     db.session.rollback()
 
 
-def newest_first_page(model, conditions, limit, offset, created_column):
-    """(rows, total) of `model` matching `conditions`, newest first then by id, for a paginated list."""
+def newest_first_page(model, created_column, limit, offset, **equal_to):
+    """(rows, total) of `model` whose columns equal the given values (None: no filter), newest first then by
+    id, for a paginated list."""
+    conditions = [getattr(model, name) == value for name, value in equal_to.items() if value is not None]
     total = db.session.scalar(select(func.count()).select_from(model).where(*conditions))
     rows = db.session.scalars(select(model).where(*conditions)
                               .order_by(created_column.desc(), model.id.desc()).limit(limit).offset(offset)).all()

@@ -5,8 +5,11 @@ from dataclasses import dataclass
 
 import pytest
 from flask_migrate import upgrade
+from sqlalchemy import func, select
 
 from app import create_app
+from app.extensions import db
+from app.models import Subscription
 from app.services import accounts
 
 BASE_CONFIG = {
@@ -103,3 +106,12 @@ def anon(app):
 @pytest.fixture
 def runner(app):
     return app.test_cli_runner()
+
+
+def subscription_count(account_id, **filters):
+    """Subscriptions of an account in the database now, optionally with column values (status=…)."""
+    db.session.rollback()
+    query = select(func.count()).select_from(Subscription).where(Subscription.account_id == account_id)
+    for name, value in filters.items():
+        query = query.where(getattr(Subscription, name) == value)
+    return db.session.scalar(query)

@@ -2,22 +2,14 @@
 import copy
 
 import pytest
-from sqlalchemy import func, select
 
 from app.config import DEFAULT_TIERS
-from app.extensions import db
-from app.models import Subscription
+from conftest import subscription_count as _count
 
 CONTACT_URL = "https://www.linkedin.com/in/{}"
 COMPANY_URL = "https://www.linkedin.com/company/{}"
 
 
-def _count(account_id, **filters):
-    db.session.rollback()
-    query = select(func.count()).select_from(Subscription).where(Subscription.account_id == account_id)
-    for name, value in filters.items():
-        query = query.where(getattr(Subscription, name) == value)
-    return db.session.scalar(query)
 
 
 def _create(tenant, **body):

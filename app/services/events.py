@@ -116,12 +116,8 @@ def notify_new_deliveries():
 
 
 def list_page(account_id, limit, offset, event_type=None, subscription_id=None):
-    conditions = [Event.account_id == account_id]
-    if event_type:
-        conditions.append(Event.type == event_type)
-    if subscription_id:
-        conditions.append(Event.subscription_id == subscription_id)
-    return newest_first_page(Event, conditions, limit, offset, Event.created_at)
+    return newest_first_page(Event, Event.created_at, limit, offset, account_id=account_id, type=event_type,
+                             subscription_id=subscription_id)
 
 
 def get(account_id, event_id) -> Event:

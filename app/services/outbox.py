@@ -213,9 +213,5 @@ def recover(account_id: str, since, until=None) -> dict:
 # --- the delivery log ---------------------------------------------------------------------------
 
 def attempts_page(account_id: str, limit: int, offset: int, status=None, event_id=None):
-    conditions = [DeliveryAttempt.account_id == account_id]
-    if status:
-        conditions.append(DeliveryAttempt.status == status)
-    if event_id:
-        conditions.append(DeliveryAttempt.event_id == event_id)
-    return newest_first_page(DeliveryAttempt, conditions, limit, offset, DeliveryAttempt.attempted_at)
+    return newest_first_page(DeliveryAttempt, DeliveryAttempt.attempted_at, limit, offset, account_id=account_id,
+                             status=status, event_id=event_id)
