@@ -104,5 +104,6 @@ def settings_from_environment(environ=os.environ):
     if environ.get("DATABASE_URL"):
         found["SQLALCHEMY_DATABASE_URI"] = environ["DATABASE_URL"]
     if environ.get("WEBHOOK_RETRY_SCHEDULE"):
-        found["WEBHOOK_RETRY_SCHEDULE"] = [int(part) for part in environ["WEBHOOK_RETRY_SCHEDULE"].split(",")]
+        found["WEBHOOK_RETRY_SCHEDULE"] = [float(part) for part in environ["WEBHOOK_RETRY_SCHEDULE"].split(",")
+                                           if part.strip()]
     return found

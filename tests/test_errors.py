@@ -192,3 +192,9 @@ def test_timestamps_are_utc_with_z(alice):
     assert ISO_Z.match(created["created_at"]) and ISO_Z.match(created["updated_at"])
     account = alice.get("/account").get_json()
     assert ISO_Z.match(account["created_at"]) and ISO_Z.match(account["trial_ends_at"])
+
+
+def test_options_answers_the_allowed_methods_without_a_key(anon):
+    response = anon.request("OPTIONS", "/subscriptions")
+    assert response.status_code == 200
+    assert {"GET", "POST"} <= set(response.headers["Allow"].split(", "))

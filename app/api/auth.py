@@ -42,6 +42,8 @@ def identify_caller():
 
 
 def require_api_key():
+    if request.method == "OPTIONS":  # Flask answers it with the Allow header; it reveals nothing
+        return
     if not g.get("api_key_id"):
         limit_unauthenticated()
         raise g.get("auth_error") or Unauthorized(keys.MISSING_MESSAGE)
