@@ -3,7 +3,7 @@ import json
 
 from sqlalchemy import insert, select
 
-from app.common import isoformat, new_id, unix_seconds, utcnow
+from app.common import isoformat, new_sortable_id, unix_seconds, utcnow
 from app.database import newest_first_page
 from app.errors import NotFound
 from app.extensions import db
@@ -63,7 +63,7 @@ def build(account_id, event_type, data, *, subscription=None, config=None, now=N
     outbox delivery (else None), as plain dicts: `record` stores one; a caller recording many events in
     one transaction (the check engine) builds them and inserts them all at once with `store`."""
     now = now or utcnow()
-    event_id = new_id(id_prefix)
+    event_id = new_sortable_id(id_prefix)
     metadata = None
     if subscription is not None:
         metadata = {"subscription_id": subscription.id, "detected_at": isoformat(now),

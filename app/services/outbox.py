@@ -15,7 +15,7 @@ from datetime import timedelta
 from flask import current_app
 from sqlalchemy import DateTime, Integer, String, insert, literal, select, update
 
-from app.common import new_id, utcnow
+from app.common import new_id, new_sortable_id, utcnow
 from app.database import newest_first_page, write_transaction
 from app.errors import ValidationFailed
 from app.models import DeliveryAttempt, Event, OutboxDelivery, WebhookConfig
@@ -95,8 +95,8 @@ def retry_delay(tries: int, outcome: Outcome):
 
 
 def attempt_row(account_id, event_id, event_type, attempt, outcome: Outcome, now, next_attempt_at) -> dict:
-    return {"id": new_id("dlv"), "account_id": account_id, "event_id": event_id, "event_type": event_type,
-            "attempt": attempt, "status": "succeeded" if outcome.succeeded else "failed",
+    return {"id": new_sortable_id("dlv"), "account_id": account_id, "event_id": event_id,
+            "event_type": event_type, "attempt": attempt, "status": "succeeded" if outcome.succeeded else "failed",
             "response_status": outcome.status_code, "duration_ms": outcome.duration_ms,
             "error": outcome.error, "attempted_at": now, "next_attempt_at": next_attempt_at}
 
