@@ -19,8 +19,6 @@ DEFAULT_TIERS = {
 
 
 class Defaults:
-    SECRET_KEY = "not-used-for-sessions"
-    JSON_SORT_KEYS = False
     MAX_CONTENT_LENGTH = 1024 * 1024
     SQLALCHEMY_ENGINE_OPTIONS = {"pool_pre_ping": True}
     SQLITE_BUSY_TIMEOUT_MS = 10000
@@ -38,7 +36,6 @@ class Defaults:
     KEY_LAST_USED_RESOLUTION_SECONDS = MINUTE
 
     NETWORK_DOMAIN = "linkedin.com"
-    MAX_BULK_ITEMS = 100
 
     SCHEDULER_ENABLED = True
     SCHEDULER_CHECK_POLL_SECONDS = 2
