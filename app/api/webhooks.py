@@ -10,7 +10,7 @@ from app.schemas.webhooks import (DeliveryListQuerySchema, DeliveryListSchema, R
 from app.errors import InvalidState
 from app.services import outbox, webhooks
 from app.services.webhooks import ConfigurationMissing
-from app.worker.deliveries import transport_for
+from app.services.transport import transport_for
 
 bp = Blueprint("webhooks", __name__)
 bp.before_request(require_api_key)

@@ -224,3 +224,10 @@ class Transport:
         adapter = PublicOnlyAdapter(is_https_proto=https, allow_loopback=False)
         adapter.init_poolmanager(4, self.workers)
         return adapter
+
+
+def transport_for(app) -> Transport:
+    """The app's transport, built once: its sessions and their connection pools live as long as the app."""
+    if "webhook_transport" not in app.extensions:
+        app.extensions["webhook_transport"] = Transport.from_config(app.config)
+    return app.extensions["webhook_transport"]

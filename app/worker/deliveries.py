@@ -9,20 +9,13 @@ from datetime import datetime, timezone
 from flask import current_app, has_app_context
 
 from app.services import events, outbox
-from app.services.transport import Transport
+from app.services.transport import transport_for
 
 JOB_ID = "deliveries"
 STEP_BUDGET_SECONDS = 30
 
 _draining = threading.Event()  # a drain is running: it will see new rows without being woken
 _woken = threading.Event()  # new rows were queued since the drain last looked
-
-
-def transport_for(app) -> Transport:
-    """The app's transport, built once: its sessions and their connection pools live as long as the app."""
-    if "webhook_transport" not in app.extensions:
-        app.extensions["webhook_transport"] = Transport.from_config(app.config)
-    return app.extensions["webhook_transport"]
 
 
 @dataclass
