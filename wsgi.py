@@ -1,4 +1,2 @@
-"""WSGI entry point: `gunicorn wsgi:app`, `flask --app wsgi …`."""
-from app import create_app
-
-app = create_app()
+"""WSGI entry point in a checkout: `gunicorn wsgi:app`, `flask --app wsgi …` (the same as `app.wsgi`)."""
+from app.wsgi import app  # noqa: F401

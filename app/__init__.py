@@ -12,7 +12,8 @@ API_PREFIXES = ("/api/v1", "/v1")
 
 
 def create_app(test_config=None):
-    app = Flask(__name__, instance_relative_config=True)
+    """The application, configured and validated (ConfigError names a bad setting); it starts no threads."""
+    app = Flask(__name__, instance_relative_config=True, instance_path=_instance_path())
     app.json.sort_keys = False
     os.makedirs(app.instance_path, exist_ok=True)
     _configure(app, test_config)
@@ -25,7 +26,7 @@ def create_app(test_config=None):
     from app import models  # noqa: F401 - registers the tables with the metadata
     from app.database import configure_engine
     db.init_app(app)
-    migrate.init_app(app, db, directory=os.path.join(os.path.dirname(app.root_path), "migrations"))
+    migrate.init_app(app, db, directory=os.path.join(app.root_path, "migrations"))
     with app.app_context():
         configure_engine(db.engine, app.config["SQLITE_BUSY_TIMEOUT_MS"])
 
@@ -46,6 +47,17 @@ def _configure(app, test_config):
     app.config.update(config_module.settings_from_environment())
     if test_config:
         app.config.update(test_config)
+    config_module.validate(app.config)
+
+
+def _instance_path():
+    """`INSTANCE_PATH` (an installed service keeps its state there, e.g. /var/lib/entity-monitor); else the
+    checkout's `instance/` folder, or Flask's default for an installed package (<venv>/var/app-instance)."""
+    configured = os.environ.get("INSTANCE_PATH", "").strip()
+    if configured:
+        return os.path.abspath(configured)
+    checkout = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return os.path.join(checkout, "instance") if os.path.exists(os.path.join(checkout, "setup.cfg")) else None
 
 
 def _register_request_hooks(app):

@@ -1,9 +1,12 @@
-"""Operator commands (contract §9): `flask --app wsgi accounts|checks|deliveries|scheduler …`."""
+"""Operator commands (contract §9, §10): the `entity-monitor` console script, or `flask --app wsgi …` in a
+checkout: accounts|checks|deliveries|scheduler|db …, and `serve`."""
 import json
+import os
+import sys
 
 import click
 from flask import current_app
-from flask.cli import AppGroup
+from flask.cli import AppGroup, FlaskGroup
 
 from app.common import isoformat
 from app.errors import ServiceError
@@ -91,10 +94,10 @@ scheduler_cli = AppGroup("scheduler", help="The scheduler as its own process.")
 @scheduler_cli.command("run")
 def run_scheduler():
     """Run checks and deliveries until stopped (give web workers SCHEDULER_ENABLED=0)."""
-    from app.worker.scheduler import run_forever
+    from app.worker.scheduler import AlreadyRunning, run_forever
     try:
         run_forever(current_app._get_current_object())
-    except RuntimeError as error:
+    except AlreadyRunning as error:
         raise click.ClickException(str(error))
 
 
@@ -115,3 +118,29 @@ def run_deliveries(once):
     from app.worker import deliveries
     sent = deliveries.deliver_due() if once else deliveries.deliver_until_idle()
     click.echo(f"sent={sent}")
+
+
+@click.command("serve", context_settings={"ignore_unknown_options": True})
+@click.argument("gunicorn_args", nargs=-1, type=click.UNPROCESSED)
+def serve(gunicorn_args):
+    """Serve the API with gunicorn and the in-process scheduler (BIND, WEB_CONCURRENCY, GUNICORN_THREADS;
+    extra arguments go to gunicorn)."""
+    from app.serving import load
+    load()  # a bad setting is refused here, in one line, before gunicorn starts
+    command = [sys.executable, "-m", "gunicorn", "-c", "python:app.gunicorn_conf", *gunicorn_args, "app.wsgi:app"]
+    os.execv(sys.executable, command)
+
+
+def _load_app():
+    from app.serving import load
+    return load()
+
+
+def main():
+    """The `entity-monitor` console script."""
+    from app.version import VERSION
+    group = FlaskGroup(name="entity-monitor", create_app=_load_app, add_version_option=False,
+                       help="Entity change monitor: serve the API and run the operator commands.")
+    group.add_command(serve)
+    group = click.version_option(VERSION, prog_name="entity-monitor")(group)
+    group(prog_name="entity-monitor")

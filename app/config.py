@@ -1,5 +1,13 @@
-"""Configuration: defaults here, then `instance/config.py`, then environment variables (contract §9)."""
+"""Configuration: defaults here, then `instance/config.py`, then environment variables (contract §9).
+
+Every environment variable is parsed strictly and the merged configuration is validated at start-up:
+a bad value raises ConfigError, whose message is one line naming the variable and what it accepts.
+"""
 import os
+from urllib.parse import urlsplit
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 MINUTE = 60
 WINDOW = 15 * MINUTE
@@ -40,8 +48,11 @@ class Defaults:
     SCHEDULER_ENABLED = True
     SCHEDULER_CHECK_POLL_SECONDS = 2
     SCHEDULER_DELIVERY_POLL_SECONDS = 1
+    SCHEDULER_HEARTBEAT_SECONDS = 5
+    SCHEDULER_STANDBY_POLL_SECONDS = 10  # a process waiting for the SQLite scheduler lock retries this often
+    HEALTH_SCHEDULER_MAX_LAG_SECONDS = 120
     CHECK_BATCH_SIZE = 200
-    CHECK_LEASE_SECONDS = 300
+    CHECK_LEASE_SECONDS = 120  # a batch stops fetching after half of it, so a claim never outlives its lease
     CHECK_INITIAL_DELAY_SECONDS = 60
     CHECK_INTERVAL_SECONDS = None  # None: the tier's interval
     CHECK_JITTER_FRACTION = 0.1
@@ -70,37 +81,121 @@ class Defaults:
     WEBHOOK_RECOVER_MAX_DAYS = 14
 
 
-BOOL_SETTINGS = ("RATELIMIT_ENABLED", "SCHEDULER_ENABLED", "WEBHOOK_ALLOW_HTTP",
-                 "WEBHOOK_ALLOW_PRIVATE_ADDRESSES")
-INT_SETTINGS = ("TRUSTED_PROXY_HOPS", "CHECK_INITIAL_DELAY_SECONDS", "CHECK_INTERVAL_SECONDS", "SIMULATED_SEED",
-                "SIMULATED_PACE_SECONDS", "WEBHOOK_WORKERS", "WEBHOOK_BATCH_SIZE", "WEBHOOK_LEASE_SECONDS")
-FLOAT_SETTINGS = ("EMPLOYEE_COUNT_MIN_PERCENT", "PROVIDER_HTTP_TIMEOUT_SECONDS")
-STRING_SETTINGS = ("RATELIMIT_STORAGE_URI", "PROVIDER", "PROVIDER_HTTP_URL", "PROVIDER_HTTP_TOKEN",
-                   "NETWORK_DOMAIN", "API_KEY_MODE")
 
 
-def _parse_bool(raw):
-    return raw.strip().lower() in ("1", "true", "yes", "on")
+class ConfigError(Exception):
+    """A setting the service cannot start with; the message names the variable and the accepted values."""
+
+
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+RATELIMIT_SCHEMES = ("memory", "redis", "rediss", "redis+sentinel", "redis+cluster", "memcached", "mongodb",
+                     "mongodb+srv", "valkey", "valkeys")
+
+
+def parse_bool(name, raw):
+    word = raw.strip().lower()
+    if word in TRUE_WORDS or word in FALSE_WORDS:
+        return word in TRUE_WORDS
+    raise ConfigError(f"{name}={raw!r} is not a boolean: use one of {'/'.join(TRUE_WORDS + FALSE_WORDS)}")
+
+
+def parse_whole_number(name, raw):
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a whole number (write seconds as digits only, e.g. 30)") from None
+
+
+def parse_number(name, raw):
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number (e.g. 2.5)") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ConfigError(f"{name}={raw!r} is not a finite number")
+    return value
+
+
+def parse_seconds_list(name, raw):
+    parts = [part.strip() for part in raw.split(",")]
+    if not all(parts):
+        raise ConfigError(f"{name}={raw!r} must be comma-separated seconds, e.g. 5,300,1800")
+    return [parse_number(name, part) for part in parts]
+
+
+def parse_text(_name, raw):
+    return raw
+
+
+PARSERS = {
+    parse_bool: ("RATELIMIT_ENABLED", "SCHEDULER_ENABLED", "WEBHOOK_ALLOW_HTTP", "WEBHOOK_ALLOW_PRIVATE_ADDRESSES"),
+    parse_whole_number: ("TRUSTED_PROXY_HOPS", "CHECK_INITIAL_DELAY_SECONDS", "CHECK_INTERVAL_SECONDS",
+                         "CHECK_LEASE_SECONDS", "CHECK_BATCH_SIZE", "SIMULATED_SEED", "SIMULATED_PACE_SECONDS",
+                         "WEBHOOK_WORKERS", "WEBHOOK_BATCH_SIZE", "WEBHOOK_LEASE_SECONDS",
+                         "HEALTH_SCHEDULER_MAX_LAG_SECONDS"),
+    parse_number: ("EMPLOYEE_COUNT_MIN_PERCENT", "PROVIDER_HTTP_TIMEOUT_SECONDS"),
+    parse_seconds_list: ("WEBHOOK_RETRY_SCHEDULE",),
+    parse_text: ("RATELIMIT_STORAGE_URI", "PROVIDER", "PROVIDER_HTTP_URL", "PROVIDER_HTTP_TOKEN", "NETWORK_DOMAIN",
+                 "API_KEY_MODE"),
+}
+
+#: whole-number settings and their smallest accepted value
+MINIMUMS = {"TRUSTED_PROXY_HOPS": 0, "CHECK_INITIAL_DELAY_SECONDS": 0, "CHECK_INTERVAL_SECONDS": 1,
+            "CHECK_LEASE_SECONDS": 1, "CHECK_BATCH_SIZE": 1, "SIMULATED_PACE_SECONDS": 1, "WEBHOOK_WORKERS": 1,
+            "WEBHOOK_BATCH_SIZE": 1, "WEBHOOK_LEASE_SECONDS": 1, "HEALTH_SCHEDULER_MAX_LAG_SECONDS": 1,
+            "EMPLOYEE_COUNT_MIN_PERCENT": 0, "PROVIDER_HTTP_TIMEOUT_SECONDS": 0.1}
 
 
 def settings_from_environment(environ=os.environ):
-    """The contract §9 variables that are set, converted to their types."""
+    """The contract §9 variables that are set (and not empty), converted to their types."""
     found = {}
-    for name in BOOL_SETTINGS:
-        if name in environ:
-            found[name] = _parse_bool(environ[name])
-    for name in INT_SETTINGS:
-        if environ.get(name):
-            found[name] = int(environ[name])
-    for name in FLOAT_SETTINGS:
-        if environ.get(name):
-            found[name] = float(environ[name])
-    for name in STRING_SETTINGS:
-        if environ.get(name):
-            found[name] = environ[name]
-    if environ.get("DATABASE_URL"):
-        found["SQLALCHEMY_DATABASE_URI"] = environ["DATABASE_URL"]
-    if environ.get("WEBHOOK_RETRY_SCHEDULE"):
-        found["WEBHOOK_RETRY_SCHEDULE"] = [float(part) for part in environ["WEBHOOK_RETRY_SCHEDULE"].split(",")
-                                           if part.strip()]
+    for parse, names in PARSERS.items():
+        for name in names:
+            if environ.get(name, "").strip():
+                found[name] = parse(name, environ[name])
+    if environ.get("DATABASE_URL", "").strip():
+        found["SQLALCHEMY_DATABASE_URI"] = environ["DATABASE_URL"].strip()
     return found
+
+
+def validate(config) -> None:
+    """Refuse values the service cannot run with, before anything starts (raises ConfigError)."""
+    for name, smallest in MINIMUMS.items():
+        value = config.get(name)
+        if value is not None and value < smallest:
+            raise ConfigError(f"{name}={value} is too small: the smallest accepted value is {smallest}")
+    if config["API_KEY_MODE"] not in ("live", "test"):
+        raise ConfigError(f"API_KEY_MODE={config['API_KEY_MODE']!r} is not accepted: use live or test")
+    schedule = config["WEBHOOK_RETRY_SCHEDULE"]
+    if not schedule or any(delay <= 0 for delay in schedule):
+        raise ConfigError("WEBHOOK_RETRY_SCHEDULE must list positive seconds, e.g. 5,300,1800")
+    _validate_database_url(config["SQLALCHEMY_DATABASE_URI"])
+    _validate_ratelimit_storage(config["RATELIMIT_STORAGE_URI"])
+    _validate_provider(config)
+
+
+def _validate_database_url(url):
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise ConfigError(f"DATABASE_URL={url!r} is not a database URL: use sqlite:///PATH or "
+                          "postgresql://USER@HOST/DB") from None
+    if parsed.get_backend_name() not in ("sqlite", "postgresql"):
+        raise ConfigError(f"DATABASE_URL names {parsed.get_backend_name()!r}: use sqlite:///PATH or "
+                          "postgresql://USER@HOST/DB")
+
+
+def _validate_ratelimit_storage(uri):
+    scheme = urlsplit(uri).scheme
+    if scheme not in RATELIMIT_SCHEMES:
+        raise ConfigError(f"RATELIMIT_STORAGE_URI={uri!r} is not a limits storage URI: use memory:// or "
+                          "redis://HOST:6379")
+
+
+def _validate_provider(config):
+    from app.providers import load_provider
+    try:
+        load_provider(config)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None

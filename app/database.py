@@ -53,6 +53,15 @@ def write_transaction():
         raise
 
 
+def upsert(session, model):
+    """An INSERT of `model` that can take `.on_conflict_do_update(...)`, in the session database's dialect."""
+    if session.get_bind().dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert(model)
+
+
 def end_read_transaction():
     """Release the snapshot a read took, so no transaction stays open across slow work."""
     db.session.rollback()

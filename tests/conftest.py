@@ -115,3 +115,11 @@ def subscription_count(account_id, **filters):
     for name, value in filters.items():
         query = query.where(getattr(Subscription, name) == value)
     return db.session.scalar(query)
+
+
+@pytest.fixture
+def ticking(app):
+    """A scheduler has just ticked, so /healthz is healthy."""
+    from app.common import utcnow
+    from app.services import health
+    health.record_tick("test-scheduler", utcnow())

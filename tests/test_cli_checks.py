@@ -1,6 +1,5 @@
 """`flask checks run [--all | --due | SUBSCRIPTION_ID]` and `flask scheduler run` (contract §9)."""
 import signal
-import threading
 from types import SimpleNamespace
 from datetime import timedelta
 
@@ -131,32 +130,30 @@ def test_checks_run_with_nothing_to_do_succeeds(runner, app, network):
     assert result.output.strip() == "checked=0 changes=0 unavailable=0 failed=0 skipped=0"
 
 
-@pytest.fixture
-def instance_dir(app, tmp_path, monkeypatch):
-    monkeypatch.setattr(app, "instance_path", str(tmp_path))
-    return tmp_path
-
-
-def test_scheduler_run_refuses_when_another_scheduler_holds_the_lock(runner, app, instance_dir):
-    held = scheduler.acquire_instance_lock(app)
+def test_scheduler_run_refuses_when_another_scheduler_holds_the_database_lock(runner, app):
+    held = scheduler.lock_for(app)
+    held.acquire()
     try:
         result = runner.invoke(args=["scheduler", "run"])
     finally:
         held.release()
     assert result.exit_code != 0
-    assert "another scheduler already runs" in result.output
+    assert "another scheduler already runs for this SQLite database" in result.output
+    assert "SCHEDULER_ENABLED=0" in result.output
 
 
-def test_scheduler_run_starts_and_releases_the_lock_when_stopped(runner, app, instance_dir, monkeypatch):
-    stopped = threading.Event()
-    stopped.set()  # as if SIGTERM arrived at once
-    monkeypatch.setattr(scheduler, "threading", SimpleNamespace(Event=lambda: stopped))
-    handlers = []
-    monkeypatch.setattr(scheduler, "signal", SimpleNamespace(
-        SIGINT=signal.SIGINT, SIGTERM=signal.SIGTERM, signal=lambda signum, handler: handlers.append(signum)))
+def test_scheduler_run_starts_and_releases_the_lock_when_stopped(runner, app, monkeypatch):
+    handlers = {}
+
+    def install(signum, handler):
+        handlers[signum] = handler
+        handler(signum, None)  # as if the signal arrived at once
+
+    monkeypatch.setattr(scheduler, "signal", SimpleNamespace(SIGINT=signal.SIGINT, SIGTERM=signal.SIGTERM,
+                                                             signal=install))
     result = runner.invoke(args=["scheduler", "run"])
     assert result.exit_code == 0, result.output
     assert sorted(handlers) == sorted([signal.SIGINT, signal.SIGTERM])
-    lock = scheduler.acquire_instance_lock(app)
-    assert lock is not None  # released on the way out
+    lock = scheduler.lock_for(app)
+    assert scheduler._try_acquire(lock)  # released on the way out
     lock.release()

@@ -159,23 +159,7 @@ def test_an_insane_client_request_id_is_replaced(alice, sent):
     assert response.headers["X-Request-Id"].startswith("req_")
 
 
-# --- /healthz and prefixes -------------------------------------------------------------------------
-
-def test_healthz_needs_no_key_and_checks_the_database(anon):
-    response = anon.client.get("/healthz")
-    assert response.status_code == 200
-    assert response.get_json() == {"status": "ok", "database": "ok"}
-    assert "X-RateLimit-Limit" not in response.headers
-
-
-def test_healthz_reports_an_unreachable_database(anon, monkeypatch):
-    def broken(*args, **kwargs):
-        raise RuntimeError("database is gone")
-
-    monkeypatch.setattr(db.session, "execute", broken)
-    response = anon.client.get("/healthz")
-    _assert_error_shape(response, 503, "UNAVAILABLE")
-
+# --- prefixes -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("prefix", ["/api/v1", "/v1"])
 def test_both_prefixes_serve_the_same_routes(alice, prefix):

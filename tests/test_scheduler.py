@@ -4,7 +4,10 @@ import threading
 from collections import Counter
 from datetime import timedelta
 
+import click
 import pytest
+from types import SimpleNamespace
+from sqlalchemy.engine import make_url
 from sqlalchemy import func, insert, select, update
 
 from app import create_app
@@ -13,7 +16,7 @@ from app.database import write_transaction
 from app.extensions import db
 from app.models import Event, Subscription
 from app.providers.simulated import SimulatedProvider
-from app.services import checks
+from app.services import checks, health
 from app.worker import checks as worker
 from app.worker import scheduler
 
@@ -194,57 +197,80 @@ def test_a_claim_sets_a_lease_of_the_configured_length(app, alice):
     assert app.config["CHECK_LEASE_SECONDS"] - 5 <= lease <= app.config["CHECK_LEASE_SECONDS"] + 5
 
 
-# --- the instance lock and the APScheduler wiring -------------------------------------------------------
+# --- the database lock and the APScheduler wiring -------------------------------------------------------
 
-@pytest.fixture
-def instance_dir(app, tmp_path, monkeypatch):
-    path = tmp_path / "instance"
-    path.mkdir()
-    monkeypatch.setattr(app, "instance_path", str(path))
-    return path
-
-
-def test_only_one_scheduler_per_instance(app, instance_dir):
-    first = scheduler.acquire_instance_lock(app)
-    assert first is not None
-    assert scheduler.acquire_instance_lock(app) is None  # a second worker of the same instance
+def test_only_one_scheduler_per_sqlite_database_and_the_lock_lives_beside_it(app):
+    database = make_url(app.config["SQLALCHEMY_DATABASE_URI"]).database
+    first = scheduler.lock_for(app)
+    assert first.lock_file == database + ".scheduler.lock"
+    assert scheduler._try_acquire(first)
+    assert not scheduler._try_acquire(scheduler.lock_for(app))  # another worker of the same database
     other = create_app({**BASE_CONFIG, "SQLALCHEMY_DATABASE_URI": app.config["SQLALCHEMY_DATABASE_URI"]})
-    other.instance_path = str(instance_dir)
-    assert scheduler.acquire_instance_lock(other) is None  # another process-like app, same instance
+    assert not scheduler._try_acquire(scheduler.lock_for(other))  # another app (or checkout), same database
     first.release()
-    again = scheduler.acquire_instance_lock(app)
-    assert again is not None
+    again = scheduler.lock_for(app)
+    assert scheduler._try_acquire(again)
     again.release()
 
 
-def test_the_in_process_scheduler_stays_off_in_tests_and_when_disabled(app, instance_dir):
-    assert scheduler.start_in_process_scheduler(app) is None
+def test_another_database_has_its_own_lock(app, tmp_path):
+    held = scheduler.lock_for(app)
+    assert scheduler._try_acquire(held)
+    other = scheduler.lock_for(SimpleNamespace(config={"SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp_path}/b.db"}))
+    try:
+        assert scheduler._try_acquire(other)
+        other.release()
+    finally:
+        held.release()
+
+
+@pytest.mark.parametrize("url", ["postgresql://db/monitor", "sqlite://", "sqlite:///:memory:"])
+def test_no_lock_where_any_number_of_schedulers_may_run(url):
+    assert scheduler.lock_for(SimpleNamespace(config={"SQLALCHEMY_DATABASE_URI": url})) is None
+
+
+def test_the_scheduler_stays_off_in_tests_when_disabled_and_in_one_off_commands(app):
+    assert scheduler.start_when_serving(app) is None  # TESTING
     app.config.update(TESTING=False, SCHEDULER_ENABLED=False)
-    assert scheduler.start_in_process_scheduler(app) is None
-    lock = scheduler.acquire_instance_lock(app)  # the lock was not taken
-    assert lock is not None
+    assert scheduler.start_when_serving(app) is None
+    app.config.update(SCHEDULER_ENABLED=True)
+    with click.Context(click.Command("upgrade")):
+        assert scheduler.start_when_serving(app) is None
+    assert "scheduler" not in app.extensions
+    lock = scheduler.lock_for(app)  # the lock was not taken
+    assert scheduler._try_acquire(lock)
     lock.release()
 
 
 def test_the_scheduler_polls_for_due_checks(app):
-    jobs = {job.id: job for job in scheduler.build_scheduler(app).get_jobs()}
-    assert "checks" in jobs
+    jobs = {job.id: job for job in scheduler.Scheduler(app).apscheduler.get_jobs()}
     assert jobs["checks"].trigger.interval == timedelta(seconds=app.config["SCHEDULER_CHECK_POLL_SECONDS"])
-    assert jobs["checks"].args[1] is worker.run_due_checks
+    assert jobs["flush-usage"].trigger.interval == timedelta(seconds=5)
 
 
 def test_a_failing_step_is_logged_and_the_loop_goes_on(app, caplog):
     def broken():
         raise RuntimeError("database went away")
 
-    scheduler.run_step(app, broken)  # does not raise
+    scheduler.Scheduler(app).run_step(broken)  # does not raise
     assert "scheduler step broken failed" in caplog.text
 
 
-def test_the_scheduler_step_checks_due_subscriptions(app, alice):
+def test_the_check_step_ticks_the_heartbeat_and_checks_due_subscriptions(app, alice):
     insert_due_subscriptions(alice.account_id, 3)
     app.extensions["provider"] = CountingProvider()
     db.session.remove()
-    scheduler.run_step(app, worker.run_due_checks)
+    running = scheduler.Scheduler(app)
+    running.run_step(running.tick_and_check)
     assert all(row.check_count == 1 for row in fresh_rows())
+    assert health.scheduler_heartbeat()["lag_seconds"] < 60
     assert worker.run_due_checks() is False  # nothing left to do
+
+
+def test_a_stopping_scheduler_runs_no_more_steps(app, alice):
+    insert_due_subscriptions(alice.account_id, 2)
+    app.extensions["provider"] = CountingProvider()
+    running = scheduler.Scheduler(app)
+    running.request_stop()
+    running.run_step(running.tick_and_check)
+    assert all(row.check_count == 0 for row in fresh_rows())

@@ -1,10 +1,11 @@
 """Endpoints without an API key: health and the OpenAPI document."""
-from flask import Blueprint
-from sqlalchemy import text
+from flask import Blueprint, current_app, g
 
-from app.api.errors import error_response
 from app.api.openapi import cached_document
-from app.extensions import db, limiter
+from app.common import isoformat, utcnow
+from app.extensions import limiter
+from app.services import health
+from app.version import VERSION
 
 bp = Blueprint("meta", __name__)
 docs_bp = Blueprint("docs", __name__)
@@ -13,13 +14,18 @@ docs_bp = Blueprint("docs", __name__)
 @bp.get("/healthz")
 @limiter.exempt
 def healthz():
-    try:
-        db.session.execute(text("SELECT 1"))
-    except Exception:  # noqa: BLE001 - any database failure means "not healthy"
-        return error_response(503, "UNAVAILABLE", "The database is not reachable.")
-    finally:
-        db.session.rollback()
-    return {"status": "ok", "database": "ok"}
+    """200 when the database answers and a scheduler ticked recently; else 503 with the same document plus
+    the error fields of contract §2, so a load balancer reads the status and a person reads why."""
+    found = health.report(current_app.config["HEALTH_SCHEDULER_MAX_LAG_SECONDS"])
+    problems = found.pop("problems")
+    scheduler = found["scheduler"] and {**found["scheduler"],
+                                        "last_tick_at": isoformat(found["scheduler"]["last_tick_at"])}
+    body = {"status": "unavailable" if problems else "ok", **found, "scheduler": scheduler, "version": VERSION}
+    if not problems:
+        return body
+    body.update(error="UNAVAILABLE", message=" ".join(problems), timestamp=isoformat(utcnow()),
+                request_id=g.get("request_id"))
+    return body, 503
 
 
 @docs_bp.get("/openapi.json")

@@ -1,6 +1,7 @@
 """Providers tell what an entity looks like now. One module per provider; `PROVIDER` names the module,
 which exposes `create(config) -> Provider`. Adding a provider is one new module and one setting."""
 import importlib
+import pkgutil
 
 from app.providers.base import EntityUnavailable, Provider, ProviderError
 
@@ -8,11 +9,20 @@ __all__ = ["EntityUnavailable", "Provider", "ProviderError", "load_provider"]
 
 
 def load_provider(config) -> Provider:
+    """The configured provider; ValueError (a one-line message naming the setting) when it cannot be built."""
     name = config["PROVIDER"]
-    if not name.isidentifier():
-        raise ValueError(f"PROVIDER must be a module name in app/providers, not {name!r}")
-    try:
-        module = importlib.import_module(f"app.providers.{name}")
-    except ModuleNotFoundError as error:
-        raise ValueError(f"Unknown PROVIDER {name!r}: no module app/providers/{name}.py") from error
+    module = None
+    if name.isidentifier():
+        try:
+            module = importlib.import_module(f"app.providers.{name}")
+        except ModuleNotFoundError:
+            module = None
+    if not hasattr(module, "create"):
+        raise ValueError(f"PROVIDER={name!r} is not a provider: use one of {', '.join(available_providers())}")
     return module.create(config)
+
+
+def available_providers() -> list:
+    """The modules of app/providers that build a provider."""
+    return sorted(info.name for info in pkgutil.iter_modules(__path__)
+                  if info.name != "base" and hasattr(importlib.import_module(f"{__name__}.{info.name}"), "create"))

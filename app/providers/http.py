@@ -3,6 +3,8 @@
 404 means not found, 403 and 451 private; 5xx, other statuses, timeouts and unreadable answers are
 transient. One pooled session is reused for every fetch.
 """
+from urllib.parse import urlsplit
+
 import requests
 from requests.adapters import HTTPAdapter
 
@@ -14,8 +16,10 @@ UNAVAILABLE = {404: "not_found", 403: "private", 451: "private"}
 
 class HttpProvider:
     def __init__(self, base_url: str, token=None, timeout=10.0, concurrency=8):
-        if not base_url:
-            raise ValueError("PROVIDER=http needs PROVIDER_HTTP_URL")
+        parts = urlsplit(base_url or "")
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"PROVIDER_HTTP_URL={base_url!r} must be an http:// or https:// URL with a host "
+                             "(PROVIDER=http needs it)")
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.concurrency = concurrency

@@ -8,6 +8,7 @@ A check runs in three steps so no transaction is held across the provider call:
    subscription whose claim was lost meanwhile (cancelled, paused), so a check racing a cancel emits nothing.
 """
 import logging
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -50,6 +51,7 @@ class Summary:
     unavailable: int = 0
     failed: int = 0
     skipped: int = 0  # claim lost to a cancel or pause meanwhile
+    released: int = 0  # not fetched (stopping, or the batch's deadline): given back unchecked
     deliveries_queued: bool = False
     events: list = field(default_factory=list)
 
@@ -100,11 +102,27 @@ def _fetch_one(provider, claimed: Claimed) -> Outcome:
         return Outcome(claimed, error=f"{type(error).__name__}: {error}"[:200])
 
 
-def fetch_all(provider, claimed: list) -> list:
+def fetch_all(provider, claimed: list, keep_going=lambda: True) -> list:
+    """One outcome per claimed item, in order; None for an item not fetched because `keep_going()` turned
+    false first (the scheduler is stopping, or the batch reached its deadline)."""
+    def fetch_unless_stopped(item):
+        return _fetch_one(provider, item) if keep_going() else None
+
     if provider.concurrency <= 1 or len(claimed) <= 1:
-        return [_fetch_one(provider, item) for item in claimed]
+        return [fetch_unless_stopped(item) for item in claimed]
     with ThreadPoolExecutor(max_workers=min(provider.concurrency, len(claimed))) as pool:
-        return list(pool.map(lambda item: _fetch_one(provider, item), claimed))
+        return list(pool.map(fetch_unless_stopped, claimed))
+
+
+def release(token: str, subscription_ids: list) -> None:
+    """Give back claims that were not worked on: due as they were, for any checker to take at once."""
+    if not subscription_ids:
+        return
+    with write_transaction() as session:
+        session.execute(update(Subscription)
+                        .where(Subscription.id.in_(subscription_ids), Subscription.claim_token == token)
+                        .values(claim_token=None, claimed_until=None)
+                        .execution_options(synchronize_session=False))
 
 
 def _record_event(built, subscription, config, event_type, data, now, summary):
@@ -262,6 +280,13 @@ def provider_for(app):
     return app.extensions["provider"]
 
 
-def run_claimed(claimed: list, token: str) -> Summary:
-    provider = provider_for(current_app._get_current_object())
-    return record_outcomes(token, fetch_all(provider, claimed))
+def run_claimed(claimed: list, token: str, keep_going=lambda: True) -> Summary:
+    """Fetch and record a claimed batch. Fetching stops at half the lease (or when `keep_going()` turns
+    false), and what was not fetched by then is released, so a claim never outlives its lease."""
+    app = current_app._get_current_object()
+    deadline = time.monotonic() + app.config["CHECK_LEASE_SECONDS"] / 2
+    outcomes = fetch_all(provider_for(app), claimed, lambda: keep_going() and time.monotonic() < deadline)
+    release(token, [item.id for item, outcome in zip(claimed, outcomes) if outcome is None])
+    summary = record_outcomes(token, [outcome for outcome in outcomes if outcome is not None])
+    summary.released = outcomes.count(None)
+    return summary

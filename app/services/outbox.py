@@ -77,6 +77,17 @@ def claim_due(token: str, limit: int) -> list:
                 for row in rows]
 
 
+def release(token: str, delivery_ids: list) -> None:
+    """Give back leased deliveries that were not sent (the sender is stopping): due now, for any sender."""
+    if not delivery_ids:
+        return
+    with write_transaction() as session:
+        session.execute(update(OutboxDelivery)
+                        .where(OutboxDelivery.id.in_(delivery_ids), OutboxDelivery.claim_token == token)
+                        .values(claim_token=None, claimed_until=None, next_attempt_at=utcnow())
+                        .execution_options(synchronize_session=False))
+
+
 def retry_delay(tries: int, outcome: Outcome):
     """Seconds until the next try after the `tries`-th failed one of a delivery; None when the schedule
     is spent. Jittered; at least a minute after a timeout or 429; a Retry-After is honoured up to twice

@@ -9,7 +9,7 @@ from datetime import date, datetime, time as clock
 from sqlalchemy import func, select
 
 from app.common import utcnow
-from app.database import write_transaction
+from app.database import upsert, write_transaction
 from app.extensions import db
 from app.models import Account, DeliveryAttempt, Event, Subscription, UsageCounter
 from app.services.accounts import live_subscription_count, subscription_limit
@@ -18,19 +18,10 @@ FLUSH_EVERY_SECONDS = 5
 log = logging.getLogger(__name__)
 
 
-def _upsert_sql(session):
-    """INSERT … ON CONFLICT DO UPDATE, in the dialect of the session's database."""
-    if session.get_bind().dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:
-        from sqlalchemy.dialects.sqlite import insert
-    return insert(UsageCounter)
-
-
 def add_counts(session, rows):
     """Add {(account_id, day): {"requests": n, "checks": m}} inside the caller's transaction."""
     for (account_id, day), counts in rows.items():
-        statement = _upsert_sql(session).values(account_id=account_id, day=day, requests=counts.get("requests", 0),
+        statement = upsert(session, UsageCounter).values(account_id=account_id, day=day, requests=counts.get("requests", 0),
                                                 checks=counts.get("checks", 0))
         statement = statement.on_conflict_do_update(
             index_elements=["account_id", "day"],

@@ -1,4 +1,5 @@
-"""One-step check functions for the scheduler and the `checks run` command."""
+"""One-step check functions for the scheduler and the `checks run` command. `keep_going` is the scheduler's
+"not stopping" test: a step finishes the batch in hand and claims no more once it turns false."""
 import time
 
 from flask import current_app
@@ -8,28 +9,32 @@ from app.services import checks
 STEP_BUDGET_SECONDS = 30
 
 
-def run_due_batch() -> checks.Summary:
+def always():
+    return True
+
+
+def run_due_batch(keep_going=always) -> checks.Summary:
     """Claim and check one batch of due subscriptions; an empty summary when nothing is due."""
     token = checks.new_claim_token()
     claimed = checks.claim(token, current_app.config["CHECK_BATCH_SIZE"])
-    return checks.run_claimed(claimed, token) if claimed else checks.Summary()
+    return checks.run_claimed(claimed, token, keep_going) if claimed else checks.Summary()
 
 
-def run_due(budget_seconds=None) -> list:
-    """Check due subscriptions batch after batch until none is due (or the budget is spent)."""
+def run_due(budget_seconds=None, keep_going=always) -> list:
+    """Check due subscriptions batch after batch until none is due (or the budget is spent, or stopping)."""
     deadline = None if budget_seconds is None else time.monotonic() + budget_seconds
     summaries = []
-    while deadline is None or time.monotonic() < deadline:
-        summary = run_due_batch()
+    while keep_going() and (deadline is None or time.monotonic() < deadline):
+        summary = run_due_batch(keep_going)
         if not summary.did_work:
             break
         summaries.append(summary)
     return summaries
 
 
-def run_due_checks() -> bool:
+def run_due_checks(keep_going=always) -> bool:
     """Scheduler step; returns whether any work was done."""
-    return bool(run_due(STEP_BUDGET_SECONDS))
+    return bool(run_due(STEP_BUDGET_SECONDS, keep_going))
 
 
 def run_all():

@@ -1,21 +1,19 @@
-"""One-step delivery functions for the scheduler and the `deliveries run` command, and the wake-up
-that runs the scheduler's delivery job as soon as a transaction has queued deliveries."""
+"""One-step delivery functions for the scheduler and the `deliveries run` command, and the wake-up that
+lets the scheduler's sender loop start as soon as a transaction has queued deliveries."""
+import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import datetime, timezone
-
-from flask import current_app, has_app_context
+from flask import current_app
 
 from app.services import events, outbox
 from app.services.transport import transport_for
 
-JOB_ID = "deliveries"
 STEP_BUDGET_SECONDS = 30
+log = logging.getLogger(__name__)
 
-_draining = threading.Event()  # a drain is running: it will see new rows without being woken
-_woken = threading.Event()  # new rows were queued since the drain last looked
+woken = threading.Event()  # new rows were queued since the sender last looked
 
 
 @dataclass
@@ -26,17 +24,31 @@ class InFlight:
     futures: list
 
 
-def _claim_and_send(app, pool) -> InFlight:
+def always():
+    return True
+
+
+def _claim_and_send(app, pool, keep_going) -> InFlight:
+    """Claim a batch and hand its sends to the pool. A send that has not started when `keep_going()` turns
+    false (stopping, or half the lease gone) is skipped; `_record` releases it."""
     token = outbox.new_claim_token()
     batch = outbox.claim_due(token, app.config["WEBHOOK_BATCH_SIZE"])
     transport = transport_for(app)
-    return InFlight(token, batch, [pool.submit(transport.send, claimed.outgoing) for claimed in batch])
+    deadline = time.monotonic() + app.config["WEBHOOK_LEASE_SECONDS"] / 2
+
+    def send_unless_stopped(outgoing):
+        return transport.send(outgoing) if keep_going() and time.monotonic() < deadline else None
+
+    return InFlight(token, batch, [pool.submit(send_unless_stopped, claimed.outgoing) for claimed in batch])
 
 
 def _record(in_flight: InFlight) -> int:
-    outbox.record_results(in_flight.token, [(claimed, future.result())
-                                            for claimed, future in zip(in_flight.batch, in_flight.futures)])
-    return len(in_flight.batch)
+    """Record the tries made, release the ones skipped; returns how many were sent."""
+    results = [(claimed, future.result()) for claimed, future in zip(in_flight.batch, in_flight.futures)]
+    sent = [(claimed, outcome) for claimed, outcome in results if outcome is not None]
+    outbox.record_results(in_flight.token, sent)
+    outbox.release(in_flight.token, [claimed.delivery_id for claimed, outcome in results if outcome is None])
+    return len(sent)
 
 
 def _sender_pool(app) -> ThreadPoolExecutor:
@@ -48,11 +60,11 @@ def deliver_due() -> int:
     and record the results. Returns how many were sent (0: nothing was due)."""
     app = current_app._get_current_object()
     with _sender_pool(app) as pool:
-        in_flight = _claim_and_send(app, pool)
+        in_flight = _claim_and_send(app, pool, always)
         return _record(in_flight) if in_flight.batch else 0
 
 
-def deliver_until_idle(budget_seconds=None) -> int:
+def deliver_until_idle(budget_seconds=None, keep_going=always) -> int:
     """Deliver batch after batch until nothing is due (or the budget is spent); returns how many were sent.
 
     Pipelined: the next batch is claimed and handed to the pool before the previous one is recorded, so
@@ -60,36 +72,34 @@ def deliver_until_idle(budget_seconds=None) -> int:
     app = current_app._get_current_object()
     deadline = None if budget_seconds is None else time.monotonic() + budget_seconds
     sent, previous = 0, None
-    _draining.set()
-    try:
-        with _sender_pool(app) as pool:
-            while True:
-                _woken.clear()
-                within_budget = deadline is None or time.monotonic() < deadline
-                current = _claim_and_send(app, pool) if within_budget else None
-                if previous is not None:
-                    sent += _record(previous)
-                if current is None or not (current.batch or _woken.is_set()):
-                    return sent
-                previous = current if current.batch else None
-    finally:
-        _draining.clear()
+    with _sender_pool(app) as pool:
+        while True:
+            woken.clear()
+            within_budget = keep_going() and (deadline is None or time.monotonic() < deadline)
+            current = _claim_and_send(app, pool, keep_going) if within_budget else None
+            if previous is not None:
+                sent += _record(previous)
+            if current is None or not (current.batch or woken.is_set()):
+                return sent
+            previous = current if current.batch else None
 
 
-def run_scheduled_deliveries() -> bool:
-    """Scheduler step; returns whether any work was done."""
-    return bool(deliver_until_idle(STEP_BUDGET_SECONDS))
+def run_sender_loop(app, stopping: threading.Event) -> None:
+    """The scheduler's sender: drain what is due, then sleep until woken by new deliveries or the poll
+    interval passes; returns once `stopping` is set, after recording (or releasing) the batch in hand."""
+    poll = app.config["SCHEDULER_DELIVERY_POLL_SECONDS"]
+    with app.app_context():
+        while not stopping.is_set():
+            try:
+                deliver_until_idle(STEP_BUDGET_SECONDS, lambda: not stopping.is_set())
+            except Exception:  # noqa: BLE001 - the loop must never die; the next round tries again
+                log.exception("delivery round failed")
+            woken.wait(poll)
 
 
 def wake_sender():
-    """Listener of events.on_new_deliveries: run the scheduler's delivery job now rather than at the next
-    poll. A drain already running is only flagged, so APScheduler never skips a run it could not start."""
-    _woken.set()
-    if _draining.is_set() or not has_app_context():
-        return
-    scheduler = current_app.extensions.get("scheduler")
-    if scheduler is not None:
-        scheduler.modify_job(JOB_ID, next_run_time=datetime.now(timezone.utc))
+    """Listener of events.on_new_deliveries: the sender loop starts its next round now, not at the next poll."""
+    woken.set()
 
 
 events.on_new_deliveries(wake_sender)

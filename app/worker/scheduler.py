@@ -1,86 +1,171 @@
-"""The in-process APScheduler. Due-ness lives in the database, so the jobs only poll it; a file lock in
-`instance/` makes sure one scheduler runs per instance even if gunicorn starts several workers."""
+"""The scheduler: APScheduler runs the checks (with the heartbeat) and the usage flush every few seconds;
+a sender thread drains the outbox, woken by an Event when new deliveries are queued. Due-ness lives in the
+database, so the jobs only poll it and nothing is lost when a process stops.
+
+It runs in whatever process serves the application (`start_when_serving`, called by `app.wsgi`) or as its
+own process (`run_forever`, the `scheduler run` command). On SQLite one runs per database file (a lock
+file beside it; a serving process that finds it taken waits on standby and takes over when it is freed);
+on PostgreSQL any number share the work through the atomic claims.
+
+Stopping sets one Event: the steps finish the batch in hand, release what they had not started and claim
+nothing more; then buffered usage counts are written and the lock is freed.
+"""
 import atexit
 import logging
 import os
 import signal
 import threading
-from datetime import datetime, timezone
 
+import click
 from apscheduler.schedulers.background import BackgroundScheduler
 from filelock import FileLock, Timeout
+from sqlalchemy.engine import make_url
 
-from app.services import usage
+from app.common import utcnow
+from app.services import health, usage
 from app.worker import checks, deliveries
 
 log = logging.getLogger(__name__)
+SENDER_JOIN_SECONDS = 20
 
 
-def scheduled_steps(app):
-    """(job id, seconds between runs, step). Each step does one round of work and returns."""
-    return [
-        ("flush-usage", usage.FLUSH_EVERY_SECONDS, usage.requests.flush),
-        ("checks", app.config["SCHEDULER_CHECK_POLL_SECONDS"], checks.run_due_checks),
-        (deliveries.JOB_ID, app.config["SCHEDULER_DELIVERY_POLL_SECONDS"], deliveries.run_scheduled_deliveries),
-    ]
+class Scheduler:
+    def __init__(self, app, lock=None):
+        self.app = app
+        self.lock = lock
+        self.id = health.new_scheduler_id()
+        self.started_at = utcnow()
+        self.stopping = threading.Event()
+        self.apscheduler = BackgroundScheduler(timezone="UTC", job_defaults={"max_instances": 1, "coalesce": True})
+        for job_id, seconds, step in self.steps():
+            self.apscheduler.add_job(self.run_step, "interval", args=(step,), id=job_id, seconds=seconds,
+                                     next_run_time=utcnow())
+        self.sender = threading.Thread(target=deliveries.run_sender_loop, args=(app, self.stopping),
+                                       name="webhook-sender-loop", daemon=True)
+
+    def steps(self):
+        """(job id, seconds between runs, step). Each step does one round of work and returns."""
+        return [("flush-usage", usage.FLUSH_EVERY_SECONDS, usage.requests.flush),
+                ("checks", self.app.config["SCHEDULER_CHECK_POLL_SECONDS"], self.tick_and_check)]
+
+    def keep_going(self) -> bool:
+        return not self.stopping.is_set()
+
+    def tick_and_check(self):
+        """The heartbeat is the check loop's own: it stops when checking stops."""
+        health.record_tick(self.id, self.started_at)
+        checks.run_due_checks(self.keep_going)
+
+    def run_step(self, step):
+        """Run one step; an exception is logged and the next run goes on (a loop must never die)."""
+        if self.stopping.is_set():
+            return
+        with self.app.app_context():
+            try:
+                step()
+            except Exception:  # noqa: BLE001
+                log.exception("scheduler step %s failed", getattr(step, "__name__", step))
+
+    def start(self):
+        with self.app.app_context():
+            health.forget_stale_schedulers()
+        self.apscheduler.start()
+        self.sender.start()
+        log.info("scheduler %s started (checks every %ss, deliveries woken on demand)", self.id,
+                 self.app.config["SCHEDULER_CHECK_POLL_SECONDS"])
+
+    def request_stop(self):
+        """Non-blocking: every loop sees it at its next batch boundary."""
+        self.stopping.set()
+        deliveries.woken.set()
+
+    def stop(self):
+        """Stop and wait: work in hand is recorded or released, usage counts written, the lock freed."""
+        self.request_stop()
+        if self.apscheduler.running:
+            self.apscheduler.shutdown(wait=True)
+        if self.sender.is_alive():
+            self.sender.join(SENDER_JOIN_SECONDS)
+        with self.app.app_context():
+            usage.requests.flush()
+        if self.lock is not None and self.lock.is_locked:
+            self.lock.release()
+        log.info("scheduler %s stopped", self.id)
+
+    def start_when_lock_is_free(self):
+        """Standby: retry the lock until it is ours (the holder stopped or died), then start."""
+        poll = self.app.config["SCHEDULER_STANDBY_POLL_SECONDS"]
+        while not self.stopping.wait(poll):
+            if _try_acquire(self.lock):
+                self.start()
+                return
 
 
-def build_scheduler(app) -> BackgroundScheduler:
-    scheduler = BackgroundScheduler(timezone="UTC", job_defaults={"max_instances": 1, "coalesce": True})
-    for job_id, seconds, step in scheduled_steps(app):
-        scheduler.add_job(run_step, "interval", args=(app, step), id=job_id, seconds=seconds,
-                          next_run_time=datetime.now(timezone.utc))
-    return scheduler
+def lock_for(app):
+    """The lock that keeps one scheduler per SQLite database file: `<database file>.scheduler.lock`.
+    None where any number may run (PostgreSQL, an in-memory database)."""
+    url = make_url(app.config["SQLALCHEMY_DATABASE_URI"])
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return None
+    return FileLock(os.path.abspath(url.database) + ".scheduler.lock")
 
 
-def run_step(app, step):
-    """Run one step; an exception is logged and the next run goes on (a loop must never die)."""
-    with app.app_context():
-        try:
-            step()
-        except Exception:  # noqa: BLE001
-            log.exception("scheduler step %s failed", getattr(step, "__name__", step))
-
-
-def acquire_instance_lock(app):
-    lock = FileLock(os.path.join(app.instance_path, "scheduler.lock"))
+def _try_acquire(lock) -> bool:
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        return None
-    return lock
+        return False
+    return True
 
 
-def start_in_process_scheduler(app):
-    if not app.config["SCHEDULER_ENABLED"] or app.config.get("TESTING"):
+def running_one_off_command() -> bool:
+    """A `flask`/`entity-monitor` command other than `run` (the development server) is loading the app."""
+    context = click.get_current_context(silent=True)
+    return context is not None and context.command.name != "run"
+
+
+def start_when_serving(app):
+    """Start the scheduler in this serving process (or put it on standby behind the SQLite lock). Never in
+    tests, one-off commands, or with SCHEDULER_ENABLED=0. Returns the Scheduler, or None."""
+    if not app.config["SCHEDULER_ENABLED"] or app.config.get("TESTING") or running_one_off_command():
         return None
-    lock = acquire_instance_lock(app)
-    if lock is None:
-        log.info("another scheduler holds the instance lock; this process serves requests only")
-        return None
-    scheduler = build_scheduler(app)
-    scheduler.start()
+    lock = lock_for(app)
+    scheduler = Scheduler(app, lock)
     app.extensions["scheduler"] = scheduler
-    atexit.register(lambda: (scheduler.shutdown(wait=True), lock.release()))
-    log.info("in-process scheduler started: %s", ", ".join(job.id for job in scheduler.get_jobs()))
+    _stop_at_exit(scheduler)
+    if lock is None or _try_acquire(lock):
+        scheduler.start()
+    else:
+        log.info("another process runs the scheduler for this database; this one serves requests and stands by")
+        threading.Thread(target=scheduler.start_when_lock_is_free, name="scheduler-standby", daemon=True).start()
     return scheduler
 
 
+def _stop_at_exit(scheduler):
+    # Interpreter exit first joins the thread pools (APScheduler's included), then runs atexit: ask the
+    # loops to stop before that join, or exit would wait for a whole step.
+    if hasattr(threading, "_register_atexit"):
+        threading._register_atexit(scheduler.request_stop)
+    atexit.register(scheduler.stop)
+
+
+class AlreadyRunning(RuntimeError):
+    pass
+
+
 def run_forever(app):
-    """`flask scheduler run`: the scheduler as its own process, until SIGINT or SIGTERM."""
-    lock = acquire_instance_lock(app)
-    if lock is None:
-        raise RuntimeError("another scheduler already runs for this instance (instance/scheduler.lock)")
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    scheduler = build_scheduler(app)
+    """`scheduler run`: the scheduler as its own process, until SIGINT or SIGTERM."""
+    lock = lock_for(app)
+    if lock is not None and not _try_acquire(lock):
+        raise AlreadyRunning(f"another scheduler already runs for this SQLite database ({lock.lock_file}); "
+                             "stop it, or serve the web processes with SCHEDULER_ENABLED=0")
+    scheduler = Scheduler(app, lock)
     app.extensions["scheduler"] = scheduler
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: scheduler.request_stop())
     try:
         scheduler.start()
-        log.info("scheduler running: %s", ", ".join(job.id for job in scheduler.get_jobs()))
-        stop.wait()
+        while not scheduler.stopping.wait(1):
+            pass
     finally:
-        if scheduler.running:
-            scheduler.shutdown(wait=True)
-        lock.release()
+        scheduler.stop()

@@ -1,5 +1,6 @@
-"""gunicorn settings: one process with threads (the in-memory rate limiter is per process), and the
-in-process scheduler started in the worker once it is ready (never in `flask` CLI commands)."""
+"""gunicorn settings for `entity-monitor serve` (`gunicorn -c python:app.gunicorn_conf app.wsgi:app`): one
+process with threads by default; the scheduler starts with the application in the worker, whatever the
+settings (a plain `gunicorn wsgi:app` runs it too)."""
 import os
 
 bind = os.environ.get("BIND", "127.0.0.1:8000")
@@ -7,12 +8,7 @@ workers = int(os.environ.get("WEB_CONCURRENCY", "1"))
 threads = int(os.environ.get("GUNICORN_THREADS", "8"))
 worker_class = "gthread"
 timeout = 60
-graceful_timeout = 20
+graceful_timeout = 30  # a stopping scheduler finishes its batch in hand in well under this
 accesslog = "-"
 # Never log the X-API-Key header: the access log format names no request headers.
 access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(D)sus'
-
-
-def post_worker_init(worker):
-    from app.worker.scheduler import start_in_process_scheduler
-    start_in_process_scheduler(worker.wsgi)

@@ -1,0 +1,1 @@
+"""The HTTP layer: one blueprint per resource over the services."""

@@ -1,0 +1,66 @@
+"""Liveness the operator can see (contract §10): the schedulers' heartbeats and the outbox backlog."""
+import socket
+import os
+from datetime import timedelta
+
+from sqlalchemy import delete, func, select
+
+from app.common import new_id, utcnow
+from app.database import upsert, write_transaction
+from app.extensions import db
+from app.models import OutboxDelivery, SchedulerHeartbeat
+
+FORGET_AFTER = timedelta(days=7)  # heartbeat rows of schedulers long gone are deleted
+
+
+def new_scheduler_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{new_id('s')[2:10]}"
+
+
+def record_tick(scheduler_id: str, started_at) -> None:
+    """This scheduler is alive now: one small upsert (schedulers tick every few seconds)."""
+    now = utcnow()
+    with write_transaction() as session:
+        statement = upsert(session, SchedulerHeartbeat).values(id=scheduler_id, started_at=started_at,
+                                                               last_tick_at=now)
+        session.execute(statement.on_conflict_do_update(index_elements=["id"], set_={"last_tick_at": now}))
+
+
+def forget_stale_schedulers() -> None:
+    with write_transaction() as session:
+        session.execute(delete(SchedulerHeartbeat).where(SchedulerHeartbeat.last_tick_at < utcnow() - FORGET_AFTER))
+
+
+def scheduler_heartbeat() -> dict:
+    """The newest tick of any scheduler and how long ago it was (None when none ever ticked)."""
+    last = db.session.scalar(select(func.max(SchedulerHeartbeat.last_tick_at)))
+    return {"last_tick_at": last, "lag_seconds": None if last is None else _seconds_since(last)}
+
+
+def outbox_backlog() -> dict:
+    """Deliveries still owed (due now or waiting for a retry) and the age of the oldest one."""
+    pending, oldest = db.session.execute(
+        select(func.count(), func.min(OutboxDelivery.created_at)).where(OutboxDelivery.status == "pending")).one()
+    return {"pending": pending, "oldest_pending_seconds": None if oldest is None else _seconds_since(oldest)}
+
+
+def report(max_scheduler_lag_seconds: float) -> dict:
+    """The health document; `problems` lists why it is unhealthy (empty: healthy). Never raises."""
+    try:
+        scheduler, outbox = scheduler_heartbeat(), outbox_backlog()
+    except Exception:  # noqa: BLE001 - any database failure means "not healthy", whatever the driver raised
+        return {"database": "unreachable", "scheduler": None, "outbox": None,
+                "problems": ["The database is not reachable."]}
+    finally:
+        db.session.rollback()
+    problems = []
+    if scheduler["lag_seconds"] is None:
+        problems.append("No scheduler has ticked yet: checks and deliveries are not running.")
+    elif scheduler["lag_seconds"] > max_scheduler_lag_seconds:
+        problems.append(f"No scheduler has ticked for {scheduler['lag_seconds']:.0f} s "
+                        f"(allowed: {max_scheduler_lag_seconds:g} s): checks and deliveries are not running.")
+    return {"database": "ok", "scheduler": scheduler, "outbox": outbox, "problems": problems}
+
+
+def _seconds_since(moment) -> float:
+    return round(max((utcnow() - moment).total_seconds(), 0.0), 3)
