@@ -3,6 +3,7 @@ import logging
 import os
 
 from flask import Flask
+from limits.errors import ConfigurationError as LimitsConfigurationError
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from app import config as config_module
@@ -67,7 +68,11 @@ def _register_request_hooks(app):
     # which init_app registers next, so limits key on the validated API key.
     app.before_request(assign_request_id)
     app.before_request(identify_caller)
-    limiter.init_app(app)
+    try:
+        limiter.init_app(app)
+    except LimitsConfigurationError as error:  # e.g. redis:// without the redis package
+        raise config_module.ConfigError(f"RATELIMIT_STORAGE_URI={app.config['RATELIMIT_STORAGE_URI']!r} cannot be "
+                                        f"used: {error} (pip install 'entity-monitor[redis]')") from None
     app.after_request(add_rate_limit_headers)
     app.after_request(count_request)
     app.after_request(set_request_id_header)

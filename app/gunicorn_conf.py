@@ -9,6 +9,9 @@ threads = int(os.environ.get("GUNICORN_THREADS", "8"))
 worker_class = "gthread"
 timeout = 60
 graceful_timeout = 30  # a stopping scheduler finishes its batch in hand in well under this
+# gunicorn 27's control socket defaults to one path per user (~/.gunicorn/gunicorn.ctl): two services on
+# one host would fight over it, and nothing here uses it.
+control_socket_disable = True
 accesslog = "-"
 # Never log the X-API-Key header: the access log format names no request headers.
 access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(D)sus'

@@ -8,7 +8,7 @@
 
 Usage: `.venv/bin/python scripts/bench_api.py [--seconds 5] [--threads 4]` from the checkout.
 
-The server is `gunicorn -c scripts/gunicorn.conf.py wsgi:app` (one process, threads) on a free loopback
+The server is `gunicorn -c python:app.gunicorn_conf wsgi:app` (one process, threads) on a free loopback
 port, on a temporary SQLite file, with RATELIMIT_ENABLED=0 and SCHEDULER_ENABLED=0, after
 `flask --app wsgi db upgrade` and `flask --app wsgi accounts create --tier enterprise --json` (a tier
 without a cap). Rows are filled directly through SQLAlchemy Core (one executemany per 10,000 rows, the
@@ -64,7 +64,7 @@ class Server:
 
     def __enter__(self):
         self.log = open(self.log_path, "w")
-        self.process = subprocess.Popen(tool("gunicorn") + ["-c", "scripts/gunicorn.conf.py", "wsgi:app"],
+        self.process = subprocess.Popen(tool("gunicorn") + ["-c", "python:app.gunicorn_conf", "wsgi:app"],
                                         cwd=ROOT, env={**self.env, "BIND": f"127.0.0.1:{self.port}"},
                                         stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 30

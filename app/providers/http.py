@@ -18,7 +18,7 @@ class HttpProvider:
     def __init__(self, base_url: str, token=None, timeout=10.0, concurrency=8):
         parts = urlsplit(base_url or "")
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"PROVIDER_HTTP_URL={base_url!r} must be an http:// or https:// URL with a host "
+            raise ValueError(f"PROVIDER_HTTP_URL={base_url or ''!r} must be an http:// or https:// URL with a host "
                              "(PROVIDER=http needs it)")
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout

@@ -114,6 +114,8 @@ def attempt_row(account_id, event_id, event_type, attempt, outcome: Outcome, now
 
 def record_results(token: str, results: list) -> None:
     """Write a sent batch [(Claimed, Outcome)] in one transaction."""
+    if not results:
+        return
     with write_transaction() as session:
         now = utcnow()
         still_ours = set(session.scalars(select(OutboxDelivery.id).where(

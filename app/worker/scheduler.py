@@ -17,6 +17,7 @@ import signal
 import threading
 
 import click
+from flask.cli import run_command as flask_run_command
 from apscheduler.schedulers.background import BackgroundScheduler
 from filelock import FileLock, Timeout
 from sqlalchemy.engine import make_url
@@ -121,7 +122,7 @@ def _try_acquire(lock) -> bool:
 def running_one_off_command() -> bool:
     """A `flask`/`entity-monitor` command other than `run` (the development server) is loading the app."""
     context = click.get_current_context(silent=True)
-    return context is not None and context.command.name != "run"
+    return context is not None and context.command is not flask_run_command
 
 
 def start_when_serving(app):

@@ -1,0 +1,57 @@
+"""The deployment examples in scripts/deploy work as shipped: the systemd units pass `systemd-analyze verify`
+(with the install prefix pointed at this environment) and the nginx site passes `nginx -t` (with a
+generated certificate in place of the marked placeholders)."""
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+DEPLOY = Path(__file__).resolve().parent.parent / "scripts" / "deploy"
+BIN = Path(sys.executable).parent
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+@pytest.mark.parametrize("unit", ["entity-monitor.service", "entity-monitor-scheduler.service"])
+def test_the_systemd_units_verify(tmp_path, unit):
+    text = (DEPLOY / unit).read_text()
+    assert "/opt/entity-monitor/bin/entity-monitor" in text and "EnvironmentFile=-/etc/entity-monitor/env" in text
+    assert "DynamicUser=yes" in text and "StateDirectory=entity-monitor" in text
+    (tmp_path / unit).write_text(text.replace("/opt/entity-monitor/bin", str(BIN)))
+    done = subprocess.run(["systemd-analyze", "verify", str(tmp_path / unit)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "Unknown" not in done.stderr and "ignoring" not in done.stderr, done.stderr
+
+
+def test_the_units_run_commands_the_console_script_has(tmp_path):
+    from app.cli import main  # noqa: F401 - the entry point the units call
+    for unit in ("entity-monitor.service", "entity-monitor-scheduler.service"):
+        for line in (DEPLOY / unit).read_text().splitlines():
+            if line.startswith(("ExecStart=", "ExecStartPre=")):
+                args = line.split("=", 1)[1].split()[1:]
+                done = subprocess.run([str(BIN / "entity-monitor"), *args, "--help"], capture_output=True,
+                                      text=True, timeout=60)
+                assert done.returncode == 0, (line, done.stderr)
+
+
+@pytest.mark.skipif(shutil.which("nginx") is None or shutil.which("openssl") is None,
+                    reason="nginx or openssl is not installed")
+def test_the_nginx_site_passes_nginx_t_once_its_certificate_placeholders_are_filled(tmp_path):
+    site = (DEPLOY / "nginx.conf").read_text()
+    placeholders = ["/etc/ssl/entity-monitor/REPLACE-WITH-fullchain.pem", "/etc/ssl/entity-monitor/REPLACE-WITH-privkey.pem"]
+    assert all(placeholder in site for placeholder in placeholders)
+    certificate, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    "/CN=monitor.example.com", "-keyout", str(key), "-out", str(certificate)],
+                   check=True, capture_output=True, timeout=60)
+    site = site.replace(placeholders[0], str(certificate)).replace(placeholders[1], str(key))
+    (tmp_path / "site.conf").write_text(site)
+    (tmp_path / "nginx.conf").write_text(
+        f"pid {tmp_path}/nginx.pid;\nerror_log {tmp_path}/error.log;\nevents {{}}\n"
+        f"http {{\n  access_log off;\n  include {tmp_path}/site.conf;\n}}\n")
+    done = subprocess.run(["nginx", "-t", "-p", str(tmp_path), "-e", str(tmp_path / "error.log"),
+                           "-c", str(tmp_path / "nginx.conf")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "syntax is ok" in done.stderr and "test is successful" in done.stderr

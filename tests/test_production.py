@@ -1,0 +1,375 @@
+"""Production operation (contract §10), black-box: real processes started the ways an operator starts
+them, stopped with signals, killed with -9, and refused bad settings with one line."""
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+import threading
+
+import pytest
+import requests
+
+from webhook_helpers import Receiver, Reply
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+STOP_WITHIN_SECONDS = 30
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def service(tmp_path):
+    return Service(tmp_path)
+
+
+class Service:
+    """One database and instance folder; commands and servers run as child processes against it."""
+
+    def __init__(self, folder: Path):
+        self.database = folder / "monitor.db"
+        self.env = {**os.environ, "DATABASE_URL": f"sqlite:///{self.database}", "INSTANCE_PATH": str(folder),
+                    "WEBHOOK_ALLOW_HTTP": "1", "WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "1",
+                    "CHECK_INITIAL_DELAY_SECONDS": "0", "PATH": f"{BIN}:{os.environ['PATH']}"}
+        self.env.pop("TEST_POSTGRES_URL", None)
+
+    def command(self, *args, env=None, check=True):
+        done = subprocess.run([str(BIN / "entity-monitor"), *args], cwd=ROOT, env={**self.env, **(env or {})},
+                              capture_output=True, text=True, timeout=120)
+        if check:
+            assert done.returncode == 0, done.stderr
+        return done
+
+    def create_account(self) -> str:
+        self.command("db", "upgrade")
+        return json.loads(self.command("accounts", "create", "--name", "Ops", "--json").stdout)["api_key"]
+
+    def start(self, *argv, env=None):
+        return subprocess.Popen(list(argv), cwd=ROOT, env={**self.env, **(env or {})},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def sql(self, query, *params):
+        with sqlite3.connect(self.database, timeout=30) as connection:
+            return connection.execute(query, params).fetchall()
+
+    def wait_for(self, condition, seconds=60, what="condition"):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if condition():
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"timed out waiting for {what}")
+
+    def heartbeats(self) -> int:
+        return self.sql("SELECT count(*) FROM scheduler_heartbeats")[0][0]
+
+
+class Api:
+    def __init__(self, port, key):
+        self.base = f"http://127.0.0.1:{port}/api/v1"
+        self.session = requests.Session()
+        self.session.headers["X-API-Key"] = key
+
+    def post(self, path, body=None):
+        return self.session.post(self.base + path, json=body, timeout=10)
+
+
+@contextmanager
+def running(process):
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(10)
+
+
+def gunicorn(service, port, *extra, env=None):
+    """Plain gunicorn, no config file; without its per-user control socket, which parallel tests would share."""
+    return service.start(str(BIN / "gunicorn"), "--bind", f"127.0.0.1:{port}", "--no-control-socket", *extra,
+                         "wsgi:app", env=env)
+
+
+def wait_until_serving(service, process, port):
+    def answers():
+        assert process.poll() is None, process.stderr.read()
+        try:
+            return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code in (200, 503)
+        except requests.RequestException:  # not listening yet, or too busy starting to answer
+            return False
+    service.wait_for(answers, what="the server to answer")
+
+
+# --- the main job runs however the service is started --------------------------------------------------
+
+def test_plain_gunicorn_without_a_config_file_checks_and_delivers(service):
+    key = service.create_account()
+    port = free_port()
+    fast = {"SIMULATED_PACE_SECONDS": "1", "CHECK_INTERVAL_SECONDS": "1"}
+    with Receiver() as receiver, running(gunicorn(service, port, env=fast)) as server:
+        wait_until_serving(service, server, port)
+        api = Api(port, key)
+        assert api.post("/webhooks/configure", {"endpoint_url": receiver.url, "events": ["*"]}).status_code == 201
+        assert api.post("/subscriptions", {"entity_type": "contact", "network_id": "jane-doe"}).status_code == 201
+
+        def types():
+            return [received.event["type"] for received in list(receiver.requests)]
+        service.wait_for(lambda: "subscription.initial_state" in types() and len(set(types())) >= 2, seconds=90,
+                         what="the initial state and a later change")
+        health = requests.get(f"http://127.0.0.1:{port}/healthz", timeout=5)
+        assert health.status_code == 200 and health.json()["scheduler"]["lag_seconds"] < 30
+
+
+def test_one_off_commands_never_start_a_scheduler(service):
+    service.create_account()
+    service.command("checks", "run", "--all")
+    service.command("accounts", "list")
+    assert service.heartbeats() == 0
+
+
+def test_a_second_serving_process_on_one_sqlite_database_stands_by_and_takes_over(service):
+    service.create_account()
+    first_port, second_port = free_port(), free_port()
+    standby = {"SCHEDULER_STANDBY_POLL_SECONDS": "1"}
+    with running(gunicorn(service, first_port)) as first:
+        wait_until_serving(service, first, first_port)
+        service.wait_for(lambda: service.heartbeats() == 1, what="the first scheduler")
+        with running(gunicorn(service, second_port, env=standby)) as second:
+            wait_until_serving(service, second, second_port)
+            time.sleep(3)
+            assert service.heartbeats() == 1  # the lock beside the database keeps it to one
+            first.send_signal(signal.SIGTERM)
+            assert first.wait(STOP_WITHIN_SECONDS) == 0
+            service.wait_for(lambda: service.heartbeats() == 2, what="the standby to take over")
+
+
+# --- clean stop, under load ----------------------------------------------------------------------------
+
+def seed_busy_database(service, receiver_url, subscriptions=3000):
+    """Due subscriptions and a configured endpoint, so a scheduler has checks and deliveries to do."""
+    key = service.create_account()
+    account = service.sql("SELECT account_id FROM api_keys")[0][0]
+    now = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(time.time() - 60))
+    rows = [(f"sub_busy{n:06d}", account, "contact", f"person-{n}", f"https://www.linkedin.com/in/person-{n}",
+             "active", now, now, now, "pending", 0, 0, 0, "{}") for n in range(subscriptions)]
+    with sqlite3.connect(service.database) as connection:
+        connection.executemany(
+            "INSERT INTO subscriptions (id, account_id, entity_type, network_id, network_url, status, created_at,"
+            " updated_at, next_check_at, last_check_status, check_count, change_count, consecutive_failures,"
+            " custom_metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    return key, receiver_url
+
+
+@pytest.mark.parametrize("how", ["scheduler run", "gunicorn"])
+def test_sigterm_and_sigint_stop_a_busy_scheduler_quickly_every_time(service, how):
+    with Receiver(Reply(delay=0.3)) as receiver:  # a slow endpoint keeps the sender busy
+        key, _ = seed_busy_database(service, receiver.url)
+        port = free_port()
+        server = gunicorn(service, port)
+        with running(server):
+            wait_until_serving(service, server, port)
+            assert Api(port, key).post("/webhooks/configure", {"endpoint_url": receiver.url,
+                                                                "events": ["*"]}).status_code == 201
+            server.send_signal(signal.SIGTERM)
+            assert server.wait(STOP_WITHIN_SECONDS) == 0
+        fast = {"CHECK_INTERVAL_SECONDS": "1"}
+        for attempt in range(10):
+            before = service.sql("SELECT sum(check_count) FROM subscriptions")[0][0]
+            if how == "gunicorn":
+                process = gunicorn(service, free_port(), "--threads", "4", env=fast)
+            else:
+                process = service.start(str(BIN / "entity-monitor"), "scheduler", "run", env=fast)
+            with running(process):
+                service.wait_for(lambda: service.sql("SELECT sum(check_count) FROM subscriptions")[0][0] > before,
+                                 what="the scheduler to be busy")
+                signum = signal.SIGTERM if attempt % 2 == 0 else signal.SIGINT
+                started = time.monotonic()
+                process.send_signal(signum)
+                _, stderr = process.communicate(timeout=STOP_WITHIN_SECONDS)  # a hang is a failure
+                assert process.returncode == 0, stderr
+                assert time.monotonic() - started < STOP_WITHIN_SECONDS
+            # Whatever was in hand was recorded or given back: nothing stays claimed after a clean stop.
+            assert service.sql("SELECT count(*) FROM subscriptions WHERE claim_token IS NOT NULL") == [(0,)], stderr
+            assert service.sql("SELECT count(*) FROM outbox WHERE claim_token IS NOT NULL") == [(0,)], stderr
+        assert len(receiver.requests) > 0
+
+
+# --- crash recovery ------------------------------------------------------------------------------------
+
+class SlowProvider:
+    """An `http` provider upstream on 127.0.0.1 that answers after `delay` seconds."""
+
+    def __init__(self, delay):
+        self.delay = delay
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                time.sleep(outer.delay)
+                network_id = self.path.rsplit("/", 1)[-1]
+                body = json.dumps({"network_id": network_id, "name": "N", "headline": "h", "company": "C",
+                                   "title": "T", "activities": []}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_scheduler_killed_with_sigkill_leaves_claims_that_return_within_the_configured_lease(service):
+    upstream = SlowProvider(delay=30)
+    try:
+        seed_busy_database(service, None, subscriptions=50)
+        env = {"PROVIDER": "http", "PROVIDER_HTTP_URL": upstream.url, "CHECK_LEASE_SECONDS": "6",
+               "PROVIDER_HTTP_TIMEOUT_SECONDS": "2"}
+        process = service.start(str(BIN / "entity-monitor"), "scheduler", "run", env=env)
+        with running(process):
+            service.wait_for(lambda: service.sql(
+                "SELECT count(*) FROM subscriptions WHERE claim_token IS NOT NULL")[0][0] > 0, what="a claim")
+            claimed_at = time.time()
+            process.send_signal(signal.SIGKILL)
+            process.wait(10)
+        leases = service.sql("SELECT claimed_until FROM subscriptions WHERE claim_token IS NOT NULL")
+        assert leases
+        latest = max(time.mktime(time.strptime(value[:19], "%Y-%m-%d %H:%M:%S")) - time.timezone
+                     for (value,) in leases)
+        assert latest <= claimed_at + 6 + 1  # CHECK_LEASE_SECONDS from the environment, not the default
+        upstream.delay = 0
+        time.sleep(max(0.0, latest - time.time()) + 1)
+        done = service.command("checks", "run", "--due", env=env)
+        assert "checked=50" in done.stdout
+        assert service.sql("SELECT count(*) FROM subscriptions WHERE check_count = 1") == [(50,)]
+    finally:
+        upstream.close()
+
+
+# --- bad settings and unsafe process models are refused with one line ----------------------------------
+
+@pytest.mark.parametrize("name, value, says", [
+    ("CHECK_INTERVAL_SECONDS", "30s", "CHECK_INTERVAL_SECONDS='30s' is not a whole number"),
+    ("SCHEDULER_ENABLED", "maybe", "SCHEDULER_ENABLED='maybe' is not a boolean: use one of 1/true/yes/on/0/false"),
+    ("API_KEY_MODE", "bogus", "API_KEY_MODE='bogus' is not accepted: use live or test"),
+    ("PROVIDER", "simulatd", "PROVIDER='simulatd' is not a provider: use one of http, simulated"),
+    ("WEBHOOK_RETRY_SCHEDULE", "5,,300", "WEBHOOK_RETRY_SCHEDULE='5,,300' must be comma-separated seconds"),
+    ("WEBHOOK_RETRY_SCHEDULE", "5,-1", "WEBHOOK_RETRY_SCHEDULE must list positive seconds"),
+    ("DATABASE_URL", "mysql://db/x", "DATABASE_URL names 'mysql'"),
+    ("RATELIMIT_STORAGE_URI", "redis//oops", "RATELIMIT_STORAGE_URI='redis//oops' is not a limits storage URI"),
+    ("CHECK_LEASE_SECONDS", "0", "CHECK_LEASE_SECONDS=0 is too small"),
+    ("EMPLOYEE_COUNT_MIN_PERCENT", "nan", "EMPLOYEE_COUNT_MIN_PERCENT='nan' is not a finite number"),
+])
+def test_a_bad_setting_is_refused_with_one_line_naming_it(service, name, value, says):
+    done = service.command("accounts", "list", env={name: value}, check=False)
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert lines == [f"entity-monitor: configuration refused: {lines[0].split('refused: ', 1)[1]}"]
+    assert says in lines[0] and "Traceback" not in done.stderr
+
+
+def test_the_http_provider_without_its_url_is_refused_before_anything_is_claimed(service):
+    seed_busy_database(service, None, subscriptions=5)
+    port = free_port()
+    with running(gunicorn(service, port, env={"PROVIDER": "http", "PROVIDER_HTTP_URL": ""})) as server:
+        assert server.wait(60) != 0
+        stderr = server.stderr.read()
+    assert "PROVIDER_HTTP_URL='' must be an http:// or https:// URL" in stderr and "Traceback" not in stderr
+    assert service.sql("SELECT count(*) FROM subscriptions WHERE claim_token IS NOT NULL") == [(0,)]
+
+
+@pytest.mark.parametrize("env, says", [
+    ({}, "4 worker processes with RATELIMIT_STORAGE_URI=memory:// would multiply every rate limit by 4"),
+    ({"RATELIMIT_STORAGE_URI": "redis://127.0.0.1:6379"}, "SQLite takes one web process, not 4"),
+    ({"WEB_CONCURRENCY": "4", "GUNICORN_CMD_ARGS": ""}, "would multiply every rate limit by 4"),
+])
+def test_several_gunicorn_workers_with_per_process_state_are_refused(service, env, says):
+    service.create_account()
+    extra = () if "WEB_CONCURRENCY" in env else ("-w", "4")
+    with running(gunicorn(service, free_port(), *extra, env=env)) as server:
+        assert server.wait(60) == 4  # gunicorn halts ("App failed to load") instead of respawning workers
+        stderr = server.stderr.read()
+    assert "entity-monitor: configuration refused: " in stderr and says in stderr
+    # No traceback of ours (gunicorn's master may print its own HaltServer one when a worker exits early).
+    assert str(ROOT / "app") not in stderr
+
+
+def test_one_worker_with_threads_is_the_safe_default(service):
+    service.create_account()
+    port = free_port()
+    with running(gunicorn(service, port, "-w", "1", "--threads", "4")) as server:
+        wait_until_serving(service, server, port)
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(STOP_WITHIN_SECONDS) == 0
+
+
+# --- installs like a Python service --------------------------------------------------------------------
+
+def test_a_wheel_installed_in_a_fresh_venv_outside_the_checkout_migrates_creates_an_account_and_serves(tmp_path):
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--wheel-dir", str(wheels), str(ROOT)], check=True, capture_output=True, timeout=300)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    # The dependencies come from the test environment (no network needed); its own .pth files, and so the
+    # checkout's editable install, are not processed from a path added this way.
+    (site / "dependencies.pth").write_text(next(path for path in sys.path if path.endswith("site-packages")) + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "--quiet",
+                    "--no-deps", "--no-index", str(next(wheels.glob("*.whl")))], check=True, timeout=300)
+    empty = tmp_path / "elsewhere"
+    empty.mkdir()
+    port = free_port()
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("DATABASE_URL", "INSTANCE_PATH", "PYTHONPATH", "TEST_POSTGRES"))}
+    env.update(BIND=f"127.0.0.1:{port}", PATH=f"{venv / 'bin'}:/usr/bin:/bin")
+
+    def entity_monitor(*args):
+        return subprocess.run(["entity-monitor", *args], cwd=empty, env=env, capture_output=True, text=True,
+                              timeout=120)
+
+    assert entity_monitor("--version").stdout.startswith("entity-monitor, version ")
+    located = subprocess.run([str(venv / "bin" / "python"), "-c", "import app; print(app.__file__)"], cwd=empty,
+                             env=env, capture_output=True, text=True, check=True).stdout
+    assert located.startswith(str(venv))  # the installed package, not the checkout
+    assert entity_monitor("db", "upgrade").returncode == 0
+    created = entity_monitor("accounts", "create", "--name", "Installed", "--json")
+    key = json.loads(created.stdout)["api_key"]
+    assert (venv / "var" / "app-instance" / "monitor.db").exists()  # Flask's instance folder of an installed app
+    server = subprocess.Popen(["entity-monitor", "serve"], cwd=empty, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+    with running(server):
+        def healthy():
+            assert server.poll() is None, server.stderr.read()
+            try:
+                return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
+            except requests.ConnectionError:
+                return False
+        deadline = time.monotonic() + 60
+        while not healthy():
+            assert time.monotonic() < deadline, "the installed service never became healthy"
+            time.sleep(0.3)
+        response = requests.get(f"http://127.0.0.1:{port}/api/v1/account", headers={"X-API-Key": key}, timeout=5)
+        assert response.status_code == 200 and response.json()["name"] == "Installed"
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(STOP_WITHIN_SECONDS) == 0
