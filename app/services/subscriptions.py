@@ -294,14 +294,15 @@ def bulk_set_status(account_id: str, ids: list, status: str):
     return _bulk_apply(account_id, ids, lambda subscription, now: _set_status_in(subscription, status, now))
 
 
-EXPORT_COLUMNS = ("subscription_id", "entity_type", "network_id", "network_url", "status", "created_at")
+EXPORT_COLUMNS = ("subscription_id", "entity_type", "network_id", "network_url", "status", "created_at",
+                  "custom_metadata")
 
 
 def export_rows(account_id: str, status: str):
     """Every matching subscription as a tuple of EXPORT_COLUMNS, oldest first, read in keyset chunks
     so memory stays bounded and no read transaction stays open between chunks."""
     columns = (Subscription.id, Subscription.entity_type, Subscription.network_id, Subscription.network_url,
-               Subscription.status, Subscription.created_at)
+               Subscription.status, Subscription.created_at, Subscription.custom_metadata)
     conditions = [Subscription.account_id == account_id]
     if status != "all":
         conditions.append(Subscription.status == status)
