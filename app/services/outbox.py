@@ -190,9 +190,10 @@ def redeliver(account_id: str, event_id: str) -> dict:
     return {"event_id": event_id, "delivery_status": "pending"}
 
 
-def recover(account_id: str, since, until=None) -> dict:
+def recover(account_id: str, since, until=None, include_pending=False) -> dict:
     """Queue every event of the window (clamped to the last WEBHOOK_RECOVER_MAX_DAYS) whose delivery
-    failed or never happened and whose type the configuration wants now; test events are left out."""
+    failed or never happened and whose type the configuration wants now; test events are left out.
+    With `include_pending`, deliveries of the window waiting for their next try are made due now."""
     with write_transaction() as session:
         now = utcnow()
         config = webhooks.active_config(session, account_id)
@@ -200,14 +201,27 @@ def recover(account_id: str, since, until=None) -> dict:
         until = min(until or now, now)
         if until <= since:
             raise ValidationFailed("until", "until must be after since (and within the recovery window).")
+        window = [Event.account_id == account_id, Event.created_at >= since, Event.created_at < until]
         wanted = [event_type for event_type in events.EVENT_TYPES
                   if event_type != "test" and events.type_matches(config.events, event_type)]
-        queued = _queue_where(session, [Event.account_id == account_id, Event.created_at >= since,
-                                        Event.created_at < until, Event.delivery_status.in_(UNSENT_STATUSES),
+        queued = _queue_where(session, [*window, Event.delivery_status.in_(UNSENT_STATUSES),
                                         Event.type.in_(wanted)], now)
+        if include_pending:
+            queued += _make_waiting_due(session, account_id, window, now)
     if queued:
         events.notify_new_deliveries()
     return {"queued": queued}
+
+
+def _make_waiting_due(session, account_id, window, now) -> int:
+    """Pending deliveries of the window's events that wait for a later try (and are not being sent
+    right now) become due now."""
+    in_window = select(Event.id).where(*window)
+    return session.execute(
+        update(OutboxDelivery).where(OutboxDelivery.account_id == account_id, OutboxDelivery.status == "pending",
+                                     OutboxDelivery.next_attempt_at > now, OutboxDelivery.claim_token.is_(None),
+                                     OutboxDelivery.event_id.in_(in_window))
+        .values(next_attempt_at=now).execution_options(synchronize_session=False)).rowcount
 
 
 # --- the delivery log ---------------------------------------------------------------------------
