@@ -63,8 +63,8 @@ def _network_host(host: str, domain: str) -> bool:
     return bool(dot) and rest == domain and bool(_SUBDOMAIN.match(label))
 
 
-def _invalid_url(url, field, domain, kind, reason):
-    return ValidationFailed(field, f"Invalid network_url: {reason} Expected https://www.{domain}/{kind}/<id>.", url)
+def _invalid_url(url, field, expected, reason):
+    return ValidationFailed(field, f"Invalid network_url: {reason} Expected {expected}.", url)
 
 
 def parse_network_url(url: str, domain: str, field="network_url"):
@@ -72,7 +72,7 @@ def parse_network_url(url: str, domain: str, field="network_url"):
     mobile subdomain of it), an optional /mwlite prefix, /in/<id> or /company/<id>, then optionally one of
     PROFILE_SECTIONS and anything below it."""
     def invalid(reason):
-        return _invalid_url(url, field, domain, "in|company", reason)
+        return _invalid_url(url, field, f"https://www.{domain}/in/<id> or /company/<id>", reason)
 
     parts = urlsplit(url.strip())
     if parts.scheme.lower() not in ("http", "https"):
@@ -95,7 +95,7 @@ def network_id_from_url(url: str, entity_type: str, domain: str, field="network_
     """The id a profile URL names; its path kind must match `entity_type`."""
     found_type, segment = parse_network_url(url, domain, field)
     if found_type != entity_type:
-        raise _invalid_url(url, field, domain, PATH_KIND[entity_type],
+        raise _invalid_url(url, field, canonical_url(domain, entity_type, "<id>"),
                            f"a {entity_type} URL must use the /{PATH_KIND[entity_type]}/ path.")
     try:
         return normalize_network_id(segment, field)
