@@ -1,5 +1,4 @@
 """The application factory."""
-import logging
 import os
 
 from flask import Flask
@@ -7,6 +6,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 
 from app import config as config_module
 from app.extensions import db, limiter, migrate
+from app.logging_setup import configure_logging
 
 API_PREFIXES = ("/api/v1", "/v1")
 
@@ -16,8 +16,7 @@ def create_app(test_config=None):
     app.json.sort_keys = False
     os.makedirs(app.instance_path, exist_ok=True)
     _configure(app, test_config)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per job run is noise
+    configure_logging(app)
     hops = app.config["TRUSTED_PROXY_HOPS"]
     if hops:  # behind nginx: trust its X-Forwarded-For, or per-address limits could be dodged by any client
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops)

@@ -8,6 +8,7 @@ A delivery goes through three steps so no transaction is held across HTTP:
 3. `record_results` writes every try, the next attempt or final status, in one short transaction,
    skipping the outbox rows whose lease was lost meanwhile (the try itself is still logged).
 """
+import logging
 import random
 from dataclasses import dataclass
 from datetime import timedelta
@@ -15,7 +16,7 @@ from datetime import timedelta
 from flask import current_app
 from sqlalchemy import DateTime, Integer, String, insert, literal, select, update
 
-from app.common import new_id, new_sortable_id, utcnow
+from app.common import isoformat, new_id, new_sortable_id, utcnow
 from app.database import newest_first_page, write_transaction
 from app.errors import ValidationFailed
 from app.models import DeliveryAttempt, Event, OutboxDelivery, WebhookConfig
@@ -23,6 +24,7 @@ from app.services import events, webhooks
 from app.services.transport import Outcome, Outgoing
 
 TEST_MESSAGE = "This is a test event sent by POST /webhooks/test."
+log = logging.getLogger(__name__)
 UNSENT_STATUSES = ("failed", "skipped")
 
 
@@ -115,6 +117,8 @@ def record_results(token: str, results: list) -> None:
             status = "succeeded" if outcome.succeeded else ("pending" if next_at else "failed")
             attempts.append(attempt_row(claimed.account_id, claimed.outgoing.event_id, claimed.event_type,
                                         claimed.outgoing.attempt, outcome, now, next_at))
+            if not outcome.succeeded:
+                _log_failed_attempt(claimed, outcome, attempts[-1])
             if claimed.delivery_id in still_ours:
                 deliveries.append({"id": claimed.delivery_id, "status": status, "attempts": claimed.tries + 1,
                                    "next_attempt_at": next_at or now, "claim_token": None, "claimed_until": None})
@@ -127,6 +131,15 @@ def record_results(token: str, results: list) -> None:
         _update_endpoint_health(session, results, now)
 
 
+def _log_failed_attempt(claimed: Claimed, outcome: Outcome, attempt: dict):
+    log.warning("webhook delivery attempt %s of %s failed: %s", attempt["attempt"], attempt["event_id"],
+                outcome.error or f"HTTP {outcome.status_code}",
+                extra={"account_id": claimed.account_id, "event_id": attempt["event_id"],
+                       "delivery_id": attempt["id"], "attempt": attempt["attempt"],
+                       "response_status": outcome.status_code, "error": outcome.error,
+                       "next_attempt_at": isoformat(attempt["next_attempt_at"])})
+
+
 def _update_endpoint_health(session, results, now):
     """410 deactivates at once; a success clears `failing_since`; nothing but failures for
     WEBHOOK_DISABLE_AFTER_SECONDS deactivates."""
@@ -136,14 +149,18 @@ def _update_endpoint_health(session, results, now):
     disable_after = timedelta(seconds=current_app.config["WEBHOOK_DISABLE_AFTER_SECONDS"])
     for config in session.scalars(select(WebhookConfig).where(WebhookConfig.account_id.in_(list(by_account)))):
         outcomes = by_account[config.account_id]
+        was_active = config.is_active
         if any(outcome.succeeded for outcome in outcomes):
             config.failing_since = None
         else:
             config.failing_since = config.failing_since or now
             if now - config.failing_since >= disable_after:
-                config.is_active = False
+                config.is_active, reason = False, f"failing since {isoformat(config.failing_since)}"
         if any(outcome.gone for outcome in outcomes):
-            config.is_active = False
+            config.is_active, reason = False, "the endpoint answered 410 Gone"
+        if was_active and not config.is_active:
+            log.warning("webhook endpoint deactivated: %s", reason,
+                        extra={"account_id": config.account_id, "webhook_id": config.id, "reason": reason})
 
 
 # --- the test send ------------------------------------------------------------------------------
