@@ -61,8 +61,9 @@ def _register_request_hooks(app):
 
 
 def _register_blueprints(app):
-    from app.api import account, events, keys, meta, subscriptions, webhooks
+    from app.api import account, events, keys, meta, metrics, subscriptions, webhooks
     app.register_blueprint(meta.bp)
+    metrics.register(app)
     keyed = [account.bp, keys.bp, subscriptions.bp, events.bp, webhooks.bp]
     for prefix in API_PREFIXES:
         suffix = prefix.strip("/").replace("/", "_")

@@ -67,6 +67,11 @@ def _start_clock():
     g.request_started = time.perf_counter()
 
 
+def elapsed_seconds() -> float:
+    """Time since the current request began."""
+    return time.perf_counter() - g.get("request_started", time.perf_counter())
+
+
 def redacted_query(query_string: str) -> str:
     """The query string with the values of key-, secret- or token-like parameters replaced."""
     pairs = parse_qsl(query_string, keep_blank_values=True)
@@ -77,7 +82,7 @@ def redacted_query(query_string: str) -> str:
 def _log_access(response):
     query = request.query_string.decode("latin-1")
     path = f"{request.path}?{redacted_query(query)}" if query else request.path
-    duration_ms = round(1000 * (time.perf_counter() - g.get("request_started", time.perf_counter())), 1)
+    duration_ms = round(1000 * elapsed_seconds(), 1)
     access_log.info("%s %s %s", request.method, path, response.status_code,
                     extra={"method": request.method, "path": path, "status": response.status_code,
                            "duration_ms": duration_ms, "remote_addr": request.remote_addr})

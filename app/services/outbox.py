@@ -11,11 +11,12 @@ A delivery goes through three steps so no transaction is held across HTTP:
 import logging
 import random
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from flask import current_app
 from sqlalchemy import DateTime, Integer, String, insert, literal, select, update
 
+from app import metrics
 from app.common import isoformat, new_id, new_sortable_id, utcnow
 from app.database import newest_first_page, write_transaction
 from app.errors import ValidationFailed
@@ -36,6 +37,7 @@ class Claimed:
     event_type: str
     tries: int  # tries this delivery made before this one
     outgoing: Outgoing
+    event_created_at: datetime = None  # detection time, for the detection-to-delivery histogram
 
 
 # --- sending what is due ------------------------------------------------------------------------
@@ -69,13 +71,13 @@ def claim_due(token: str, limit: int) -> list:
         if not rows:
             return []
         found = {row.id: row for row in session.execute(
-            select(Event.id, Event.type, Event.body, Event.attempt_count)
+            select(Event.id, Event.type, Event.body, Event.attempt_count, Event.created_at)
             .where(Event.id.in_({row.event_id for row in rows})))}
         configs = {config.account_id: config for config in session.scalars(
             select(WebhookConfig).where(WebhookConfig.account_id.in_({row.account_id for row in rows})))}
         return [Claimed(row.id, row.account_id, found[row.event_id].type, row.attempts,
                         outgoing_for(configs[row.account_id], row.event_id, found[row.event_id].body,
-                                     found[row.event_id].attempt_count + 1, now))
+                                     found[row.event_id].attempt_count + 1, now), found[row.event_id].created_at)
                 for row in rows]
 
 
@@ -129,6 +131,7 @@ def record_results(token: str, results: list) -> None:
             session.execute(update(OutboxDelivery), deliveries)
             session.execute(update(Event), event_changes)
         _update_endpoint_health(session, results, now)
+    metrics.observe_deliveries(results, now)
 
 
 def _log_failed_attempt(claimed: Claimed, outcome: Outcome, attempt: dict):
