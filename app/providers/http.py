@@ -6,6 +6,7 @@ transient. One pooled session is reused for every fetch.
 import requests
 from requests.adapters import HTTPAdapter
 
+from app.common import USER_AGENT
 from app.providers.base import EntityUnavailable, ProviderError
 
 PATHS = {"contact": "contacts", "company": "companies"}
@@ -24,6 +25,7 @@ class HttpProvider:
         self.session.mount("http://", adapter)
         self.session.mount("https://", adapter)
         self.session.headers["Accept"] = "application/json"
+        self.session.headers["User-Agent"] = USER_AGENT
         if token:
             self.session.headers["Authorization"] = f"Bearer {token}"
 
