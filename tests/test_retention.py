@@ -11,7 +11,6 @@ from app.models import DeliveryAttempt, Event, OutboxDelivery
 from app.services import retention
 from app.worker import retention as retention_step
 from app.worker.deliveries import deliver_due
-from app.worker.scheduler import scheduled_steps
 from tests.webhook_helpers import LOCAL_RECEIVER_CONFIG, Receiver, Reply, configure, record_events
 
 
@@ -85,9 +84,11 @@ def test_events_prune_command(runner, history):
     assert runner.invoke(args=["events", "prune", "--days", "-1"]).exit_code != 0
 
 
-def test_the_scheduler_runs_the_retention_step(app, history):
-    steps = {job_id: step for job_id, _seconds, step in scheduled_steps(app)}
-    assert steps["retention"] is retention_step.run_retention
+def test_the_retention_step_prunes_a_bounded_amount_per_run(app, history, monkeypatch):
+    monkeypatch.setattr(retention_step, "MAX_BATCHES_PER_RUN", 1)
+    app.config["RETENTION_BATCH_SIZE"] = 2
+    assert retention_step.run_retention() is True
+    assert len(_remaining(history["old"])) == 1
     assert retention_step.run_retention() is True
     assert retention_step.run_retention() is False
     assert _remaining(history["old"]) == set()

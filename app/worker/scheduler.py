@@ -11,7 +11,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from filelock import FileLock, Timeout
 
 from app.services import usage
-from app.worker import checks, deliveries, retention
+from app.worker import checks, deliveries
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +22,6 @@ def scheduled_steps(app):
         ("flush-usage", usage.FLUSH_EVERY_SECONDS, usage.requests.flush),
         ("checks", app.config["SCHEDULER_CHECK_POLL_SECONDS"], checks.run_due_checks),
         (deliveries.JOB_ID, app.config["SCHEDULER_DELIVERY_POLL_SECONDS"], deliveries.run_scheduled_deliveries),
-        ("retention", retention.INTERVAL_SECONDS, retention.run_retention),
     ]
 
 
