@@ -11,7 +11,7 @@ from pythonjsonlogger.json import JsonFormatter
 LOG_FORMATS = ("text", "json")
 CONTEXT_FIELDS = ("request_id", "account_id", "subscription_id", "event_id", "delivery_id", "webhook_id")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-JSON_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+JSON_FORMAT = "%(levelname)s %(name)s %(message)s"
 HANDLER_NAME = "entity-monitor"
 SECRET_PARAMETER_WORDS = ("key", "secret", "token", "signature", "password")
 access_log = logging.getLogger("app.access")
@@ -40,7 +40,7 @@ class TextFormatter(logging.Formatter):
 
 def _formatter(log_format: str) -> logging.Formatter:
     if log_format == "json":
-        return JsonFormatter(JSON_FORMAT, rename_fields={"asctime": "time", "levelname": "level", "name": "logger"})
+        return JsonFormatter(JSON_FORMAT, timestamp="time", rename_fields={"levelname": "level", "name": "logger"})
     return TextFormatter(TEXT_FORMAT)
 
 
