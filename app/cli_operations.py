@@ -6,6 +6,7 @@ import os
 import sys
 
 import click
+from flask import current_app
 from flask.cli import AppGroup
 
 from app.api.http import load
@@ -19,6 +20,7 @@ from app.services import accounts, export, importer, keys, retention, webhooks
 keys_cli = AppGroup("keys", help="API keys of any account (the way back from a lost key).")
 subscriptions_cli = AppGroup("subscriptions", help="Import and export subscriptions.")
 events_cli = AppGroup("events", help="The event log.")
+metrics_cli = AppGroup("metrics", help="Prometheus metrics.")
 key_create_schema = ApiKeyCreateSchema()
 create_item_schema = SubscriptionCreateSchema()
 
@@ -199,7 +201,29 @@ def prune_events(days):
     click.echo(f"events={pruned.events} outbox={pruned.outbox} attempts={pruned.attempts}")
 
 
+# --- metrics serve ------------------------------------------------------------------------------
+
+@metrics_cli.command("serve")
+@click.option("--bind", default="127.0.0.1:9464", show_default=True, help="HOST:PORT to answer GET /metrics on.")
+def serve_metrics(bind):
+    """Answer GET /metrics on an address of its own (serve the API with METRICS_ENABLED=0). Needs
+    PROMETHEUS_MULTIPROC_DIR shared with the web workers and the scheduler: it adds up their counters."""
+    from wsgiref.simple_server import make_server
+
+    from app.api.metrics import metrics_only
+    from app.metrics import multiprocess_directory
+    if not multiprocess_directory():
+        raise click.ClickException("PROMETHEUS_MULTIPROC_DIR is not set: a separate process would see no "
+                                   "counters of the web workers and the scheduler.")
+    host, _, port = bind.rpartition(":")
+    if not host or not port.isdigit():
+        raise click.BadParameter(f"{bind!r} is not HOST:PORT", param_hint="--bind")
+    server = make_server(host, int(port), metrics_only(current_app._get_current_object()))
+    click.echo(f"metrics on http://{bind}/metrics")
+    server.serve_forever()
+
+
 def register(app):
     accounts_cli.add_command(show_account)
-    for group in (keys_cli, subscriptions_cli, events_cli):
+    for group in (keys_cli, subscriptions_cli, events_cli, metrics_cli):
         app.cli.add_command(group)

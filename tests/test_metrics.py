@@ -174,3 +174,21 @@ def test_the_dashboard_and_alert_rules_use_only_metrics_the_service_exposes(anon
     assert used and used <= exposed, used - exposed
     for alert in ("EntityMonitorSchedulerStalled", "EntityMonitorOutboxOld", "EntityMonitorEndpointsFailing"):
         assert f"alert: {alert}" in rules
+
+
+def test_metrics_only_app_answers_metrics_and_nothing_else(app):
+    from werkzeug.test import Client
+
+    from app.api.metrics import metrics_only
+    client = Client(metrics_only(app))
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert "entity_monitor_outbox_pending" in response.get_data(as_text=True)
+    assert client.get("/api/v1/account").status_code == 404
+    assert client.post("/metrics").status_code == 404
+
+
+def test_metrics_serve_refuses_without_a_shared_multiprocess_directory(runner, monkeypatch):
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    result = runner.invoke(args=["metrics", "serve", "--bind", "127.0.0.1:0"])
+    assert result.exit_code != 0 and "PROMETHEUS_MULTIPROC_DIR" in result.output

@@ -1,4 +1,5 @@
-"""`GET /metrics` (no API key): Prometheus text format. Off with METRICS_ENABLED=0."""
+"""`GET /metrics` (no API key): Prometheus text format. Off with METRICS_ENABLED=0; `metrics serve` answers
+it on an address of its own instead."""
 from flask import Blueprint, Response, request
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -21,6 +22,19 @@ def observe_request(response):
     if route != "/metrics":
         metrics.observe_request(route, response.status_code, elapsed_seconds())
     return response
+
+
+def metrics_only(app):
+    """A WSGI application answering `GET /metrics` and nothing else, for a separate (internal) address."""
+    def application(environ, start_response):
+        if environ.get("PATH_INFO") != "/metrics" or environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
+            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"Only GET /metrics is served here.\n"]
+        with app.app_context():
+            body = metrics.render()
+        start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST), ("Content-Length", str(len(body)))])
+        return [body]
+    return application
 
 
 def register(app):
