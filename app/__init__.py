@@ -1,5 +1,4 @@
 """The application factory."""
-import logging
 import os
 
 from flask import Flask
@@ -8,6 +7,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 
 from app import config as config_module
 from app.extensions import db, limiter, migrate
+from app.logging_setup import configure_logging
 
 API_PREFIXES = ("/api/v1", "/v1")
 
@@ -18,8 +18,7 @@ def create_app(test_config=None):
     app.json.sort_keys = False
     os.makedirs(app.instance_path, exist_ok=True)
     _configure(app, test_config)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per job run is noise
+    configure_logging(app)
     hops = app.config["TRUSTED_PROXY_HOPS"]
     if hops:  # behind nginx: trust its X-Forwarded-For, or per-address limits could be dodged by any client
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops)
@@ -79,8 +78,9 @@ def _register_request_hooks(app):
 
 
 def _register_blueprints(app):
-    from app.api import account, events, keys, meta, subscriptions, webhooks
+    from app.api import account, events, keys, meta, metrics, subscriptions, webhooks
     app.register_blueprint(meta.bp)
+    metrics.register(app)
     keyed = [account.bp, keys.bp, subscriptions.bp, events.bp, webhooks.bp]
     for prefix in API_PREFIXES:
         suffix = prefix.strip("/").replace("/", "_")

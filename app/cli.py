@@ -106,6 +106,8 @@ def register_commands(app):
     app.cli.add_command(checks_cli)
     app.cli.add_command(scheduler_cli)
     app.cli.add_command(deliveries_cli)
+    from app import cli_operations
+    cli_operations.register(app)
 
 
 deliveries_cli = AppGroup("deliveries", help="Send webhook deliveries in the foreground.")

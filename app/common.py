@@ -4,6 +4,9 @@ import string
 import time
 from datetime import datetime, timezone
 
+from app.version import VERSION
+
+USER_AGENT = f"entity-monitor/{VERSION}"  # on webhook deliveries and provider requests
 _ALPHANUMERIC = string.ascii_letters + string.digits
 
 

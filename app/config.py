@@ -80,6 +80,12 @@ class Defaults:
     WEBHOOK_SECRET_OVERLAP_SECONDS = 86400
     WEBHOOK_RECOVER_MAX_DAYS = 14
 
+    LOG_FORMAT = "text"  # or "json": one JSON object per line
+    METRICS_ENABLED = True  # GET /metrics
+
+    EVENT_RETENTION_DAYS = 90
+    RETENTION_BATCH_SIZE = 500
+
 
 
 
@@ -129,21 +135,23 @@ def parse_text(_name, raw):
 
 
 PARSERS = {
-    parse_bool: ("RATELIMIT_ENABLED", "SCHEDULER_ENABLED", "WEBHOOK_ALLOW_HTTP", "WEBHOOK_ALLOW_PRIVATE_ADDRESSES"),
+    parse_bool: ("RATELIMIT_ENABLED", "SCHEDULER_ENABLED", "WEBHOOK_ALLOW_HTTP", "WEBHOOK_ALLOW_PRIVATE_ADDRESSES",
+                 "METRICS_ENABLED"),
     parse_whole_number: ("TRUSTED_PROXY_HOPS", "CHECK_INITIAL_DELAY_SECONDS", "CHECK_INTERVAL_SECONDS",
                          "CHECK_LEASE_SECONDS", "CHECK_BATCH_SIZE", "SIMULATED_SEED", "SIMULATED_PACE_SECONDS",
                          "WEBHOOK_WORKERS", "WEBHOOK_BATCH_SIZE", "WEBHOOK_LEASE_SECONDS",
-                         "HEALTH_SCHEDULER_MAX_LAG_SECONDS"),
+                         "HEALTH_SCHEDULER_MAX_LAG_SECONDS", "EVENT_RETENTION_DAYS"),
     parse_number: ("EMPLOYEE_COUNT_MIN_PERCENT", "PROVIDER_HTTP_TIMEOUT_SECONDS"),
     parse_seconds_list: ("WEBHOOK_RETRY_SCHEDULE",),
     parse_text: ("RATELIMIT_STORAGE_URI", "PROVIDER", "PROVIDER_HTTP_URL", "PROVIDER_HTTP_TOKEN", "NETWORK_DOMAIN",
-                 "API_KEY_MODE"),
+                 "API_KEY_MODE", "LOG_FORMAT"),
 }
 
 #: whole-number settings and their smallest accepted value
 MINIMUMS = {"TRUSTED_PROXY_HOPS": 0, "CHECK_INITIAL_DELAY_SECONDS": 0, "CHECK_INTERVAL_SECONDS": 1,
             "CHECK_LEASE_SECONDS": 1, "CHECK_BATCH_SIZE": 1, "SIMULATED_PACE_SECONDS": 1, "WEBHOOK_WORKERS": 1,
             "WEBHOOK_BATCH_SIZE": 1, "WEBHOOK_LEASE_SECONDS": 1, "HEALTH_SCHEDULER_MAX_LAG_SECONDS": 1,
+            "EVENT_RETENTION_DAYS": 1,
             "EMPLOYEE_COUNT_MIN_PERCENT": 0, "PROVIDER_HTTP_TIMEOUT_SECONDS": 0.1}
 
 
@@ -165,8 +173,9 @@ def validate(config) -> None:
         value = config.get(name)
         if value is not None and value < smallest:
             raise ConfigError(f"{name}={value} is too small: the smallest accepted value is {smallest}")
-    if config["API_KEY_MODE"] not in ("live", "test"):
-        raise ConfigError(f"API_KEY_MODE={config['API_KEY_MODE']!r} is not accepted: use live or test")
+    for name, accepted in (("API_KEY_MODE", ("live", "test")), ("LOG_FORMAT", ("text", "json"))):
+        if config[name] not in accepted:
+            raise ConfigError(f"{name}={config[name]!r} is not accepted: use {' or '.join(accepted)}")
     schedule = config["WEBHOOK_RETRY_SCHEDULE"]
     if not schedule or any(delay <= 0 for delay in schedule):
         raise ConfigError("WEBHOOK_RETRY_SCHEDULE must list positive seconds, e.g. 5,300,1800")

@@ -6,7 +6,8 @@ import json
 import pytest
 from app.services import subscriptions
 
-COLUMNS = ["subscription_id", "entity_type", "network_id", "network_url", "status", "created_at"]
+COLUMNS = ["subscription_id", "entity_type", "network_id", "network_url", "status", "created_at",
+           "custom_metadata"]
 
 
 def _create(tenant, network_id, entity_type="contact"):
@@ -43,7 +44,8 @@ def test_csv_is_the_default_with_header_and_attachment(alice, three):
     active = three["active"]
     assert by_id[active["id"]] == {"subscription_id": active["id"], "entity_type": "contact",
                                    "network_id": "jane-doe", "network_url": "https://www.linkedin.com/in/jane-doe",
-                                   "status": "active", "created_at": active["created_at"]}
+                                   "status": "active", "created_at": active["created_at"],
+                                   "custom_metadata": "{}"}
     assert by_id[three["paused"]["id"]]["status"] == "paused"
     assert by_id[three["cancelled"]["id"]]["status"] == "cancelled"
 
@@ -68,6 +70,17 @@ def test_status_filter(alice, three, status, expected):
     assert sorted(row[0] for row in rows[1:]) == sorted(three[name]["id"] for name in expected)
     body = json.loads(alice.get(f"/subscriptions/export?format=json&status={status}").get_data(as_text=True))
     assert body["total"] == len(expected)
+
+
+def test_export_carries_custom_metadata_as_one_json_column(alice):
+    metadata = {"crm_id": "42", "owner": "Zoë, sales"}
+    created = alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "jane-doe",
+                                                 "custom_metadata": metadata}).get_json()
+    rows = _csv_rows(alice.get("/subscriptions/export"))
+    assert json.loads(dict(zip(COLUMNS, rows[1]))["custom_metadata"]) == metadata
+    body = json.loads(alice.get("/subscriptions/export?format=json").get_data(as_text=True))
+    assert body["data"][0]["subscription_id"] == created["id"]
+    assert body["data"][0]["custom_metadata"] == metadata
 
 
 def test_empty_export_is_a_header_or_an_empty_list(alice):

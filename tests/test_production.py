@@ -307,7 +307,9 @@ def test_several_gunicorn_workers_with_per_process_state_are_refused(service, en
     service.create_account()
     extra = () if "WEB_CONCURRENCY" in env else ("-w", "4")
     with running(gunicorn(service, free_port(), *extra, env=env)) as server:
-        assert server.wait(60) == 4  # gunicorn halts ("App failed to load") instead of respawning workers
+        # gunicorn halts ("App failed to load", 4) instead of respawning workers; when several workers refuse
+        # at once its master may instead die on its own HaltServer while halting (exit 1, its traceback).
+        assert server.wait(60) in (1, 4)
         stderr = server.stderr.read()
     assert "entity-monitor: configuration refused: " in stderr and says in stderr
     # No traceback of ours (gunicorn's master may print its own HaltServer one when a worker exits early).

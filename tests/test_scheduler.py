@@ -246,6 +246,7 @@ def test_the_scheduler_polls_for_due_checks(app):
     jobs = {job.id: job for job in scheduler.Scheduler(app).apscheduler.get_jobs()}
     assert jobs["checks"].trigger.interval == timedelta(seconds=app.config["SCHEDULER_CHECK_POLL_SECONDS"])
     assert jobs["flush-usage"].trigger.interval == timedelta(seconds=5)
+    assert jobs["retention"].trigger.interval == timedelta(seconds=300)
 
 
 def test_a_failing_step_is_logged_and_the_loop_goes_on(app, caplog):

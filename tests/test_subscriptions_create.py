@@ -103,6 +103,13 @@ def test_create_schedules_the_first_check(app, alice):
     "https://www.linkedin.com/in/jane-doe/?utm=x#y",
     "HTTPS://WWW.LINKEDIN.COM/IN/JANE-DOE",
     "  https://www.linkedin.com/in/jane-doe  ",
+    "https://uk.linkedin.com/in/jane-doe",                      # country subdomain
+    "https://de.linkedin.com/in/jane-doe/",
+    "https://m.linkedin.com/in/jane-doe",                       # mobile
+    "https://www.linkedin.com/mwlite/in/jane-doe",
+    "https://www.linkedin.com/in/jane-doe/details/experience/",  # a section after the id
+    "https://www.linkedin.com/in/jane-doe/recent-activity/all/",
+    "https://www.linkedin.com/in/jane-doe/overlay/contact-info/",
 ])
 def test_url_forms_of_one_contact_resolve_to_the_canonical_url(alice, url):
     response = _create(alice, entity_type="contact", network_url=url)
@@ -118,14 +125,17 @@ def test_url_forms_of_one_contact_resolve_to_the_canonical_url(alice, url):
     ("contact", "https://www.example.com/in/jane-doe"),         # wrong domain
     ("contact", "https://linkedin.com.evil.com/in/jane-doe"),   # look-alike domain
     ("contact", "https://evil-linkedin.com/in/jane-doe"),
-    ("contact", "https://uk.linkedin.com/in/jane-doe"),         # only www. is allowed
+    ("contact", "https://uk.www.linkedin.com/in/jane-doe"),     # one subdomain label only
+    ("contact", "https://ukr.linkedin.com/in/jane-doe"),        # not a country or mobile subdomain
+    ("contact", "https://evil.linkedin.com/in/jane-doe"),
     ("contact", "jane-doe"),                                    # a bare id is not a URL
     ("contact", "linkedin.com/in/jane-doe"),                    # no protocol
     ("contact", "www.linkedin.com/in/jane-doe"),
     ("contact", "ftp://www.linkedin.com/in/jane-doe"),
     ("contact", "javascript:alert(1)"),
     ("contact", "https://www.linkedin.com/in/"),                # no id
-    ("contact", "https://www.linkedin.com/in/jane-doe/details/experience"),
+    ("contact", "https://www.linkedin.com/in/jane-doe/whatever"),  # not a profile section
+    ("contact", "https://www.linkedin.com/mwlite/jane-doe"),
     ("contact", "https://www.linkedin.com/jane-doe"),
     ("contact", "https://www.linkedin.com:8443/in/jane-doe"),   # a port
     ("contact", "https://user@www.linkedin.com/in/jane-doe"),   # credentials
@@ -347,3 +357,23 @@ def test_percent_escapes_of_ascii_punctuation_or_spaces_are_refused(alice, netwo
     """`%2e` is a '.', refused like a raw one: escapes may stand for non-ASCII UTF-8 letters only."""
     _assert_validation_error(_create(alice, entity_type="contact", network_id=network_id), "network_id")
     assert _count(alice.account_id) == 0
+
+
+@pytest.mark.parametrize("url", [
+    "https://www.linkedin.com/company/acme/about/",
+    "https://uk.linkedin.com/company/acme/posts/?feedView=all",
+    "https://www.linkedin.com/company/acme/people/",
+    "https://m.linkedin.com/company/ACME",
+])
+def test_company_url_forms_resolve_to_the_canonical_url(alice, url):
+    body = _create(alice, entity_type="company", network_url=url).get_json()
+    assert (body["network_id"], body["network_url"]) == ("acme", "https://www.linkedin.com/company/acme")
+
+
+def test_the_url_error_names_only_rules_the_code_enforces(alice):
+    host = _create(alice, entity_type="contact", network_url="https://evil.linkedin.com/in/jane").get_json()
+    assert "uk.linkedin.com" in host["message"] and "m.linkedin.com" in host["message"]
+    path = _create(alice, entity_type="contact", network_url="https://www.linkedin.com/in/jane/x").get_json()
+    assert "details" in path["message"] and "recent-activity" in path["message"]
+    scheme = _create(alice, entity_type="contact", network_url="uk.linkedin.com/in/jane").get_json()
+    assert "https://" in scheme["message"]

@@ -1,7 +1,7 @@
 """Delivery from the outbox: success, the retry schedule (time travel), 410, redirects, throttling,
 Retry-After, filters, inactive configurations, auto-disable, the delivery log, redelivery, recovery,
 the wake-up, and tenant isolation."""
-from datetime import timedelta
+from datetime import timedelta, timezone
 
 import pytest
 from sqlalchemy import select
@@ -397,3 +397,34 @@ def test_the_cli_sends_what_is_due(alice, runner):
         again = runner.invoke(args=["deliveries", "run"])
         assert again.exit_code == 0 and again.output.strip() == "sent=0"
     assert sorted(receiver.event_ids) == sorted(ids)
+
+
+def test_recover_with_include_pending_sends_now_what_waits_for_a_retry(alice):
+    replies = iter([Reply(status=503), Reply(status=503), Reply(status=200), Reply(status=200)])
+    with Receiver(lambda received: next(replies)) as receiver:
+        configure(alice, receiver.url)
+        waiting = record_events(alice.account_id, 2)
+        assert deliver_due() == 2  # both failed: next tries 5 s from now
+        since = int((utcnow() - timedelta(hours=1)).replace(tzinfo=timezone.utc).timestamp())
+        assert alice.post("/webhooks/recover", json={"since": since}).json == {"queued": 0}
+        assert deliver_due() == 0
+        response = alice.post("/webhooks/recover", json={"since": since, "include_pending": True})
+        assert response.status_code == 202 and response.json == {"queued": 2}
+        assert deliver_due() == 2
+    assert sorted(receiver.event_ids[2:]) == sorted(waiting)
+    assert {event_row(event_id).delivery_status for event_id in waiting} == {"succeeded"}
+    assert [attempt.attempt for attempt in attempts_of(waiting[0])] == [1, 2]
+
+
+def test_recover_takes_unix_seconds_and_refuses_impossible_ones(alice):
+    configure(alice, "https://93.184.216.34/")
+    [unsent] = record_events(alice.account_id)
+    db.session.execute(Event.__table__.update().where(Event.id == unsent).values(delivery_status="failed"))
+    db.session.execute(OutboxDelivery.__table__.delete())
+    db.session.commit()
+    now = utcnow().replace(tzinfo=timezone.utc).timestamp()
+    assert alice.post("/webhooks/recover", json={"since": now - 60, "until": int(now) + 60}).json == {"queued": 1}
+    for body in ({"since": 10 ** 20}, {"since": True}, {"since": now, "until": now - 3600},
+                 {"since": now - 60, "include_pending": "maybe"}):
+        response = alice.post("/webhooks/recover", json=body)
+        assert response.status_code == 400 and response.json["error"] == "VALIDATION_ERROR", body

@@ -6,6 +6,7 @@ from apispec.ext.marshmallow import MarshmallowPlugin
 from flask import current_app
 
 from app.schemas.base import ErrorSchema
+from app.version import VERSION
 
 _PATH_PARAMETER = re.compile(r"<(?:[a-z]+:)?([a-z_]+)>")
 PREFIX = "/api/v1"
@@ -18,7 +19,7 @@ def _schema_name(schema):
 
 
 def build_document(app) -> dict:
-    spec = APISpec(title="Entity change monitoring API", version="2.0.0", openapi_version="3.1.0",
+    spec = APISpec(title="Entity change monitoring API", version=VERSION, openapi_version="3.1.0",
                    plugins=[MarshmallowPlugin(schema_name_resolver=_schema_name)],
                    info={"description": "Subscriptions to contacts and companies; changes arrive as signed webhooks."},
                    servers=[{"url": PREFIX}])

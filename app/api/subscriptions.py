@@ -1,13 +1,8 @@
-import csv
-import io
-import json
-
 from flask import Blueprint, Response, stream_with_context
 
 from app.api.auth import require_api_key
 from app.api.http import account_id, load, load_body, load_query, spec
 from app.api.limits import bulk_limit, read_limit, write_limit
-from app.common import isoformat
 from app.schemas.subscriptions import (BulkCancelResultSchema, BulkCreateResultSchema, BulkCreateSchema,
                                        BulkIdsSchema, BulkStatusResultSchema, BulkStatusSchema,
                                        ExportQuerySchema, MetadataPatchSchema, SubscriptionCancelledSchema,
@@ -16,7 +11,7 @@ from app.schemas.subscriptions import (BulkCancelResultSchema, BulkCreateResultS
                                        SubscriptionListSchema, SubscriptionSchema)
 from app.schemas.base import flat_dumper, page
 from app.errors import DuplicateSubscription, InvalidState, TierLimitExceeded, TrialExpired
-from app.services import subscriptions
+from app.services import export, subscriptions
 
 bp = Blueprint("subscriptions", __name__)
 bp.before_request(require_api_key)
@@ -135,38 +130,7 @@ def bulk_set_status():
       media_types=("text/csv", "application/json"))
 def export_subscriptions():
     query = load_query(export_query_schema)
-    rows = subscriptions.export_rows(account_id(), query["status"])
-    if query["format"] == "json":
-        body, mimetype = _json_stream(rows), "application/json"
-    else:
-        body, mimetype = _csv_stream(rows), "text/csv"
+    body, mimetype = export.export(account_id(), query["status"], query["format"])
     filename = f"subscriptions.{query['format']}"
     return Response(stream_with_context(body), mimetype=mimetype,
                     headers={"Content-Disposition": f'attachment; filename="{filename}"'})
-
-
-def _export_values(row):
-    return [*row[:5], isoformat(row[5])]
-
-
-def _csv_stream(rows):
-    buffer = io.StringIO()
-    writer = csv.writer(buffer)
-    writer.writerow(subscriptions.EXPORT_COLUMNS)
-    for count, row in enumerate(rows, 1):
-        writer.writerow(_export_values(row))
-        if count % 500 == 0:
-            yield buffer.getvalue()
-            buffer.seek(0)
-            buffer.truncate()
-    yield buffer.getvalue()
-
-
-def _json_stream(rows):
-    yield '{"data": ['
-    total = 0
-    for row in rows:
-        item = dict(zip(subscriptions.EXPORT_COLUMNS, _export_values(row)))
-        yield ("," if total else "") + json.dumps(item)
-        total += 1
-    yield f'], "total": {total}}}'

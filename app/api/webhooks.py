@@ -91,9 +91,11 @@ def list_deliveries():
 
 @bp.post("/webhooks/recover")
 @default_limit
-@spec("Queue a new delivery for every failed or unsent event of a window (at most 14 days back)",
+@spec("Queue a new delivery for every failed or unsent event of a window (at most 14 days back); "
+      "with include_pending, send now what waits for a retry",
       body=RecoverSchema, response=RecoverResultSchema, status=202, tag="webhooks",
       errors=(ConfigurationMissing, InvalidState))
 def recover():
     body = load_body(recover_schema)
-    return recover_result_schema.dump(outbox.recover(account_id(), body["since"], body.get("until"))), 202
+    return recover_result_schema.dump(outbox.recover(account_id(), body["since"], body.get("until"),
+                                                     body["include_pending"])), 202

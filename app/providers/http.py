@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 import requests
 from requests.adapters import HTTPAdapter
 
+from app.common import USER_AGENT
 from app.providers.base import EntityUnavailable, ProviderError
 
 PATHS = {"contact": "contacts", "company": "companies"}
@@ -28,6 +29,7 @@ class HttpProvider:
         self.session.mount("http://", adapter)
         self.session.mount("https://", adapter)
         self.session.headers["Accept"] = "application/json"
+        self.session.headers["User-Agent"] = USER_AGENT
         if token:
             self.session.headers["Authorization"] = f"Bearer {token}"
 

@@ -1,4 +1,4 @@
-from datetime import timezone
+from datetime import datetime, timezone
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
@@ -27,11 +27,20 @@ def _initial_webhook(**kwargs):
 
 
 class UtcDateTime(fields.DateTime):
-    """ISO 8601 input; an offset is converted to UTC, none means UTC. Loads as naive UTC (the stored form)."""
+    """ISO 8601 or Unix seconds (a number); an offset is converted to UTC, none means UTC. Loads as naive
+    UTC (the stored form)."""
 
     def _deserialize(self, value, attr, data, **kwargs):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return self._from_unix_seconds(value)
         moment = super()._deserialize(value, attr, data, **kwargs)
         return moment.astimezone(timezone.utc).replace(tzinfo=None) if moment.tzinfo else moment
+
+    def _from_unix_seconds(self, seconds):
+        try:
+            return datetime.fromtimestamp(seconds, timezone.utc).replace(tzinfo=None)
+        except (OverflowError, OSError, ValueError):
+            raise ValidationError("Not a valid time: Unix seconds out of range.")
 
 
 class WebhookConfigureSchema(BodySchema):
@@ -94,8 +103,11 @@ class DeliveryListSchema(Schema):
 
 
 class RecoverSchema(BodySchema):
-    since = UtcDateTime(required=True, metadata={"description": "Start of the window (at most 14 days ago)."})
-    until = UtcDateTime(metadata={"description": "End of the window; default now."})
+    since = UtcDateTime(required=True, metadata={"description": "Start of the window (at most 14 days ago): "
+                                                               "ISO 8601 or Unix seconds."})
+    until = UtcDateTime(metadata={"description": "End of the window; default now. ISO 8601 or Unix seconds."})
+    include_pending = fields.Bool(load_default=False, metadata={
+        "description": "Also send now the events of the window still waiting for their next try."})
 
 
 class RecoverResultSchema(Schema):

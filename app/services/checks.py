@@ -96,6 +96,7 @@ def _fetch_one(provider, claimed: Claimed) -> Outcome:
     except EntityUnavailable as unavailable:
         return Outcome(claimed, unavailable=unavailable.reason)
     except ProviderError as error:
+        log.warning("provider failed on %s: %s", claimed.id, error, extra={"subscription_id": claimed.id})
         return Outcome(claimed, error=str(error)[:200])
     except Exception as error:  # noqa: BLE001 - a provider bug must not stop the loop
         log.exception("provider failed on %s", claimed.id)

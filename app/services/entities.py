@@ -48,25 +48,57 @@ def canonical_url(domain: str, entity_type: str, network_id: str) -> str:
     return f"https://www.{domain}/{PATH_KIND[entity_type]}/{network_id}"
 
 
-def network_id_from_url(url: str, entity_type: str, domain: str, field="network_url") -> str:
-    """The id a profile URL names. The URL needs a scheme, the network's host and /in/<id> or /company/<id>."""
+# Country and mobile subdomains (`uk.`, `de.`, `m.`) besides the bare and `www.` hosts.
+_SUBDOMAIN = re.compile(r"^(?:www|m|[a-z]{2})$")
+# Sections a profile page adds after the id or slug (`/in/jane/details/experience/`, `/company/acme/about/`).
+PROFILE_SECTIONS = frozenset(("details", "about", "posts", "recent-activity", "overlay", "people", "jobs",
+                              "life", "insights", "videos", "events"))
+MOBILE_PREFIX = "mwlite"
+
+
+def _network_host(host: str, domain: str) -> bool:
+    if host == domain:
+        return True
+    label, dot, rest = host.partition(".")
+    return bool(dot) and rest == domain and bool(_SUBDOMAIN.match(label))
+
+
+def _invalid_url(url, field, expected, reason):
+    return ValidationFailed(field, f"Invalid network_url: {reason} Expected {expected}.", url)
+
+
+def parse_network_url(url: str, domain: str, field="network_url"):
+    """(entity_type, id segment as written) of a profile URL: a scheme, the network's host (or a country or
+    mobile subdomain of it), an optional /mwlite prefix, /in/<id> or /company/<id>, then optionally one of
+    PROFILE_SECTIONS and anything below it."""
     def invalid(reason):
-        return ValidationFailed(field, f"Invalid network_url: {reason} Expected "
-                                       f"https://www.{domain}/{PATH_KIND[entity_type]}/<id>.", url)
+        return _invalid_url(url, field, f"https://www.{domain}/in/<id> or /company/<id>", reason)
 
     parts = urlsplit(url.strip())
     if parts.scheme.lower() not in ("http", "https"):
         raise invalid("it must start with https://.")
     host = (parts.hostname or "").lower()
-    if host not in (domain, f"www.{domain}") or parts.port is not None or parts.username:
-        raise invalid(f"the host must be {domain} or www.{domain}.")
+    if not _network_host(host, domain) or parts.port is not None or parts.username:
+        raise invalid(f"the host must be {domain}, www.{domain} or a country or mobile subdomain "
+                      f"such as uk.{domain} or m.{domain}.")
     segments = [segment for segment in parts.path.split("/") if segment]
-    if len(segments) != 2 or segments[0].lower() not in ENTITY_FOR_KIND:
-        raise invalid("the path must be /in/<id> for a contact or /company/<id> for a company.")
-    if ENTITY_FOR_KIND[segments[0].lower()] != entity_type:
-        raise invalid(f"a {entity_type} URL must use the /{PATH_KIND[entity_type]}/ path.")
+    if segments and segments[0].lower() == MOBILE_PREFIX:
+        segments = segments[1:]
+    if (len(segments) < 2 or segments[0].lower() not in ENTITY_FOR_KIND
+            or (len(segments) > 2 and segments[2].lower() not in PROFILE_SECTIONS)):
+        raise invalid("the path must be /in/<id> for a contact or /company/<id> for a company, optionally "
+                      f"followed by a profile section ({', '.join(sorted(PROFILE_SECTIONS))}).")
+    return ENTITY_FOR_KIND[segments[0].lower()], segments[1]
+
+
+def network_id_from_url(url: str, entity_type: str, domain: str, field="network_url") -> str:
+    """The id a profile URL names; its path kind must match `entity_type`."""
+    found_type, segment = parse_network_url(url, domain, field)
+    if found_type != entity_type:
+        raise _invalid_url(url, field, canonical_url(domain, entity_type, "<id>"),
+                           f"a {entity_type} URL must use the /{PATH_KIND[entity_type]}/ path.")
     try:
-        return normalize_network_id(segments[1], field)
+        return normalize_network_id(segment, field)
     except ValidationFailed as error:  # report the URL the client sent, not the segment
         raise ValidationFailed(field, f"Invalid network_url: {error.message}", url) from None
 

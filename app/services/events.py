@@ -3,6 +3,7 @@ import json
 
 from sqlalchemy import insert, select
 
+from app import metrics
 from app.common import isoformat, new_sortable_id, unix_seconds, utcnow
 from app.database import newest_first_page
 from app.errors import NotFound
@@ -91,6 +92,7 @@ def record(session, account_id, event_type, data, *, subscription=None, config=N
     session.add(event)
     if delivery_row is not None:
         session.add(OutboxDelivery(**delivery_row))
+    metrics.count_events([event_type])
     return event
 
 
@@ -101,6 +103,7 @@ def store(session, built):
     delivery_rows = [delivery for _, delivery in built if delivery is not None]
     if event_rows:
         session.execute(insert(Event.__table__), event_rows)
+        metrics.count_events(event["type"] for event in event_rows)
     if delivery_rows:
         session.execute(insert(OutboxDelivery.__table__), delivery_rows)
 

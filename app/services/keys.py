@@ -62,6 +62,15 @@ def delete_key(account_id: str, key_id: str) -> None:
         session.delete(key)
 
 
+def revoke_key(key_id: str) -> ApiKey:
+    """The operator's delete: any account's key by its id, under the same rules as `delete_key`."""
+    key = db.session.get(ApiKey, key_id)
+    if key is None:
+        raise NotFound("api_key", key_id)
+    delete_key(key.account_id, key_id)
+    return key
+
+
 def _key_count(session, account_id):
     return session.scalar(select(func.count()).select_from(ApiKey).where(ApiKey.account_id == account_id))
 

@@ -8,14 +8,16 @@ A delivery goes through three steps so no transaction is held across HTTP:
 3. `record_results` writes every try, the next attempt or final status, in one short transaction,
    skipping the outbox rows whose lease was lost meanwhile (the try itself is still logged).
 """
+import logging
 import random
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from flask import current_app
 from sqlalchemy import DateTime, Integer, String, insert, literal, select, update
 
-from app.common import new_id, new_sortable_id, utcnow
+from app import metrics
+from app.common import isoformat, new_id, new_sortable_id, utcnow
 from app.database import newest_first_page, write_transaction
 from app.errors import ValidationFailed
 from app.models import DeliveryAttempt, Event, OutboxDelivery, WebhookConfig
@@ -23,6 +25,7 @@ from app.services import events, webhooks
 from app.services.transport import Outcome, Outgoing
 
 TEST_MESSAGE = "This is a test event sent by POST /webhooks/test."
+log = logging.getLogger(__name__)
 UNSENT_STATUSES = ("failed", "skipped")
 
 
@@ -34,6 +37,7 @@ class Claimed:
     event_type: str
     tries: int  # tries this delivery made before this one
     outgoing: Outgoing
+    event_created_at: datetime = None  # detection time, for the detection-to-delivery histogram
 
 
 # --- sending what is due ------------------------------------------------------------------------
@@ -67,13 +71,13 @@ def claim_due(token: str, limit: int) -> list:
         if not rows:
             return []
         found = {row.id: row for row in session.execute(
-            select(Event.id, Event.type, Event.body, Event.attempt_count)
+            select(Event.id, Event.type, Event.body, Event.attempt_count, Event.created_at)
             .where(Event.id.in_({row.event_id for row in rows})))}
         configs = {config.account_id: config for config in session.scalars(
             select(WebhookConfig).where(WebhookConfig.account_id.in_({row.account_id for row in rows})))}
         return [Claimed(row.id, row.account_id, found[row.event_id].type, row.attempts,
                         outgoing_for(configs[row.account_id], row.event_id, found[row.event_id].body,
-                                     found[row.event_id].attempt_count + 1, now))
+                                     found[row.event_id].attempt_count + 1, now), found[row.event_id].created_at)
                 for row in rows]
 
 
@@ -128,6 +132,8 @@ def record_results(token: str, results: list) -> None:
             status = "succeeded" if outcome.succeeded else ("pending" if next_at else "failed")
             attempts.append(attempt_row(claimed.account_id, claimed.outgoing.event_id, claimed.event_type,
                                         claimed.outgoing.attempt, outcome, now, next_at))
+            if not outcome.succeeded:
+                _log_failed_attempt(claimed, outcome, attempts[-1])
             if claimed.delivery_id in still_ours:
                 deliveries.append({"id": claimed.delivery_id, "status": status, "attempts": claimed.tries + 1,
                                    "next_attempt_at": next_at or now, "claim_token": None, "claimed_until": None})
@@ -138,6 +144,16 @@ def record_results(token: str, results: list) -> None:
             session.execute(update(OutboxDelivery), deliveries)
             session.execute(update(Event), event_changes)
         _update_endpoint_health(session, results, now)
+    metrics.observe_deliveries(results, now)
+
+
+def _log_failed_attempt(claimed: Claimed, outcome: Outcome, attempt: dict):
+    log.warning("webhook delivery attempt %s of %s failed: %s", attempt["attempt"], attempt["event_id"],
+                outcome.error or f"HTTP {outcome.status_code}",
+                extra={"account_id": claimed.account_id, "event_id": attempt["event_id"],
+                       "delivery_id": attempt["id"], "attempt": attempt["attempt"],
+                       "response_status": outcome.status_code, "error": outcome.error,
+                       "next_attempt_at": isoformat(attempt["next_attempt_at"])})
 
 
 def _update_endpoint_health(session, results, now):
@@ -149,14 +165,18 @@ def _update_endpoint_health(session, results, now):
     disable_after = timedelta(seconds=current_app.config["WEBHOOK_DISABLE_AFTER_SECONDS"])
     for config in session.scalars(select(WebhookConfig).where(WebhookConfig.account_id.in_(list(by_account)))):
         outcomes = by_account[config.account_id]
+        was_active = config.is_active
         if any(outcome.succeeded for outcome in outcomes):
             config.failing_since = None
         else:
             config.failing_since = config.failing_since or now
             if now - config.failing_since >= disable_after:
-                config.is_active = False
+                config.is_active, reason = False, f"failing since {isoformat(config.failing_since)}"
         if any(outcome.gone for outcome in outcomes):
-            config.is_active = False
+            config.is_active, reason = False, "the endpoint answered 410 Gone"
+        if was_active and not config.is_active:
+            log.warning("webhook endpoint deactivated: %s", reason,
+                        extra={"account_id": config.account_id, "webhook_id": config.id, "reason": reason})
 
 
 # --- the test send ------------------------------------------------------------------------------
@@ -203,9 +223,10 @@ def redeliver(account_id: str, event_id: str) -> dict:
     return {"event_id": event_id, "delivery_status": "pending"}
 
 
-def recover(account_id: str, since, until=None) -> dict:
+def recover(account_id: str, since, until=None, include_pending=False) -> dict:
     """Queue every event of the window (clamped to the last WEBHOOK_RECOVER_MAX_DAYS) whose delivery
-    failed or never happened and whose type the configuration wants now; test events are left out."""
+    failed or never happened and whose type the configuration wants now; test events are left out.
+    With `include_pending`, deliveries of the window waiting for their next try are made due now."""
     with write_transaction() as session:
         now = utcnow()
         config = webhooks.active_config(session, account_id)
@@ -213,14 +234,27 @@ def recover(account_id: str, since, until=None) -> dict:
         until = min(until or now, now)
         if until <= since:
             raise ValidationFailed("until", "until must be after since (and within the recovery window).")
+        window = [Event.account_id == account_id, Event.created_at >= since, Event.created_at < until]
         wanted = [event_type for event_type in events.EVENT_TYPES
                   if event_type != "test" and events.type_matches(config.events, event_type)]
-        queued = _queue_where(session, [Event.account_id == account_id, Event.created_at >= since,
-                                        Event.created_at < until, Event.delivery_status.in_(UNSENT_STATUSES),
+        queued = _queue_where(session, [*window, Event.delivery_status.in_(UNSENT_STATUSES),
                                         Event.type.in_(wanted)], now)
+        if include_pending:
+            queued += _make_waiting_due(session, account_id, window, now)
     if queued:
         events.notify_new_deliveries()
     return {"queued": queued}
+
+
+def _make_waiting_due(session, account_id, window, now) -> int:
+    """Pending deliveries of the window's events that wait for a later try (and are not being sent
+    right now) become due now."""
+    in_window = select(Event.id).where(*window)
+    return session.execute(
+        update(OutboxDelivery).where(OutboxDelivery.account_id == account_id, OutboxDelivery.status == "pending",
+                                     OutboxDelivery.next_attempt_at > now, OutboxDelivery.claim_token.is_(None),
+                                     OutboxDelivery.event_id.in_(in_window))
+        .values(next_attempt_at=now).execution_options(synchronize_session=False)).rowcount
 
 
 # --- the delivery log ---------------------------------------------------------------------------

@@ -95,10 +95,11 @@ def _item_error(index, raw, error: ServiceError, network_id=None):
     return {"index": index, "network_id": network_id, "error": error.message, "code": error.code}
 
 
-def bulk_create(account_id: str, raw_items: list, load_item) -> BulkCreateResult:
+def bulk_create(account_id: str, raw_items: list, load_item, dry_run=False) -> BulkCreateResult:
     """Create what can be created; every failed item is reported with its index, in request order.
 
-    `load_item` validates one raw item (the HTTP layer's schema) and raises ServiceError.
+    `load_item` validates one raw item (the HTTP layer's schema) and raises ServiceError. `dry_run`
+    applies every rule against the database as it is, then writes nothing.
     """
     invalid, resolved = [], []  # resolved: (index, raw, item, network_id, network_url)
     for index, raw in enumerate(raw_items):
@@ -108,14 +109,14 @@ def bulk_create(account_id: str, raw_items: list, load_item) -> BulkCreateResult
         except ServiceError as error:
             invalid.append(_item_error(index, raw, error))
     try:
-        result = _insert_batch(account_id, resolved)
+        result = _insert_batch(account_id, resolved, dry_run)
     except IntegrityError:  # a concurrent create took one of these entities (PostgreSQL): now a duplicate
-        result = _insert_batch(account_id, resolved)
+        result = _insert_batch(account_id, resolved, dry_run)
     result.errors = sorted(invalid + result.errors, key=lambda error: error["index"])
     return result
 
 
-def _insert_batch(account_id: str, resolved: list) -> BulkCreateResult:
+def _insert_batch(account_id: str, resolved: list, dry_run: bool) -> BulkCreateResult:
     result = BulkCreateResult()
     with write_transaction() as session:
         now = utcnow()
@@ -144,6 +145,8 @@ def _insert_batch(account_id: str, resolved: list) -> BulkCreateResult:
             existing[key] = subscription.id
             count += 1
             result.created.append(subscription)
+        if dry_run:
+            session.rollback()
     return result
 
 
@@ -294,14 +297,15 @@ def bulk_set_status(account_id: str, ids: list, status: str):
     return _bulk_apply(account_id, ids, lambda subscription, now: _set_status_in(subscription, status, now))
 
 
-EXPORT_COLUMNS = ("subscription_id", "entity_type", "network_id", "network_url", "status", "created_at")
+EXPORT_COLUMNS = ("subscription_id", "entity_type", "network_id", "network_url", "status", "created_at",
+                  "custom_metadata")
 
 
 def export_rows(account_id: str, status: str):
     """Every matching subscription as a tuple of EXPORT_COLUMNS, oldest first, read in keyset chunks
     so memory stays bounded and no read transaction stays open between chunks."""
     columns = (Subscription.id, Subscription.entity_type, Subscription.network_id, Subscription.network_url,
-               Subscription.status, Subscription.created_at)
+               Subscription.status, Subscription.created_at, Subscription.custom_metadata)
     conditions = [Subscription.account_id == account_id]
     if status != "all":
         conditions.append(Subscription.status == status)

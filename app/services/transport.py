@@ -23,9 +23,10 @@ from requests_hardened import Config, HTTPSession
 from requests_hardened.ip_filter import EXTRA_BLOCKED_NET_RANGES, InvalidIPAddress
 from requests_hardened.ip_filter_adapter import IPFilterAdapter
 
+from app.common import USER_AGENT
+
 log = logging.getLogger(__name__)
 
-USER_AGENT = "entity-monitor-webhooks/1.0"
 MAX_SESSIONS = 256
 MAX_ERROR_LENGTH = 500
 

@@ -4,6 +4,7 @@ import time
 
 from flask import current_app
 
+from app import metrics
 from app.services import checks
 
 STEP_BUDGET_SECONDS = 30
@@ -17,7 +18,14 @@ def run_due_batch(keep_going=always) -> checks.Summary:
     """Claim and check one batch of due subscriptions; an empty summary when nothing is due."""
     token = checks.new_claim_token()
     claimed = checks.claim(token, current_app.config["CHECK_BATCH_SIZE"])
-    return checks.run_claimed(claimed, token, keep_going) if claimed else checks.Summary()
+    return _run_counted(claimed, token, keep_going) if claimed else checks.Summary()
+
+
+def _run_counted(claimed, token, *options) -> checks.Summary:
+    """`checks.run_claimed`, its outcomes counted for /metrics."""
+    summary = checks.run_claimed(claimed, token, *options)
+    metrics.count_checks(summary)
+    return summary
 
 
 def run_due(budget_seconds=None, keep_going=always) -> list:
@@ -46,11 +54,11 @@ def run_all():
         if not claimed:
             return
         after = claimed[-1].id
-        yield checks.run_claimed(claimed, token)
+        yield _run_counted(claimed, token)
 
 
 def run_one(subscription_id: str):
     """Check one subscription now; None when it is not active (or another checker holds it)."""
     token = checks.new_claim_token()
     claimed = checks.claim(token, 1, subscription_id=subscription_id)
-    return checks.run_claimed(claimed, token) if claimed else None
+    return _run_counted(claimed, token) if claimed else None

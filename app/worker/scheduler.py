@@ -24,7 +24,7 @@ from sqlalchemy.engine import make_url
 
 from app.common import utcnow
 from app.services import health, usage
-from app.worker import checks, deliveries
+from app.worker import checks, deliveries, retention
 
 log = logging.getLogger(__name__)
 SENDER_JOIN_SECONDS = 20
@@ -47,7 +47,8 @@ class Scheduler:
     def steps(self):
         """(job id, seconds between runs, step). Each step does one round of work and returns."""
         return [("flush-usage", usage.FLUSH_EVERY_SECONDS, usage.requests.flush),
-                ("checks", self.app.config["SCHEDULER_CHECK_POLL_SECONDS"], self.tick_and_check)]
+                ("checks", self.app.config["SCHEDULER_CHECK_POLL_SECONDS"], self.tick_and_check),
+                ("retention", retention.INTERVAL_SECONDS, retention.run_retention)]
 
     def keep_going(self) -> bool:
         return not self.stopping.is_set()

@@ -1,0 +1,44 @@
+"""`GET /metrics` (no API key): Prometheus text format. Off with METRICS_ENABLED=0; `metrics serve` answers
+it on an address of its own instead."""
+from flask import Blueprint, Response, request
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from app import metrics
+from app.extensions import limiter
+from app.logging_setup import elapsed_seconds
+
+bp = Blueprint("metrics", __name__)
+
+
+@bp.get("/metrics")
+@limiter.exempt
+def scrape():
+    return Response(metrics.render(), mimetype=None, content_type=CONTENT_TYPE_LATEST)
+
+
+def observe_request(response):
+    """Requests by route template (never the raw path: ids would make unbounded label values)."""
+    route = request.url_rule.rule if request.url_rule is not None else "unmatched"
+    if route != "/metrics":
+        metrics.observe_request(route, response.status_code, elapsed_seconds())
+    return response
+
+
+def metrics_only(app):
+    """A WSGI application answering `GET /metrics` and nothing else, for a separate (internal) address."""
+    def application(environ, start_response):
+        if environ.get("PATH_INFO") != "/metrics" or environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
+            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"Only GET /metrics is served here.\n"]
+        with app.app_context():
+            body = metrics.render()
+        start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST), ("Content-Length", str(len(body)))])
+        return [body]
+    return application
+
+
+def register(app):
+    if not app.config["METRICS_ENABLED"]:
+        return
+    app.register_blueprint(bp)
+    app.after_request(observe_request)

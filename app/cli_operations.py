@@ -1,0 +1,229 @@
+"""Operator commands for keys, accounts, subscriptions and events (contract §10), registered by
+`app.cli.register_commands`, so they also appear in the `entity-monitor` console script."""
+import csv
+import json
+import os
+import sys
+
+import click
+from flask import current_app
+from flask.cli import AppGroup
+
+from app.api.http import load
+from app.cli import _fail as fail, accounts_cli
+from app.common import isoformat
+from app.errors import ServiceError
+from app.schemas.account import ApiKeyCreateSchema
+from app.schemas.subscriptions import STATUSES, SubscriptionCreateSchema
+from app.services import accounts, export, importer, keys, retention, webhooks
+
+keys_cli = AppGroup("keys", help="API keys of any account (the way back from a lost key).")
+subscriptions_cli = AppGroup("subscriptions", help="Import and export subscriptions.")
+events_cli = AppGroup("events", help="The event log.")
+metrics_cli = AppGroup("metrics", help="Prometheus metrics.")
+key_create_schema = ApiKeyCreateSchema()
+create_item_schema = SubscriptionCreateSchema()
+
+
+def _existing_account(account_id):
+    try:
+        return accounts.get_account(account_id)
+    except ServiceError as error:
+        fail(error)
+
+
+def _emit(record: dict, as_json: bool):
+    if as_json:
+        click.echo(json.dumps(record))
+    else:
+        click.echo("\n".join(f"{name}: {'' if value is None else value}" for name, value in record.items()))
+
+
+# --- keys ---------------------------------------------------------------------------------------
+
+@keys_cli.command("create")
+@click.option("--account", "account_id", required=True, help="Account id (acct_…).")
+@click.option("--name", required=True, help="Key name, 1-100 characters.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def create_key(account_id, name, as_json):
+    """Create a key and print it (shown only this once)."""
+    _existing_account(account_id)
+    try:
+        key, plaintext = keys.create_key(account_id, load(key_create_schema, {"name": name})["name"])
+    except ServiceError as error:
+        fail(error)
+    _emit({"key_id": key.id, "account_id": account_id, "name": key.name, "api_key": plaintext}, as_json)
+
+
+def _key_record(key) -> dict:
+    return {"id": key.id, "name": key.name, "key_hint": key.key_hint, "created_at": isoformat(key.created_at),
+            "last_used_at": isoformat(key.last_used_at)}
+
+
+@keys_cli.command("list")
+@click.option("--account", "account_id", required=True, help="Account id (acct_…).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+def list_keys(account_id, as_json):
+    """List an account's keys (never their values)."""
+    _existing_account(account_id)
+    records = [_key_record(key) for key in keys.list_keys(account_id)]
+    if as_json:
+        click.echo(json.dumps(records))
+        return
+    for record in records:
+        click.echo(f"{record['id']}\t…{record['key_hint']}\t{record['created_at']}\t"
+                   f"{record['last_used_at'] or 'never used'}\t{record['name']}")
+
+
+@keys_cli.command("revoke")
+@click.argument("key_id")
+def revoke_key(key_id):
+    """Delete a key: it fails from its next request on (an account keeps at least one)."""
+    try:
+        key = keys.revoke_key(key_id)
+    except ServiceError as error:
+        fail(error)
+    click.echo(f"revoked {key.id} of {key.account_id}")
+
+
+# --- accounts show ------------------------------------------------------------------------------
+
+@click.command("show")
+@click.argument("account_id")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def show_account(account_id, as_json):
+    """An account: tier, subscriptions against the cap, trial, keys and webhook endpoint."""
+    described = accounts.describe(_existing_account(account_id))
+    try:
+        config = webhooks.get(account_id)
+        webhook = {"webhook_endpoint": config.endpoint_url, "webhook_active": config.is_active,
+                   "webhook_failing_since": isoformat(config.failing_since)}
+    except ServiceError:
+        webhook = {"webhook_endpoint": None}
+    _emit({**described, "trial_ends_at": isoformat(described["trial_ends_at"]),
+           "created_at": isoformat(described["created_at"]), "api_keys": len(keys.list_keys(account_id)),
+           **webhook}, as_json)
+
+
+# --- subscriptions import / export ----------------------------------------------------------------
+
+def _load_item(raw):
+    return load(create_item_schema, raw)
+
+
+def on_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+class Progress:
+    """A progress bar on a terminal; a plain `imported N/M rows` line per chunk when piped."""
+
+    def __init__(self, total: int, interactive: bool):
+        self.total, self.done = total, 0
+        self.bar = click.progressbar(length=total, label="importing", file=sys.stdout) if interactive else None
+
+    def __enter__(self):
+        if self.bar:
+            self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self.bar:
+            self.bar.__exit__(*exc)
+
+    def update(self, report):
+        if self.bar:
+            self.bar.update(report.rows - self.done)
+        else:
+            click.echo(f"imported {report.rows}/{self.total} rows")
+        self.done = report.rows
+
+
+def _write_rejected(path, header, rejected):
+    with open(path, "w", newline="", encoding="utf-8") as file:
+        writer = csv.DictWriter(file, fieldnames=[*header, "reason"], extrasaction="ignore")
+        writer.writeheader()
+        for row, reason in rejected:
+            writer.writerow({**row, "reason": reason})
+
+
+@subscriptions_cli.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--account", "account_id", required=True, help="Account id (acct_…).")
+@click.option("--column", help="The column of profile URLs or ids (default: found by its header).")
+@click.option("--type-column", help="The column of entity types (default: `entity_type` or `type` if present; "
+                                    "else the type is read from each URL).")
+@click.option("--metadata", default="", help="Columns kept as custom_metadata, comma-separated.")
+@click.option("--rejected", "rejected_path", type=click.Path(dir_okay=False),
+              help="Where rejected rows go, with the reason (default: FILE.rejected.csv).")
+@click.option("--dry-run", is_flag=True, help="Apply every rule, create nothing.")
+def import_subscriptions(file, account_id, column, type_column, metadata, rejected_path, dry_run):
+    """Subscribe to every profile of a CSV exported from a CRM; safe to re-run."""
+    _existing_account(account_id)
+    try:
+        header, rows = importer.read_rows(file)
+        plan = importer.Plan.for_header(header, column, type_column,
+                                        [name.strip() for name in metadata.split(",") if name.strip()])
+        with Progress(len(rows), on_terminal()) as progress:
+            report = importer.import_rows(account_id, rows, plan, _load_item, dry_run, progress.update)
+    except (UnicodeDecodeError, csv.Error) as error:
+        raise click.ClickException(f"{file} is not a readable UTF-8 CSV file: {error}")
+    except ServiceError as error:
+        fail(error)
+    verb = "would be created" if dry_run else "created"
+    click.echo(f"rows={report.rows} {verb}={report.created} already_present={report.present} "
+               f"rejected={len(report.rejected)}")
+    if report.rejected:
+        rejected_path = rejected_path or f"{os.path.splitext(file)[0]}.rejected.csv"
+        _write_rejected(rejected_path, header, report.rejected)
+        click.echo(f"rejected rows and their reasons: {rejected_path}")
+
+
+@subscriptions_cli.command("export")
+@click.option("--account", "account_id", required=True, help="Account id (acct_…).")
+@click.option("--format", "export_format", type=click.Choice(("csv", "json")), default="csv", show_default=True)
+@click.option("--status", type=click.Choice(STATUSES + ("all",)), default="all", show_default=True)
+def export_subscriptions(account_id, export_format, status):
+    """Write the account's subscriptions to standard output, as GET /subscriptions/export does."""
+    _existing_account(account_id)
+    chunks, _media_type = export.export(account_id, status, export_format)
+    for chunk in chunks:
+        click.echo(chunk, nl=False)
+
+
+# --- events prune -------------------------------------------------------------------------------
+
+@events_cli.command("prune")
+@click.option("--days", type=click.IntRange(min=0), help="Keep this many days (default: EVENT_RETENTION_DAYS).")
+def prune_events(days):
+    """Delete events older than the retention, with their deliveries and attempts (never a pending one)."""
+    pruned = retention.prune(days)
+    click.echo(f"events={pruned.events} outbox={pruned.outbox} attempts={pruned.attempts}")
+
+
+# --- metrics serve ------------------------------------------------------------------------------
+
+@metrics_cli.command("serve")
+@click.option("--bind", default="127.0.0.1:9464", show_default=True, help="HOST:PORT to answer GET /metrics on.")
+def serve_metrics(bind):
+    """Answer GET /metrics on an address of its own (serve the API with METRICS_ENABLED=0). Needs
+    PROMETHEUS_MULTIPROC_DIR shared with the web workers and the scheduler: it adds up their counters."""
+    from wsgiref.simple_server import make_server
+
+    from app.api.metrics import metrics_only
+    from app.metrics import multiprocess_directory
+    if not multiprocess_directory():
+        raise click.ClickException("PROMETHEUS_MULTIPROC_DIR is not set: a separate process would see no "
+                                   "counters of the web workers and the scheduler.")
+    host, _, port = bind.rpartition(":")
+    if not host or not port.isdigit():
+        raise click.BadParameter(f"{bind!r} is not HOST:PORT", param_hint="--bind")
+    server = make_server(host, int(port), metrics_only(current_app._get_current_object()))
+    click.echo(f"metrics on http://{bind}/metrics")
+    server.serve_forever()
+
+
+def register(app):
+    accounts_cli.add_command(show_account)
+    for group in (keys_cli, subscriptions_cli, events_cli, metrics_cli):
+        app.cli.add_command(group)

@@ -1,0 +1,89 @@
+"""Logging: text lines (the default) or one JSON object per line (`LOG_FORMAT=json`), for application
+and access logs alike. Every line carries the request id and account id of the request it belongs to;
+callers add `subscription_id`, `event_id`, `delivery_id` or `webhook_id` with `extra=`."""
+import logging
+import time
+from urllib.parse import parse_qsl, urlencode
+
+from flask import g, has_request_context, request
+from pythonjsonlogger.json import JsonFormatter
+
+LOG_FORMATS = ("text", "json")
+CONTEXT_FIELDS = ("request_id", "account_id", "subscription_id", "event_id", "delivery_id", "webhook_id")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+JSON_FORMAT = "%(levelname)s %(name)s %(message)s"
+HANDLER_NAME = "entity-monitor"
+SECRET_PARAMETER_WORDS = ("key", "secret", "token", "signature", "password")
+access_log = logging.getLogger("app.access")
+
+
+class RequestContextFilter(logging.Filter):
+    """Adds the current request's id and account id to every record logged while serving it."""
+
+    def filter(self, record):
+        if has_request_context():
+            for name in ("request_id", "account_id"):
+                if getattr(record, name, None) is None and g.get(name):
+                    setattr(record, name, g.get(name))
+        return True
+
+
+class TextFormatter(logging.Formatter):
+    """The classic line, then the ids the record carries: `… message [request_id=req_… event_id=evt_…]`."""
+
+    def format(self, record):
+        line = super().format(record)
+        context = " ".join(f"{name}={getattr(record, name)}" for name in CONTEXT_FIELDS
+                           if getattr(record, name, None))
+        return f"{line} [{context}]" if context else line
+
+
+def _formatter(log_format: str) -> logging.Formatter:
+    if log_format == "json":
+        return JsonFormatter(JSON_FORMAT, timestamp="time", rename_fields={"levelname": "level", "name": "logger"})
+    return TextFormatter(TEXT_FORMAT)
+
+
+def configure_logging(app) -> None:
+    """One handler on the root logger (replaced, not added again, when another app is created)."""
+    log_format = app.config["LOG_FORMAT"]
+    if log_format not in LOG_FORMATS:
+        raise ValueError(f"LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}, not {log_format!r}")
+    handler = logging.StreamHandler()
+    handler.set_name(HANDLER_NAME)
+    handler.addFilter(RequestContextFilter())
+    handler.setFormatter(_formatter(log_format))
+    root = logging.getLogger()
+    for existing in [existing for existing in root.handlers if existing.get_name() == HANDLER_NAME]:
+        root.removeHandler(existing)
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per job run is noise
+    app.before_request(_start_clock)
+    app.after_request(_log_access)
+
+
+def _start_clock():
+    g.request_started = time.perf_counter()
+
+
+def elapsed_seconds() -> float:
+    """Time since the current request began."""
+    return time.perf_counter() - g.get("request_started", time.perf_counter())
+
+
+def redacted_query(query_string: str) -> str:
+    """The query string with the values of key-, secret- or token-like parameters replaced."""
+    pairs = parse_qsl(query_string, keep_blank_values=True)
+    return urlencode([(name, "[redacted]" if any(word in name.lower() for word in SECRET_PARAMETER_WORDS)
+                       else value) for name, value in pairs])
+
+
+def _log_access(response):
+    query = request.query_string.decode("latin-1")
+    path = f"{request.path}?{redacted_query(query)}" if query else request.path
+    duration_ms = round(1000 * elapsed_seconds(), 1)
+    access_log.info("%s %s %s", request.method, path, response.status_code,
+                    extra={"method": request.method, "path": path, "status": response.status_code,
+                           "duration_ms": duration_ms, "remote_addr": request.remote_addr})
+    return response

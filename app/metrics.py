@@ -1,0 +1,112 @@
+"""Prometheus metrics (contract §10), correct across processes.
+
+Counters and histograms live in the process that does the work (web workers, the scheduler). With
+`PROMETHEUS_MULTIPROC_DIR` set in the environment of every process (before start), prometheus-client
+writes them to files there and a scrape of any web worker adds up all processes, dead ones included.
+Without it (one process), they are read from this process's registry. Gauges that describe the
+database (outbox, subscriptions, the scheduler's last tick) are read from the database at scrape time,
+so every process answers the same."""
+import os
+from collections import Counter as Tally
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
+from prometheus_client.core import GaugeMetricFamily
+from sqlalchemy import func, select
+
+from app.common import unix_seconds
+from app.extensions import db
+from app.models import Subscription
+
+PREFIX = "entity_monitor"
+PROCESS_REGISTRY = CollectorRegistry()
+SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+LATENCY_BUCKETS = (0.05, 0.1, 0.5, 1, 5, 30, 60, 300, 1800, 7200, 36000, 86400)
+
+CHECKS = Counter(f"{PREFIX}_checks", "Checks by outcome (ok, unavailable, failed, skipped).", ["outcome"],
+                 registry=PROCESS_REGISTRY)
+EVENTS = Counter(f"{PREFIX}_events", "Events recorded, by type.", ["type"], registry=PROCESS_REGISTRY)
+DELIVERIES = Counter(f"{PREFIX}_deliveries", "Webhook delivery attempts by outcome (succeeded, failed).",
+                     ["outcome"], registry=PROCESS_REGISTRY)
+DELIVERY_DURATION = Histogram(f"{PREFIX}_delivery_duration_seconds", "Duration of one webhook delivery attempt.",
+                              buckets=SECONDS_BUCKETS, registry=PROCESS_REGISTRY)
+DETECTION_TO_DELIVERY = Histogram(f"{PREFIX}_detection_to_delivery_seconds",
+                                  "From an event's detection to its successful delivery.",
+                                  buckets=LATENCY_BUCKETS, registry=PROCESS_REGISTRY)
+HTTP_REQUESTS = Counter(f"{PREFIX}_http_requests", "HTTP requests by route template and status.",
+                        ["route", "status"], registry=PROCESS_REGISTRY)
+HTTP_DURATION = Histogram(f"{PREFIX}_http_request_duration_seconds", "HTTP request latency by route template.",
+                          ["route"], buckets=SECONDS_BUCKETS, registry=PROCESS_REGISTRY)
+
+
+# --- recording ----------------------------------------------------------------------------------
+
+def count_checks(summary) -> None:
+    """One check batch's outcomes, from the summary the engine returns."""
+    for outcome, count in (("ok", summary.checked - summary.unavailable), ("unavailable", summary.unavailable),
+                           ("failed", summary.failed), ("skipped", summary.skipped)):
+        if count:
+            CHECKS.labels(outcome).inc(count)
+
+
+def count_events(event_types) -> None:
+    for event_type, count in Tally(event_types).items():
+        EVENTS.labels(event_type).inc(count)
+
+
+def observe_deliveries(results, now) -> None:
+    """A recorded batch of [(Claimed, Outcome)]."""
+    for claimed, outcome in results:
+        DELIVERIES.labels("succeeded" if outcome.succeeded else "failed").inc()
+        DELIVERY_DURATION.observe(outcome.duration_ms / 1000)
+        if outcome.succeeded and claimed.event_created_at is not None:
+            DETECTION_TO_DELIVERY.observe(max((now - claimed.event_created_at).total_seconds(), 0.0))
+
+
+def observe_request(route: str, status: int, seconds: float) -> None:
+    HTTP_REQUESTS.labels(route, str(status)).inc()
+    HTTP_DURATION.labels(route).observe(seconds)
+
+
+# --- the scrape -----------------------------------------------------------------------------------
+
+class DatabaseCollector:
+    """Gauges read from the database at scrape time (the same answer from every process)."""
+
+    def collect(self):
+        from app.services import health  # production operation's heartbeat and backlog readers
+        try:
+            backlog, heartbeat = health.outbox_backlog(), health.scheduler_heartbeat()
+            by_status = dict(db.session.execute(select(Subscription.status, func.count())
+                                                .group_by(Subscription.status)).all())
+        finally:
+            db.session.rollback()
+        yield _gauge("outbox_pending", "Deliveries owed (due or waiting for a retry).", backlog["pending"])
+        yield _gauge("outbox_oldest_pending_seconds", "Age of the oldest delivery still owed (0: none).",
+                     backlog["oldest_pending_seconds"] or 0)
+        subscriptions = GaugeMetricFamily(f"{PREFIX}_subscriptions", "Subscriptions by status.", labels=["status"])
+        for status in ("active", "paused", "cancelled"):
+            subscriptions.add_metric([status], by_status.get(status, 0))
+        yield subscriptions
+        last_tick = heartbeat["last_tick_at"]
+        yield _gauge("scheduler_last_tick_timestamp_seconds", "Unix time of the newest scheduler tick (0: never).",
+                     unix_seconds(last_tick) if last_tick else 0)
+
+
+def _gauge(name, documentation, value):
+    return GaugeMetricFamily(f"{PREFIX}_{name}", documentation, value=value)
+
+
+def multiprocess_directory():
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+
+
+def render() -> bytes:
+    """The text exposition of every process's counters and histograms, then the database gauges."""
+    if multiprocess_directory():
+        processes = CollectorRegistry()
+        multiprocess.MultiProcessCollector(processes)
+    else:
+        processes = PROCESS_REGISTRY
+    database = CollectorRegistry()
+    database.register(DatabaseCollector())
+    return generate_latest(processes) + generate_latest(database)

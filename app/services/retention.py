@@ -1,0 +1,68 @@
+"""Retention (contract §10): events older than EVENT_RETENTION_DAYS go, with their outbox rows and
+delivery attempts, in small batches. An event whose delivery is still pending is never pruned.
+
+Each batch picks its event ids with a plain read (no write lock held while scanning), then deletes
+them in one short write transaction, so checks and deliveries interleave with a long prune."""
+from dataclasses import dataclass
+from datetime import timedelta
+
+from flask import current_app
+from sqlalchemy import delete, exists, select
+
+from app.common import utcnow
+from app.database import end_read_transaction, write_transaction
+from app.extensions import db
+from app.models import DeliveryAttempt, Event, OutboxDelivery
+
+
+@dataclass
+class Pruned:
+    events: int = 0
+    outbox: int = 0
+    attempts: int = 0
+
+    def add(self, other: "Pruned") -> None:
+        self.events += other.events
+        self.outbox += other.outbox
+        self.attempts += other.attempts
+
+
+def retention_cutoff(days=None):
+    return utcnow() - timedelta(days=current_app.config["EVENT_RETENTION_DAYS"] if days is None else days)
+
+
+def _prunable_event_ids(cutoff, limit) -> list:
+    still_pending = exists().where(OutboxDelivery.event_id == Event.id, OutboxDelivery.status == "pending")
+    ids = db.session.scalars(select(Event.id).where(Event.created_at < cutoff, ~still_pending).limit(limit)).all()
+    end_read_transaction()
+    return ids
+
+
+def prune_batch(cutoff, batch_size) -> Pruned:
+    """Delete up to `batch_size` events created before `cutoff`, with their outbox rows and attempts."""
+    ids = _prunable_event_ids(cutoff, batch_size)
+    if not ids:
+        return Pruned()
+    with write_transaction() as session:
+        # re-checked inside the transaction: a redelivery may have queued one of them meanwhile
+        kept = set(session.scalars(select(OutboxDelivery.event_id).where(
+            OutboxDelivery.event_id.in_(ids), OutboxDelivery.status == "pending")))
+        ids = [event_id for event_id in ids if event_id not in kept]
+        attempts = session.execute(delete(DeliveryAttempt).where(DeliveryAttempt.event_id.in_(ids))).rowcount
+        outbox = session.execute(delete(OutboxDelivery).where(OutboxDelivery.event_id.in_(ids))).rowcount
+        events = session.execute(delete(Event).where(Event.id.in_(ids))).rowcount
+    return Pruned(events, outbox, attempts)
+
+
+def prune(days=None, batch_size=None, max_batches=None) -> Pruned:
+    """Batch after batch until nothing older than the retention is left (or `max_batches` ran)."""
+    cutoff = retention_cutoff(days)
+    batch_size = batch_size or current_app.config["RETENTION_BATCH_SIZE"]
+    total, batches = Pruned(), 0
+    while max_batches is None or batches < max_batches:
+        pruned = prune_batch(cutoff, batch_size)
+        total.add(pruned)
+        batches += 1
+        if pruned.events < batch_size:
+            return total
+    return total

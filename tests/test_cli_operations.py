@@ -1,0 +1,202 @@
+"""Operator commands of issue 9: keys create/list/revoke, accounts show, subscriptions import/export."""
+import csv
+import json
+
+import pytest
+
+from app import cli_operations
+from app.services import importer
+from conftest import Tenant, subscription_count
+
+
+def _ok(runner, *args):
+    result = runner.invoke(args=list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def _fields(output):
+    return dict(line.split(": ", 1) for line in output.strip().splitlines() if ": " in line)
+
+
+# --- keys ---------------------------------------------------------------------------------------
+
+def test_a_lost_key_is_replaced_then_revoked(app, runner, alice):
+    created = json.loads(_ok(runner, "keys", "create", "--account", alice.account_id, "--name", "ops", "--json"))
+    new = Tenant(app.test_client(), alice.account_id, created["api_key"])
+    assert new.get("/account").status_code == 200
+    listed = json.loads(_ok(runner, "keys", "list", "--account", alice.account_id, "--json"))
+    assert [key["name"] for key in listed] == ["Default key", "ops"]
+    assert listed[1]["key_hint"] == created["api_key"][-4:]
+    assert "api_key" not in listed[0] and "key" not in listed[0]
+    lost = listed[0]["id"]
+    assert _ok(runner, "keys", "revoke", lost).strip() == f"revoked {lost} of {alice.account_id}"
+    assert alice.get("/account").status_code == 401
+    assert new.get("/account").status_code == 200
+    assert created["api_key"] not in _ok(runner, "keys", "list", "--account", alice.account_id)
+
+
+@pytest.mark.parametrize("args", [
+    ["keys", "create", "--account", "acct_missing", "--name", "x"],
+    ["keys", "create", "--account", "ALICE", "--name", ""],
+    ["keys", "create", "--account", "ALICE", "--name", "x" * 101],
+    ["keys", "list", "--account", "acct_missing"],
+    ["keys", "revoke", "key_missing"],
+])
+def test_key_commands_refuse_bad_input_and_change_nothing(runner, alice, args):
+    args = [alice.account_id if arg == "ALICE" else arg for arg in args]
+    result = runner.invoke(args=args)
+    assert result.exit_code != 0
+    assert len(json.loads(_ok(runner, "keys", "list", "--account", alice.account_id, "--json"))) == 1
+
+
+def test_the_last_key_cannot_be_revoked(runner, alice):
+    [only] = json.loads(_ok(runner, "keys", "list", "--account", alice.account_id, "--json"))
+    result = runner.invoke(args=["keys", "revoke", only["id"]])
+    assert result.exit_code != 0 and "INVALID_STATE" in result.output
+    assert alice.get("/account").status_code == 200
+
+
+# --- accounts show --------------------------------------------------------------------------------
+
+def test_accounts_show(runner, alice):
+    alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "jane-doe"})
+    shown = json.loads(_ok(runner, "accounts", "show", alice.account_id, "--json"))
+    assert shown["id"] == alice.account_id and shown["name"] == "Alice Inc"
+    assert (shown["subscription_count"], shown["subscription_limit"], shown["api_keys"]) == (1, 100, 1)
+    assert shown["webhook_endpoint"] is None
+    alice.post("/webhooks/configure", json={"endpoint_url": "https://93.184.216.34/hook"})
+    text = _fields(_ok(runner, "accounts", "show", alice.account_id))
+    assert text["webhook_endpoint"] == "https://93.184.216.34/hook" and text["webhook_active"] == "True"
+    assert "whsec_" not in _ok(runner, "accounts", "show", alice.account_id)
+    assert runner.invoke(args=["accounts", "show", "acct_missing"]).exit_code != 0
+
+
+# --- subscriptions import -------------------------------------------------------------------------
+
+CRM_ROWS = [
+    ("Jane", "https://uk.linkedin.com/in/jane-doe", "Ann", "A"),
+    ("Acme", "linkedin.com/company/acme/about/", "Bob", "B"),
+    ("Joe", "www.linkedin.com/in/joe/details/experience/", "Ann", ""),
+    ("Mob", "https://m.linkedin.com/mwlite/in/mo-b", "Cy", "C"),
+    ("Elsewhere", "https://example.com/in/x", "Cy", "C"),
+    ("Twice", "https://www.linkedin.com/in/jane-doe/", "Ann", "A"),
+    ("Blank", "", "Ann", "A"),
+]
+
+
+def _write_csv(path, header, rows, delimiter=","):
+    with open(path, "w", newline="", encoding="utf-8") as file:
+        writer = csv.writer(file, delimiter=delimiter)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return str(path)
+
+
+@pytest.fixture
+def crm_file(tmp_path):
+    return _write_csv(tmp_path / "crm.csv", ["Name", "LinkedIn Profile", "Owner", "Segment"], CRM_ROWS)
+
+
+def _rejected(path):
+    with open(path, newline="", encoding="utf-8") as file:
+        return list(csv.DictReader(file))
+
+
+def test_import_a_crm_export_then_re_run_it(runner, alice, crm_file, tmp_path):
+    output = _ok(runner, "subscriptions", "import", crm_file, "--account", alice.account_id,
+                 "--metadata", "Owner,Segment")
+    assert "imported 7/7 rows" in output  # plain counts when not on a terminal
+    assert "rows=7 created=4 already_present=1 rejected=2" in output
+    rejected = _rejected(tmp_path / "crm.rejected.csv")
+    assert [row["Name"] for row in rejected] == ["Elsewhere", "Blank"]
+    assert "host must be" in rejected[0]["reason"] and "empty" in rejected[1]["reason"]
+    exported = _ok(runner, "subscriptions", "export", "--account", alice.account_id, "--format", "json")
+    items = {item["network_id"]: item for item in json.loads(exported)["data"]}
+    assert set(items) == {"jane-doe", "acme", "joe", "mo-b"}
+    assert items["acme"]["entity_type"] == "company"
+    assert items["mo-b"]["network_url"] == "https://www.linkedin.com/in/mo-b"
+    assert items["jane-doe"]["custom_metadata"] == {"Owner": "Ann", "Segment": "A"}
+    assert items["joe"]["custom_metadata"] == {"Owner": "Ann"}
+
+    again = _ok(runner, "subscriptions", "import", crm_file, "--account", alice.account_id)
+    assert "rows=7 created=0 already_present=5 rejected=2" in again
+    assert subscription_count(alice.account_id) == 4
+
+
+def test_dry_run_creates_nothing(runner, alice, crm_file):
+    output = _ok(runner, "subscriptions", "import", crm_file, "--account", alice.account_id, "--dry-run")
+    assert "would be created=4" in output
+    assert subscription_count(alice.account_id) == 0
+
+
+def test_column_type_column_and_semicolons(runner, alice, tmp_path):
+    path = _write_csv(tmp_path / "ids.csv", ["kind", "handle", "crm"],
+                      [("company", "acme", "1"), ("contact", "jane-doe", "2"), ("", "no-type", "3"),
+                       ("robot", "r2-d2", "4")], delimiter=";")
+    output = _ok(runner, "subscriptions", "import", path, "--account", alice.account_id, "--column", "handle",
+                 "--type-column", "kind", "--metadata", "crm", "--rejected", str(tmp_path / "out.csv"))
+    assert "created=2 already_present=0 rejected=2" in output
+    reasons = {row["handle"]: row["reason"] for row in _rejected(tmp_path / "out.csv")}
+    assert "entity_type column" in reasons["no-type"]
+    assert "entity_type" in reasons["r2-d2"]
+
+
+def test_chunks_of_one_hundred_and_the_tier_cap(runner, alice, tmp_path):
+    rows = [(f"https://www.linkedin.com/in/person-{number}",) for number in range(130)]
+    path = _write_csv(tmp_path / "many.csv", ["network_url"], rows)
+    output = _ok(runner, "subscriptions", "import", path, "--account", alice.account_id)
+    assert "imported 100/130 rows" in output and "imported 130/130 rows" in output
+    assert "created=100 already_present=0 rejected=30" in output  # starter allows 100
+    assert all(row["reason"].startswith("The starter tier allows 100")
+               for row in _rejected(tmp_path / "many.rejected.csv"))
+
+
+@pytest.mark.parametrize("header, extra", [
+    (["name", "email"], []),                      # no URL or id column
+    (["network_url"], ["--column", "missing"]),
+    (["network_url"], ["--metadata", "nope"]),
+    (["network_url"], ["--account", "acct_missing"]),
+])
+def test_import_exits_non_zero_when_it_cannot_do_its_job(runner, alice, tmp_path, header, extra):
+    path = _write_csv(tmp_path / "bad.csv", header, [["https://www.linkedin.com/in/jane-doe"] * len(header)])
+    account = [] if "--account" in extra else ["--account", alice.account_id]
+    result = runner.invoke(args=["subscriptions", "import", path, *account, *extra])
+    assert result.exit_code != 0
+    assert subscription_count(alice.account_id) == 0
+
+
+def test_import_of_a_file_that_is_not_utf8_fails_cleanly(runner, alice, tmp_path):
+    path = tmp_path / "latin1.csv"
+    path.write_bytes("network_url,owner\nhttps://www.linkedin.com/in/jane,Zoë\n".encode("latin-1"))
+    result = runner.invoke(args=["subscriptions", "import", str(path), "--account", alice.account_id])
+    assert result.exit_code != 0 and "UTF-8" in result.output
+
+
+def test_a_terminal_gets_a_progress_bar(runner, alice, crm_file, monkeypatch):
+    bars = []
+    real = cli_operations.click.progressbar
+    monkeypatch.setattr(cli_operations, "on_terminal", lambda: True)
+    monkeypatch.setattr(cli_operations.click, "progressbar", lambda **kwargs: bars.append(kwargs) or real(**kwargs))
+    output = _ok(runner, "subscriptions", "import", crm_file, "--account", alice.account_id)
+    assert bars and bars[0]["length"] == 7
+    assert "imported 7/7 rows" not in output
+
+
+def test_column_detection_prefers_known_names():
+    assert importer.find_id_column(["Name", "Website URL", "LinkedIn"]) == "LinkedIn"
+    assert importer.find_id_column(["Name", "Person Linkedin Url"]) == "Person Linkedin Url"
+    assert importer.find_id_column(["Company", "Profile URL"]) == "Profile URL"
+
+
+# --- subscriptions export -------------------------------------------------------------------------
+
+def test_export_mirrors_the_api_and_only_the_accounts_rows(runner, alice, bob):
+    alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "jane-doe",
+                                       "custom_metadata": {"crm": "7"}})
+    bob.post("/subscriptions", json={"entity_type": "contact", "network_id": "bobs-person"})
+    result = runner.invoke(args=["subscriptions", "export", "--account", alice.account_id])
+    assert result.stdout_bytes == alice.get("/subscriptions/export").get_data()
+    assert "bobs-person" not in _ok(runner, "subscriptions", "export", "--account", alice.account_id,
+                                    "--format", "json", "--status", "active")
+    assert runner.invoke(args=["subscriptions", "export", "--account", "acct_missing"]).exit_code != 0

@@ -1,0 +1,111 @@
+"""Logs (issue 9 point 2): LOG_FORMAT=json gives one JSON object per line for application and access
+logs, with the request id and the ids known; a failed attempt, a deactivation and a provider failure are
+logged once each; no key or secret ever appears."""
+import io
+import json
+import logging
+
+import pytest
+
+from app import create_app
+from app.logging_setup import HANDLER_NAME, redacted_query
+from app.providers import ProviderError
+from app.worker import checks as check_worker
+from app.worker.deliveries import deliver_due
+from tests.webhook_helpers import LOCAL_RECEIVER_CONFIG, Receiver, Reply, configure, record_events, subscribe
+
+
+@pytest.fixture
+def app_config():
+    return {**LOCAL_RECEIVER_CONFIG, "LOG_FORMAT": "json", "WEBHOOK_RETRY_JITTER_FRACTION": 0.0}
+
+
+@pytest.fixture
+def log_lines(app):
+    """Everything the service's handler writes, as parsed JSON objects."""
+    [handler] = [handler for handler in logging.getLogger().handlers if handler.get_name() == HANDLER_NAME]
+    buffer = io.StringIO()
+    previous = handler.setStream(buffer)
+    yield lambda: [json.loads(line) for line in buffer.getvalue().splitlines()]
+    handler.setStream(previous)
+
+
+def _by_logger(lines, name):
+    return [line for line in lines if line["logger"] == name]
+
+
+def test_access_lines_are_json_with_request_id_and_account(alice, log_lines):
+    response = alice.get("/subscriptions?limit=5", headers={"X-Request-Id": "req-from-client"})
+    [line] = _by_logger(log_lines(), "app.access")
+    assert line["request_id"] == "req-from-client" == response.headers["X-Request-Id"]
+    assert line["account_id"] == alice.account_id
+    assert (line["method"], line["path"], line["status"]) == ("GET", "/api/v1/subscriptions?limit=5", 200)
+    assert line["level"] == "INFO" and line["time"].endswith("+00:00") and line["duration_ms"] >= 0
+
+
+def test_the_access_log_never_shows_a_key(alice, anon, log_lines):
+    alice.get(f"/account?api_key={alice.key}&x=1")
+    anon.get("/account", headers={"X-API-Key": alice.key + "x"})
+    written = json.dumps(log_lines())
+    assert alice.key not in written and alice.key[-10:] not in written
+    assert "api_key=%5Bredacted%5D&x=1" in written
+
+
+def test_redacted_query_keeps_harmless_parameters():
+    assert redacted_query("limit=5&token=abc&Secret=x&search=jo") == \
+        "limit=5&token=%5Bredacted%5D&Secret=%5Bredacted%5D&search=jo"
+
+
+def test_failed_attempts_and_a_410_deactivation_are_logged_once_each_with_ids(alice, log_lines):
+    with Receiver(Reply(status=410)) as receiver:
+        secret = configure(alice, receiver.url)["secret"]
+        [event_id] = record_events(alice.account_id)
+        deliver_due()
+        deliver_due()
+    lines = log_lines()
+    [failed] = [line for line in lines if line["message"].startswith("webhook delivery attempt")]
+    assert failed["level"] == "WARNING"
+    assert (failed["event_id"], failed["account_id"], failed["response_status"]) == (event_id, alice.account_id, 410)
+    assert failed["delivery_id"].startswith("dlv_") and failed["next_attempt_at"] is None
+    [deactivated] = [line for line in lines if line["message"].startswith("webhook endpoint deactivated")]
+    assert deactivated["webhook_id"].startswith("whc_") and "410" in deactivated["reason"]
+    assert secret not in json.dumps(lines)
+
+
+def test_a_receiver_outage_logs_one_line_per_failed_attempt(alice, log_lines):
+    with Receiver(Reply(status=503)) as receiver:
+        configure(alice, receiver.url)
+        events = record_events(alice.account_id, 3)
+        deliver_due()
+    failed = [line for line in log_lines() if line["message"].startswith("webhook delivery attempt")]
+    assert sorted(line["event_id"] for line in failed) == sorted(events)
+    assert all(line["response_status"] == 503 and line["next_attempt_at"] for line in failed)
+
+
+def test_a_provider_failure_is_logged_with_the_subscription(app, alice, log_lines):
+    class Down:
+        concurrency = 1
+
+        def fetch(self, entity_type, network_id):
+            raise ProviderError("provider answered HTTP 502")
+
+    app.extensions["provider"] = Down()
+    subscription = subscribe(alice.account_id)
+    check_worker.run_one(subscription.id)
+    [line] = [line for line in log_lines() if line["message"].startswith("provider failed")]
+    assert line["subscription_id"] == subscription.id and line["level"] == "WARNING"
+
+
+def test_text_is_the_default_and_carries_the_ids(tmp_path):
+    app = create_app({"TESTING": True, "SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp_path / 'x.db'}"})
+    [handler] = [handler for handler in logging.getLogger().handlers if handler.get_name() == HANDLER_NAME]
+    record = logging.LogRecord("app.x", logging.WARNING, __file__, 1, "something broke", (), None)
+    record.event_id = "evt_1"
+    line = handler.formatter.format(record)
+    assert app.config["LOG_FORMAT"] == "text"
+    assert "WARNING app.x: something broke [event_id=evt_1]" in line
+
+
+def test_an_unknown_log_format_is_refused(tmp_path):
+    with pytest.raises(Exception, match="LOG_FORMAT"):  # ValueError here, ConfigError once validated at start-up
+        create_app({"TESTING": True, "LOG_FORMAT": "xml", "SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp_path / 'x.db'}"})

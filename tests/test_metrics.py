@@ -1,0 +1,194 @@
+"""GET /metrics (issue 9 point 1): Prometheus text, no key, counters from the work done, gauges from the
+database, route templates as labels, the switch, and sums across processes (multiprocess mode)."""
+import importlib.util
+import os
+import subprocess
+import sys
+import types
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import func, select
+
+from app.extensions import db
+from app.models import OutboxDelivery
+from app.worker import checks as check_worker
+from app.worker.deliveries import deliver_due
+from tests.webhook_helpers import ROOT, LOCAL_RECEIVER_CONFIG, Receiver, Reply, configure, record_events, subscribe
+
+
+@pytest.fixture
+def app_config():
+    return {**LOCAL_RECEIVER_CONFIG}
+
+
+@pytest.fixture(autouse=True)
+def health_readers(monkeypatch):
+    """The production-operation branch's `app.services.health` when present; until it is merged, a test
+    double answering its documented contract (no scheduler has ticked; the pending outbox)."""
+    if importlib.util.find_spec("app.services.health") is not None:
+        return
+    double = types.ModuleType("app.services.health")
+    double.scheduler_heartbeat = lambda: {"last_tick_at": None, "lag_seconds": None}
+
+    def outbox_backlog():
+        pending = db.session.scalar(select(func.count()).select_from(OutboxDelivery)
+                                    .where(OutboxDelivery.status == "pending"))
+        return {"pending": pending, "oldest_pending_seconds": 12.5 if pending else None}
+    double.outbox_backlog = outbox_backlog
+    monkeypatch.setitem(sys.modules, "app.services.health", double)
+
+
+def scrape(client):
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["Content-Type"].startswith("text/plain; version=")
+    samples = {}
+    for family in text_string_to_metric_families(response.get_data(as_text=True)):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def value(samples, name, **labels):
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def test_metrics_need_no_key_and_name_every_required_family(anon):
+    text = anon.client.get("/metrics").get_data(as_text=True)
+    for name in ("entity_monitor_checks_total", "entity_monitor_events_total", "entity_monitor_deliveries_total",
+                 "entity_monitor_delivery_duration_seconds", "entity_monitor_detection_to_delivery_seconds",
+                 "entity_monitor_outbox_pending", "entity_monitor_outbox_oldest_pending_seconds",
+                 "entity_monitor_subscriptions", "entity_monitor_scheduler_last_tick_timestamp_seconds",
+                 "entity_monitor_http_requests_total", "entity_monitor_http_request_duration_seconds"):
+        assert f"# TYPE {name.removesuffix('_total')}" in text, name
+
+
+def test_a_receiver_outage_is_counted_and_the_outbox_gauges_show_it(alice):
+    before = scrape(alice.client)
+    with Receiver(Reply(status=503)) as receiver:
+        configure(alice, receiver.url)
+        record_events(alice.account_id, 3)
+        assert deliver_due() == 3
+    after = scrape(alice.client)
+    failed = value(after, "entity_monitor_deliveries_total", outcome="failed")
+    assert failed - value(before, "entity_monitor_deliveries_total", outcome="failed") == 3
+    assert (value(after, "entity_monitor_delivery_duration_seconds_count")
+            - value(before, "entity_monitor_delivery_duration_seconds_count")) == 3
+    assert value(after, "entity_monitor_outbox_pending") == 3
+    assert value(after, "entity_monitor_outbox_oldest_pending_seconds") > 0
+    assert (value(after, "entity_monitor_events_total", type="contact.position_changed")
+            - value(before, "entity_monitor_events_total", type="contact.position_changed")) == 3
+
+
+def test_a_success_observes_detection_to_delivery(alice):
+    before = scrape(alice.client)
+    with Receiver() as receiver:
+        configure(alice, receiver.url)
+        record_events(alice.account_id, 2)
+        deliver_due()
+    after = scrape(alice.client)
+    assert (value(after, "entity_monitor_deliveries_total", outcome="succeeded")
+            - value(before, "entity_monitor_deliveries_total", outcome="succeeded")) == 2
+    assert (value(after, "entity_monitor_detection_to_delivery_seconds_count")
+            - value(before, "entity_monitor_detection_to_delivery_seconds_count")) == 2
+    assert value(after, "entity_monitor_outbox_pending") == 0
+
+
+def test_checks_are_counted_by_outcome_and_subscriptions_by_status(alice):
+    before = scrape(alice.client)
+    first, second = subscribe(alice.account_id, "jane-doe"), subscribe(alice.account_id, "john-doe")
+    alice.post(f"/subscriptions/{second.id}/pause")
+    assert check_worker.run_one(first.id).checked == 1
+    after = scrape(alice.client)
+    assert value(after, "entity_monitor_checks_total", outcome="ok") - value(
+        before, "entity_monitor_checks_total", outcome="ok") == 1
+    assert value(after, "entity_monitor_events_total", type="subscription.initial_state") - value(
+        before, "entity_monitor_events_total", type="subscription.initial_state") == 1
+    assert value(after, "entity_monitor_subscriptions", status="active") == 1
+    assert value(after, "entity_monitor_subscriptions", status="paused") == 1
+    assert value(after, "entity_monitor_subscriptions", status="cancelled") == 0
+    assert value(after, "entity_monitor_scheduler_last_tick_timestamp_seconds") == 0  # no scheduler ticked
+
+
+def test_http_requests_are_labelled_by_route_template(alice):
+    created = alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "jane-doe"}).get_json()
+    before = scrape(alice.client)
+    alice.get(f"/subscriptions/{created['id']}")
+    alice.get("/subscriptions/sub_missing")
+    alice.client.get("/no/such/page")
+    after = scrape(alice.client)
+    route = "/api/v1/subscriptions/<subscription_id>"
+    assert value(after, "entity_monitor_http_requests_total", route=route, status="200") - value(
+        before, "entity_monitor_http_requests_total", route=route, status="200") == 1
+    assert value(after, "entity_monitor_http_requests_total", route=route, status="404") - value(
+        before, "entity_monitor_http_requests_total", route=route, status="404") == 1
+    assert value(after, "entity_monitor_http_requests_total", route="unmatched", status="404") >= 1
+    assert not any(created["id"] in str(labels) for _name, labels in after)
+    assert value(after, "entity_monitor_http_request_duration_seconds_count", route=route) >= 2
+
+
+@pytest.mark.parametrize("app_config", [{"METRICS_ENABLED": False}])
+def test_metrics_can_be_switched_off(anon):
+    assert anon.client.get("/metrics").status_code == 404
+
+
+WORKER = """
+import sys
+from app import metrics
+metrics.CHECKS.labels("ok").inc(int(sys.argv[1]))
+metrics.DELIVERIES.labels("failed").inc(2)
+metrics.DELIVERY_DURATION.observe(0.2)
+"""
+READER = """
+from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+registry = CollectorRegistry()
+multiprocess.MultiProcessCollector(registry)
+print(generate_latest(registry).decode())
+"""
+
+
+def test_counters_add_up_across_processes_in_multiprocess_mode(tmp_path):
+    environment = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    for checks in ("3", "4"):  # two worker processes, each gone when the scrape happens
+        subprocess.run([sys.executable, "-c", WORKER, checks], env=environment, check=True, cwd=ROOT)
+    scraped = subprocess.run([sys.executable, "-c", READER], env=environment, check=True, cwd=ROOT,
+                             capture_output=True, text=True).stdout
+    samples = {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+               for family in text_string_to_metric_families(scraped) for sample in family.samples}
+    assert value(samples, "entity_monitor_checks_total", outcome="ok") == 7
+    assert value(samples, "entity_monitor_deliveries_total", outcome="failed") == 4
+    assert value(samples, "entity_monitor_delivery_duration_seconds_count") == 2
+
+
+def test_the_dashboard_and_alert_rules_use_only_metrics_the_service_exposes(anon):
+    import json
+    import re
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",)}
+    families = text_string_to_metric_families(anon.client.get("/metrics").get_data(as_text=True))
+    exposed = {family.name + suffix for family in families for suffix in suffixes[family.type]}
+    dashboard = json.loads((ROOT / "scripts/deploy/grafana-dashboard.json").read_text())
+    expressions = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    rules = (ROOT / "scripts/deploy/prometheus-alerts.yml").read_text()
+    used = set(re.findall(r"entity_monitor_[a-z_]+", " ".join(expressions) + rules))
+    assert used and used <= exposed, used - exposed
+    for alert in ("EntityMonitorSchedulerStalled", "EntityMonitorOutboxOld", "EntityMonitorEndpointsFailing"):
+        assert f"alert: {alert}" in rules
+
+
+def test_metrics_only_app_answers_metrics_and_nothing_else(app):
+    from werkzeug.test import Client
+
+    from app.api.metrics import metrics_only
+    client = Client(metrics_only(app))
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert "entity_monitor_outbox_pending" in response.get_data(as_text=True)
+    assert client.get("/api/v1/account").status_code == 404
+    assert client.post("/metrics").status_code == 404
+
+
+def test_metrics_serve_refuses_without_a_shared_multiprocess_directory(runner, monkeypatch):
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    result = runner.invoke(args=["metrics", "serve", "--bind", "127.0.0.1:0"])
+    assert result.exit_code != 0 and "PROMETHEUS_MULTIPROC_DIR" in result.output
