@@ -3,18 +3,31 @@ import json
 
 from flask import g, request
 from marshmallow import ValidationError
+from werkzeug.routing import BaseConverter
 
 from app.api.errors import validation_failed_from
 from app.errors import ValidationFailed
 
 
+class SubscriptionIdConverter(BaseConverter):
+    """`/subscriptions/<subscription:…>` never matches the static siblings `bulk` and `export`, so their
+    OPTIONS and 405 answers list only their own methods."""
+    regex = r"(?!(?:bulk|export)$)[^/]+"
+
+
 def json_body() -> dict:
-    """The request body as a JSON object, or 400 VALIDATION_ERROR (413 past the size limit)."""
+    """The request body as a JSON object, or 400 VALIDATION_ERROR (413 past the size limit).
+
+    Decoded as UTF-8 only (RFC 8259): `json.loads` given bytes would guess UTF-16 or UTF-32 instead."""
     raw = request.get_data(cache=True)
     try:
-        data = json.loads(raw) if raw else None
-    except (ValueError, UnicodeDecodeError):
+        data = json.loads(raw.decode("utf-8")) if raw else None
+    except UnicodeDecodeError:
+        raise ValidationFailed("body", "The request body must be JSON encoded as UTF-8.")
+    except ValueError:
         raise ValidationFailed("body", "The request body is not valid JSON.")
+    except RecursionError:
+        raise ValidationFailed("body", "The request body nests too deeply.")
     if not isinstance(data, dict):
         raise ValidationFailed("body", "The request body must be a JSON object.")
     return data
@@ -33,6 +46,10 @@ def load_body(schema):
 
 
 def load_query(schema):
+    """Query parameters through a schema; a parameter the schema knows given twice is a 400, not a guess."""
+    for name, values in request.args.lists():
+        if len(values) > 1 and name in schema.load_fields:
+            raise ValidationFailed(name, f"{name} may be given only once.", values[0])
     return load(schema, request.args.to_dict())
 
 

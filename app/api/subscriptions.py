@@ -56,14 +56,14 @@ def list_subscriptions():
     return page([list_item(row) for row in rows], total, query["limit"], query["offset"])
 
 
-@bp.get("/subscriptions/<subscription_id>")
+@bp.get("/subscriptions/<subscription:subscription_id>")
 @read_limit
 @spec("One subscription", response=SubscriptionSchema, tag="subscriptions")
 def get_subscription(subscription_id):
     return detail_schema.dump(subscriptions.get(account_id(), subscription_id))
 
 
-@bp.delete("/subscriptions/<subscription_id>")
+@bp.delete("/subscriptions/<subscription:subscription_id>")
 @write_limit
 @spec("Cancel a subscription (soft delete, idempotent)", response=SubscriptionCancelledSchema,
       tag="subscriptions")
@@ -71,21 +71,21 @@ def cancel_subscription(subscription_id):
     return cancelled_schema.dump(subscriptions.cancel(account_id(), subscription_id))
 
 
-@bp.post("/subscriptions/<subscription_id>/pause")
+@bp.post("/subscriptions/<subscription:subscription_id>/pause")
 @write_limit
 @spec("Pause an active subscription", response=SubscriptionSchema, tag="subscriptions", errors=(InvalidState,))
 def pause_subscription(subscription_id):
     return detail_schema.dump(subscriptions.set_status(account_id(), subscription_id, "paused"))
 
 
-@bp.post("/subscriptions/<subscription_id>/resume")
+@bp.post("/subscriptions/<subscription:subscription_id>/resume")
 @write_limit
 @spec("Resume a paused subscription", response=SubscriptionSchema, tag="subscriptions", errors=(InvalidState,))
 def resume_subscription(subscription_id):
     return detail_schema.dump(subscriptions.set_status(account_id(), subscription_id, "active"))
 
 
-@bp.patch("/subscriptions/<subscription_id>")
+@bp.patch("/subscriptions/<subscription:subscription_id>")
 @write_limit
 @spec("Replace a subscription's custom_metadata", body=MetadataPatchSchema, response=SubscriptionSchema,
       tag="subscriptions")

@@ -31,10 +31,23 @@ class PaginationSchema(Schema):
     has_more = fields.Bool()
 
 
+MAX_OFFSET = 2**31 - 1  # beyond any real table, and inside every database's integer range
+
+
+class StrictBool(fields.Bool):
+    """JSON true or false only: "yes", 1 or "false" are a 400, not a guess."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if not isinstance(value, bool):  # a set test would take 1 and 0: they equal True and False
+            raise self.make_error("invalid", input=value)
+        return value
+
+
 class PageQuerySchema(QuerySchema):
     limit = fields.Int(load_default=20, validate=validate.Range(1, 100, error="limit must be between 1 and 100."),
                        metadata={"description": "Results per page."})
-    offset = fields.Int(load_default=0, validate=validate.Range(min=0, error="offset must be 0 or more."),
+    offset = fields.Int(load_default=0,
+                        validate=validate.Range(0, MAX_OFFSET, error=f"offset must be between 0 and {MAX_OFFSET}."),
                         metadata={"description": "Items to skip."})
 
 

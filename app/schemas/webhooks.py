@@ -2,7 +2,7 @@ from datetime import timezone
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
-from app.schemas.base import BodySchema, PageQuerySchema, PaginationSchema, Timestamp
+from app.schemas.base import BodySchema, PageQuerySchema, PaginationSchema, StrictBool, Timestamp
 from app.schemas.events import DeliveryAttemptSchema
 from app.services.webhooks import INITIAL_WEBHOOK_CHOICES
 
@@ -44,7 +44,7 @@ class WebhookUpdateSchema(BodySchema):
     endpoint_url = _endpoint_url()
     events = _event_patterns()
     initial_webhook = _initial_webhook()
-    is_active = fields.Bool(metadata={"description": "Set false to pause deliveries, true to resume them."})
+    is_active = StrictBool(metadata={"description": "Set false to pause deliveries, true to resume them."})
 
     @validates_schema
     def _not_empty(self, data, **kwargs):

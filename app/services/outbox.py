@@ -71,10 +71,23 @@ def claim_due(token: str, limit: int) -> list:
             .where(Event.id.in_({row.event_id for row in rows})))}
         configs = {config.account_id: config for config in session.scalars(
             select(WebhookConfig).where(WebhookConfig.account_id.in_({row.account_id for row in rows})))}
+        attempts = _number_attempts(session, rows, found)
         return [Claimed(row.id, row.account_id, found[row.event_id].type, row.attempts,
                         outgoing_for(configs[row.account_id], row.event_id, found[row.event_id].body,
-                                     found[row.event_id].attempt_count + 1, now))
-                for row in rows]
+                                     attempt, now))
+                for row, attempt in zip(rows, attempts)]
+
+
+def _number_attempts(session, rows, found) -> list:
+    """The X-Webhook-Attempt of each claimed row, recorded on its event in the claiming transaction:
+    a sender that crashes between sending and recording must not make the retry repeat the number."""
+    counts = {event_id: event.attempt_count for event_id, event in found.items()}
+    numbers = []
+    for row in rows:
+        counts[row.event_id] += 1
+        numbers.append(counts[row.event_id])
+    session.execute(update(Event), [{"id": event_id, "attempt_count": count} for event_id, count in counts.items()])
+    return numbers
 
 
 def retry_delay(tries: int, outcome: Outcome):

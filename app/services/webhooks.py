@@ -2,7 +2,6 @@
 import ipaddress
 import socket
 from datetime import timedelta
-from urllib.parse import urlsplit
 
 from flask import current_app
 from sqlalchemy import case, delete, select, update
@@ -13,7 +12,7 @@ from app.errors import InvalidState, NotFound, ServiceError, ValidationFailed
 from app.extensions import db
 from app.models import Event, OutboxDelivery, WebhookConfig
 from app.services import events
-from app.services.transport import allowed_schemes, is_forbidden_address
+from app.services.transport import allowed_schemes, is_forbidden_address, parse_endpoint
 
 SECRET_PREFIX = "whsec_"
 SECRET_LENGTH = 32
@@ -58,14 +57,13 @@ def check_endpoint_url(url: str) -> str:
     """The configure-time guard. A name that does not resolve now is accepted: the send-time guard,
     which checks the address actually connected to, still refuses it if it later points inward."""
     config = current_app.config
-    parts = urlsplit(url)
-    if parts.scheme not in allowed_schemes(config["WEBHOOK_ALLOW_HTTP"]):
-        raise ValidationFailed("endpoint_url", "endpoint_url must be an https:// URL.", url)
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        endpoint = parse_endpoint(url)
     except ValueError:
-        raise ValidationFailed("endpoint_url", "endpoint_url has an invalid port.", url)
-    host = (parts.hostname or "").rstrip(".")
+        raise ValidationFailed("endpoint_url", "endpoint_url is not a valid URL (host or port).", url)
+    if endpoint.scheme not in allowed_schemes(config["WEBHOOK_ALLOW_HTTP"]):
+        raise ValidationFailed("endpoint_url", "endpoint_url must be an https:// URL.", url)
+    host, port = endpoint.host, endpoint.port
     if not host:
         raise ValidationFailed("endpoint_url", "endpoint_url must name a host.", url)
     if config["WEBHOOK_ALLOW_PRIVATE_ADDRESSES"]:
