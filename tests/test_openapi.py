@@ -62,12 +62,16 @@ def test_issue_2_endpoints_are_present(document):
 def test_request_bodies_come_from_the_validating_schemas(document):
     create = document["paths"]["/subscriptions"]["post"]
     body = _resolve(document, create["requestBody"]["content"]["application/json"]["schema"])
-    assert body["required"] == ["entity_type"]
-    assert body["properties"]["entity_type"]["enum"] == ["contact", "company"]
-    assert {"network_id", "network_url", "linkedin_id", "linkedin_url", "custom_metadata"} <= set(body["properties"])
-    assert body["additionalProperties"] is False  # unknown fields are a 400
-    metadata = body["properties"]["custom_metadata"]
+    # an entity type with its id or a URL of that type's path: one variant each, unknown fields refused
+    variants = {(v["properties"]["entity_type"]["const"], v["required"][1]): v for v in body["oneOf"]}
+    assert set(variants) == {(t, name) for t in ("contact", "company") for name in ("network_id", "network_url")}
+    assert all(v["additionalProperties"] is False for v in variants.values())
+    assert variants["contact", "network_id"]["properties"]["network_id"]["pattern"] == "^[A-Za-z0-9_-]{2,100}$"
+    assert "/in/" in variants["contact", "network_url"]["properties"]["network_url"]["pattern"]
+    assert "/company/" in variants["company", "network_url"]["properties"]["network_url"]["pattern"]
+    metadata = variants["company", "network_id"]["properties"]["custom_metadata"]
     assert metadata["type"] == "object" and metadata["maxProperties"] == 20
+    assert metadata["propertyNames"] == {"type": "string", "minLength": 1, "maxLength": 40}
     assert "maxLength" not in metadata
     bulk = _resolve(document, document["paths"]["/subscriptions/bulk"]["post"]["requestBody"]["content"]
                     ["application/json"]["schema"])
@@ -91,7 +95,7 @@ def test_query_parameters_are_documented(document):
 def test_path_parameters_and_security(document):
     get_one = document["paths"]["/subscriptions/{subscription_id}"]["get"]
     assert get_one["parameters"][0] == {"in": "path", "name": "subscription_id", "required": True,
-                                        "schema": {"type": "string"}}
+                                        "schema": {"type": "string", "minLength": 1}}
     assert get_one["security"] == [{"ApiKey": []}]
 
 

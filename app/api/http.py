@@ -57,15 +57,15 @@ def account_id() -> str:
     return g.account_id
 
 
-def spec(summary, *, body=None, query=None, response=None, status=200, auth=True, tag=None, errors=(),
-         media_types=("application/json",)):
+def spec(summary, *, body=None, query=None, response=None, status=200, auth=True, tag=None, errors=()):
     """Attach OpenAPI metadata to a view; `app/api/openapi.py` turns it into the document.
 
+    `status`: the success status, or a tuple of them; `response`: a schema, or {media type: schema} for a
+    view answering in several formats.
     `errors`: the ServiceError classes the view can answer with beyond those every view can
     (401, 429, 500; 400 with a body or query, 413 with a body, 404 with a path parameter)."""
     def decorate(view):
         view.openapi = {"summary": summary, "body": body, "query": query, "response": response,
-                        "status": status, "auth": auth, "tag": tag, "errors": errors,
-                        "media_types": media_types}
+                        "status": status, "auth": auth, "tag": tag, "errors": errors}
         return view
     return decorate

@@ -10,7 +10,7 @@ from app.api.limits import bulk_limit, read_limit, write_limit
 from app.common import isoformat
 from app.schemas.subscriptions import (BulkCancelResultSchema, BulkCreateResultSchema, BulkCreateSchema,
                                        BulkIdsSchema, BulkStatusResultSchema, BulkStatusSchema,
-                                       ExportQuerySchema, MetadataPatchSchema, SubscriptionCancelledSchema,
+                                       ExportQuerySchema, ExportSchema, MetadataPatchSchema, SubscriptionCancelledSchema,
                                        SubscriptionCreatedSchema, SubscriptionCreateSchema,
                                        SubscriptionListItemSchema, SubscriptionListQuerySchema,
                                        SubscriptionListSchema, SubscriptionSchema)
@@ -132,7 +132,8 @@ def bulk_set_status():
 @bp.get("/subscriptions/export")
 @bulk_limit
 @spec("Export subscriptions as CSV or JSON, streamed", query=ExportQuerySchema, tag="subscriptions",
-      media_types=("text/csv", "application/json"))
+      response={"text/csv": {"type": "string", "description": "A header line, then one line per subscription."},
+                "application/json": ExportSchema})
 def export_subscriptions():
     query = load_query(export_query_schema)
     rows = subscriptions.export_rows(account_id(), query["status"])

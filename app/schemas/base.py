@@ -4,7 +4,10 @@ from app.common import isoformat
 
 
 class Timestamp(fields.DateTime):
-    """ISO 8601 UTC ending in Z (contract §1)."""
+    """ISO 8601 UTC ending in Z (contract §1); null when the moment has not happened (yet)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**{"allow_none": True, **kwargs})
 
     def _serialize(self, value, attr, obj, **kwargs):
         return isoformat(value)

@@ -4,19 +4,23 @@ from marshmallow import Schema, ValidationError, fields, validate, validates_sch
 
 from app.schemas.base import BodySchema, PageQuerySchema, PaginationSchema, StrictBool, Timestamp
 from app.schemas.events import DeliveryAttemptSchema
-from app.services.webhooks import INITIAL_WEBHOOK_CHOICES
+from app.services.webhooks import EVENT_PATTERNS, HOST_NAME, INITIAL_WEBHOOK_CHOICES, PORT, URL_PATH
 
 MAX_EVENT_PATTERNS = 50
+# What `check_endpoint_url` accepts, less IP literals (public ones are accepted too)
+PUBLIC_HTTPS_URL = f"^https://{HOST_NAME}{PORT}{URL_PATH}$"
 
 
 def _endpoint_url(**kwargs):
     return fields.Str(validate=validate.Length(1, 2048),
-                      metadata={"description": "HTTPS URL that receives events; must resolve to a public address."},
+                      metadata={"description": "HTTPS URL that receives events; must resolve to a public address "
+                                               "(an IP literal is accepted when public; the pattern shows names).",
+                                "json_schema": {"pattern": PUBLIC_HTTPS_URL}},
                       **kwargs)
 
 
 def _event_patterns(**kwargs):
-    return fields.List(fields.Str(validate=validate.Length(1, 100)), validate=validate.Length(1, MAX_EVENT_PATTERNS),
+    return fields.List(fields.Str(validate=validate.Length(1, 100), metadata={"json_schema": {"enum": EVENT_PATTERNS}}), validate=validate.Length(1, MAX_EVENT_PATTERNS),
                        metadata={"description": "Event types to receive: `*`, a family such as `contact.*`, "
                                                 "or exact types."}, **kwargs)
 
@@ -50,6 +54,10 @@ class WebhookUpdateSchema(BodySchema):
     def _not_empty(self, data, **kwargs):
         if not data:
             raise ValidationError("Give at least one of endpoint_url, events, is_active, initial_webhook.", "body")
+
+    @staticmethod
+    def document_cross_field_rules(generated: dict, config) -> dict:
+        return {**generated, "minProperties": 1}
 
 
 class WebhookConfigSchema(Schema):

@@ -56,7 +56,7 @@ class Outcome:
 @dataclass(frozen=True)
 class Endpoint:
     scheme: str
-    host: str  # lower-case, without IPv6 brackets or a trailing dot; "" when the URL names none
+    host: str  # lower-case, without IPv6 brackets; "" when the URL names none
     port: int
 
 
@@ -70,7 +70,7 @@ def parse_endpoint(url: str) -> Endpoint:
         raise ValueError(str(error)) from None
     scheme = parts.scheme or ""
     port = parts.port or (443 if scheme == "https" else 80)
-    return Endpoint(scheme, (parts.host or "").strip("[]").rstrip(".").lower(), port)
+    return Endpoint(scheme, (parts.host or "").strip("[]").lower(), port)
 
 
 def is_forbidden_address(address) -> bool:
