@@ -199,3 +199,35 @@ def test_keys_in_the_query_string_never_reach_the_logged_request_line(app, alice
 ])
 def test_redaction_of_request_lines(uri, expected):
     assert redact_uri(uri) == expected
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/account/api-keys", b'{"name": "\\ud800"}'),
+    ("/subscriptions", b'{"entity_type": "contact", "network_id": "ab", "custom_metadata": {"\\udfff": "x"}}'),
+    ("/subscriptions", b'{"entity_type": "contact", "network_id": "ab\\ud800"}'),
+    ("/subscriptions/bulk", b'{"subscriptions": [{"entity_type": "contact", "network_id": "\\ud800x"}]}'),
+])
+def test_a_lone_surrogate_escape_is_a_400_and_stores_nothing(alice, path, body):
+    before = key_count(alice.account_id)
+    response = alice.post(path, data=body, content_type="application/json")
+    assert is_validation_error(response, "body")
+    assert key_count(alice.account_id) == before and alice.get("/subscriptions").json["data"] == []
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_non_json_constants_are_a_400(alice, constant):
+    response = alice.post("/account/api-keys", data=f'{{"name": {constant}}}', content_type="application/json")
+    assert is_validation_error(response, "body") and response.json["message"] == "The request body is not valid JSON."
+
+
+@pytest.mark.parametrize("url", ["https://[::1/in/jane-doe", "https://www.linkedin.com:99999/in/jane-doe",
+                                 "https://www.linkedin.com:port/in/jane-doe"])
+def test_network_urls_that_urlsplit_cannot_read_are_a_400(alice, url):
+    response = alice.post("/subscriptions", json={"entity_type": "contact", "network_url": url})
+    assert is_validation_error(response, "network_url")
+
+
+@pytest.mark.parametrize("since", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"])
+def test_datetimes_outside_the_representable_range_in_utc_are_a_400(alice, dns_public, since):
+    configure(alice, "https://hooks.example.com/in")
+    assert is_validation_error(alice.post("/webhooks/recover", json={"since": since}), "since")

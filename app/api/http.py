@@ -21,8 +21,9 @@ def json_body() -> dict:
     Decoded as UTF-8 only (RFC 8259): `json.loads` given bytes would guess UTF-16 or UTF-32 instead."""
     raw = request.get_data(cache=True)
     try:
-        data = json.loads(raw.decode("utf-8")) if raw else None
-    except UnicodeDecodeError:
+        data = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant) if raw else None
+        json.dumps(data, ensure_ascii=False).encode("utf-8")  # a lone surrogate escape (\ud800) is no text
+    except UnicodeError:
         raise ValidationFailed("body", "The request body must be JSON encoded as UTF-8.")
     except ValueError:
         raise ValidationFailed("body", "The request body is not valid JSON.")
@@ -31,6 +32,10 @@ def json_body() -> dict:
     if not isinstance(data, dict):
         raise ValidationFailed("body", "The request body must be a JSON object.")
     return data
+
+
+def _refuse_constant(name):
+    raise ValueError(f"{name} is not JSON")  # Python's json reads NaN and Infinity; RFC 8259 does not
 
 
 def load(schema, data):

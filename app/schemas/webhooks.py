@@ -35,7 +35,10 @@ class UtcDateTime(fields.DateTime):
 
     def _deserialize(self, value, attr, data, **kwargs):
         moment = super()._deserialize(value, attr, data, **kwargs)
-        return moment.astimezone(timezone.utc).replace(tzinfo=None) if moment.tzinfo else moment
+        try:
+            return moment.astimezone(timezone.utc).replace(tzinfo=None) if moment.tzinfo else moment
+        except OverflowError:  # 0001-01-01T00:00+14:00 is before year 1 in UTC
+            raise self.make_error("invalid", input=value, obj_type=self.OBJ_TYPE) from None
 
 
 class WebhookConfigureSchema(BodySchema):

@@ -54,11 +54,15 @@ def network_id_from_url(url: str, entity_type: str, domain: str, field="network_
         return ValidationFailed(field, f"Invalid network_url: {reason} Expected "
                                        f"https://www.{domain}/{PATH_KIND[entity_type]}/<id>.", url)
 
-    parts = urlsplit(url.strip())
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:  # an unclosed IPv6 bracket, a port that is no number
+        raise invalid("it is not a valid URL.") from None
     if parts.scheme.lower() not in ("http", "https"):
         raise invalid("it must start with https://.")
     host = (parts.hostname or "").lower()
-    if host not in (domain, f"www.{domain}") or parts.port is not None or parts.username:
+    if host not in (domain, f"www.{domain}") or port is not None or parts.username:
         raise invalid(f"the host must be {domain} or www.{domain}.")
     segments = [segment for segment in parts.path.split("/") if segment]
     if len(segments) != 2 or segments[0].lower() not in ENTITY_FOR_KIND:
