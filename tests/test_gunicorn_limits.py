@@ -38,7 +38,8 @@ def test_a_request_line_within_the_limit_reaches_the_app(served):
 @pytest.mark.parametrize("headers", ["X-Big: " + "a" * 9000 + "\r\n",
                                      "".join(f"X-H{n}: v\r\n" for n in range(150))])
 def test_headers_past_the_limits_are_a_json_error(served, headers):
-    status, head, body = raw_request(served.base, f"GET /api/v1/account HTTP/1.1\r\nHost: x\r\n{headers}\r\n".encode())
+    request = f"GET /api/v1/account HTTP/1.1\r\nHost: x\r\n{headers}\r\n"
+    status, head, body = raw_request(served.base, request.encode())
     assert status in (400, 431) and "Content-Type: application/json" in head
     answer = json.loads(body)
     assert set(answer) == {"error", "message", "timestamp", "request_id"} and "<" not in answer["message"]

@@ -124,3 +124,32 @@ def test_each_operation_lists_the_error_codes_it_can_answer(document):
 def test_export_documents_both_media_types(document):
     content = document["paths"]["/subscriptions/export"]["get"]["responses"]["200"]["content"]
     assert set(content) == {"text/csv", "application/json"}
+
+
+def test_every_operation_has_a_unique_operation_id(document):
+    ids = [operation["operationId"] for operations in document["paths"].values() for operation in operations.values()]
+    assert len(ids) == len(set(ids)) == 28
+
+
+def test_export_json_is_documented_as_the_object_it_is(document):
+    content = document["paths"]["/subscriptions/export"]["get"]["responses"]["200"]["content"]
+    exported = _resolve(document, content["application/json"]["schema"])
+    assert set(exported["properties"]) == {"data", "total"}
+    assert content["text/csv"]["schema"]["type"] == "string"
+
+
+def test_webhook_bodies_state_the_url_shape_and_the_event_enum(document):
+    body = document["components"]["schemas"]["WebhookConfigure"]["properties"]
+    assert body["endpoint_url"]["pattern"].startswith("^https://")
+    assert {"*", "contact.*", "contact.position_changed"} <= set(body["events"]["items"]["enum"])
+    update = document["components"]["schemas"]["WebhookUpdate"]
+    assert update["minProperties"] == 1 and update["properties"]["is_active"]["type"] == "boolean"
+
+
+def test_timestamps_that_may_be_unset_are_nullable(document):
+    subscription = document["components"]["schemas"]["Subscription"]["properties"]
+    assert "null" in subscription["cancelled_at"]["type"] and "null" in subscription["last_check_status"]["type"]
+
+
+def test_configure_documents_both_create_and_replace(document):
+    assert {"200", "201"} <= set(document["paths"]["/webhooks/configure"]["post"]["responses"])

@@ -20,7 +20,8 @@ def _endpoint_url(**kwargs):
 
 
 def _event_patterns(**kwargs):
-    return fields.List(fields.Str(validate=validate.Length(1, 100), metadata={"json_schema": {"enum": EVENT_PATTERNS}}), validate=validate.Length(1, MAX_EVENT_PATTERNS),
+    pattern = fields.Str(validate=validate.Length(1, 100), metadata={"json_schema": {"enum": EVENT_PATTERNS}})
+    return fields.List(pattern, validate=validate.Length(1, MAX_EVENT_PATTERNS),
                        metadata={"description": "Event types to receive: `*`, a family such as `contact.*`, "
                                                 "or exact types."}, **kwargs)
 
