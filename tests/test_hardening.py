@@ -10,7 +10,7 @@ from app.extensions import db
 from app.models import ApiKey, OutboxDelivery, WebhookConfig
 from app.redaction import REDACTED, RedactSecretsFromRequestLine, redact_uri
 from app.services import outbox
-from app.services.transport import parse_endpoint
+from app.services.transport import Outgoing, Transport, parse_endpoint
 from tests.webhook_helpers import LOCAL_RECEIVER_CONFIG, configure, record_events
 
 SUBSCRIPTION = "/subscriptions/sub_0123456789abcdef01234567"
@@ -147,6 +147,15 @@ def test_a_url_that_parsers_read_differently_is_refused_on_configure(alice, dns_
 def test_the_check_reads_the_host_the_sender_connects_to():
     assert parse_endpoint("https://127.0.0.1\\@example.com/").host == "127.0.0.1"
     assert parse_endpoint("https://user:pw@Example.COM:8443/x") == parse_endpoint("https://example.com:8443/")
+
+
+@pytest.mark.parametrize("url,error", [("https://127.0.0.1\\@example.com/", "refused: 127.0.0.1 is not a public"),
+                                       ("https://hooks.example.com:99999/", "refused: the endpoint URL cannot be parsed")])
+def test_the_sender_refuses_a_stored_url_by_the_host_it_would_connect_to(url, error):
+    """A configuration stored before the check used urllib3's reading is still refused when sent."""
+    transport = Transport(workers=1, timeout=2, max_response_bytes=1024, allow_http=False, allow_private=False)
+    outcome = transport.send(Outgoing("evt_1", url, b"{}", 1, "whsec_x"))
+    assert not outcome.succeeded and outcome.status_code is None and outcome.error.startswith(error)
 
 
 @pytest.mark.parametrize("url", ["https://hooks.example.com/a b", "https://hooks.example.com./in",

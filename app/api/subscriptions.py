@@ -10,8 +10,8 @@ from app.api.limits import bulk_limit, read_limit, write_limit
 from app.common import isoformat
 from app.schemas.subscriptions import (BulkCancelResultSchema, BulkCreateResultSchema, BulkCreateSchema,
                                        BulkIdsSchema, BulkStatusResultSchema, BulkStatusSchema,
-                                       ExportQuerySchema, ExportSchema, MetadataPatchSchema, SubscriptionCancelledSchema,
-                                       SubscriptionCreatedSchema, SubscriptionCreateSchema,
+                                       ExportQuerySchema, ExportSchema, MetadataPatchSchema,
+                                       SubscriptionCancelledSchema, SubscriptionCreatedSchema, SubscriptionCreateSchema,
                                        SubscriptionListItemSchema, SubscriptionListQuerySchema,
                                        SubscriptionListSchema, SubscriptionSchema)
 from app.schemas.base import flat_dumper, page

@@ -17,12 +17,12 @@ from typing import Optional
 
 import requests
 import urllib3
-from urllib3.exceptions import LocationParseError
-from urllib3.util import parse_url
 from requests.adapters import HTTPAdapter
 from requests_hardened import Config, HTTPSession
 from requests_hardened.ip_filter import EXTRA_BLOCKED_NET_RANGES, InvalidIPAddress
 from requests_hardened.ip_filter_adapter import IPFilterAdapter
+from urllib3.exceptions import LocationParseError
+from urllib3.util import parse_url
 
 log = logging.getLogger(__name__)
 
