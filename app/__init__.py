@@ -8,6 +8,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 from app import config as config_module
 from app.extensions import db, limiter, migrate
 from app.logging_setup import configure_logging
+from app.redaction import RedactSecretsFromRequestLine
 
 API_PREFIXES = ("/api/v1", "/v1")
 
@@ -22,6 +23,7 @@ def create_app(test_config=None):
     hops = app.config["TRUSTED_PROXY_HOPS"]
     if hops:  # behind nginx: trust its X-Forwarded-For, or per-address limits could be dodged by any client
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops)
+    app.wsgi_app = RedactSecretsFromRequestLine(app.wsgi_app)
 
     from app import models  # noqa: F401 - registers the tables with the metadata
     from app.database import configure_engine
@@ -79,6 +81,8 @@ def _register_request_hooks(app):
 
 def _register_blueprints(app):
     from app.api import account, events, keys, meta, metrics, subscriptions, webhooks
+    from app.api.http import SubscriptionIdConverter
+    app.url_map.converters["subscription"] = SubscriptionIdConverter
     app.register_blueprint(meta.bp)
     metrics.register(app)
     keyed = [account.bp, keys.bp, subscriptions.bp, events.bp, webhooks.bp]

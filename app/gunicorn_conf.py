@@ -15,3 +15,11 @@ control_socket_disable = True
 accesslog = "-"
 # Never log the X-API-Key header: the access log format names no request headers.
 access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(D)sus'
+
+# Limits, JSON answers to what gunicorn refuses itself, and no secret in its log (app/gunicorn_limits.py)
+from app import gunicorn_limits  # noqa: E402
+limit_request_line = gunicorn_limits.LIMIT_REQUEST_LINE
+limit_request_fields = gunicorn_limits.LIMIT_REQUEST_FIELDS
+limit_request_field_size = gunicorn_limits.LIMIT_REQUEST_FIELD_SIZE
+logger_class = gunicorn_limits.RedactingLogger
+gunicorn_limits.answer_errors_in_json()

@@ -3,17 +3,17 @@ and access logs alike. Every line carries the request id and account id of the r
 callers add `subscription_id`, `event_id`, `delivery_id` or `webhook_id` with `extra=`."""
 import logging
 import time
-from urllib.parse import parse_qsl, urlencode
 
 from flask import g, has_request_context, request
 from pythonjsonlogger.json import JsonFormatter
+
+from app.redaction import redact_uri
 
 LOG_FORMATS = ("text", "json")
 CONTEXT_FIELDS = ("request_id", "account_id", "subscription_id", "event_id", "delivery_id", "webhook_id")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 JSON_FORMAT = "%(levelname)s %(name)s %(message)s"
 HANDLER_NAME = "entity-monitor"
-SECRET_PARAMETER_WORDS = ("key", "secret", "token", "signature", "password")
 access_log = logging.getLogger("app.access")
 
 
@@ -72,16 +72,9 @@ def elapsed_seconds() -> float:
     return time.perf_counter() - g.get("request_started", time.perf_counter())
 
 
-def redacted_query(query_string: str) -> str:
-    """The query string with the values of key-, secret- or token-like parameters replaced."""
-    pairs = parse_qsl(query_string, keep_blank_values=True)
-    return urlencode([(name, "[redacted]" if any(word in name.lower() for word in SECRET_PARAMETER_WORDS)
-                       else value) for name, value in pairs])
-
-
 def _log_access(response):
     query = request.query_string.decode("latin-1")
-    path = f"{request.path}?{redacted_query(query)}" if query else request.path
+    path = redact_uri(f"{request.path}?{query}" if query else request.path)  # a key pasted anywhere in it
     duration_ms = round(1000 * elapsed_seconds(), 1)
     access_log.info("%s %s %s", request.method, path, response.status_code,
                     extra={"method": request.method, "path": path, "status": response.status_code,

@@ -62,12 +62,16 @@ def test_issue_2_endpoints_are_present(document):
 def test_request_bodies_come_from_the_validating_schemas(document):
     create = document["paths"]["/subscriptions"]["post"]
     body = _resolve(document, create["requestBody"]["content"]["application/json"]["schema"])
-    assert body["required"] == ["entity_type"]
-    assert body["properties"]["entity_type"]["enum"] == ["contact", "company"]
-    assert {"network_id", "network_url", "linkedin_id", "linkedin_url", "custom_metadata"} <= set(body["properties"])
-    assert body["additionalProperties"] is False  # unknown fields are a 400
-    metadata = body["properties"]["custom_metadata"]
+    # an entity type with its id or a URL of that type's path: one variant each, unknown fields refused
+    variants = {(v["properties"]["entity_type"]["const"], v["required"][1]): v for v in body["oneOf"]}
+    assert set(variants) == {(t, name) for t in ("contact", "company") for name in ("network_id", "network_url")}
+    assert all(v["additionalProperties"] is False for v in variants.values())
+    assert variants["contact", "network_id"]["properties"]["network_id"]["pattern"] == "^[A-Za-z0-9_-]{2,100}$"
+    assert "/in/" in variants["contact", "network_url"]["properties"]["network_url"]["pattern"]
+    assert "/company/" in variants["company", "network_url"]["properties"]["network_url"]["pattern"]
+    metadata = variants["company", "network_id"]["properties"]["custom_metadata"]
     assert metadata["type"] == "object" and metadata["maxProperties"] == 20
+    assert metadata["propertyNames"] == {"type": "string", "minLength": 1, "maxLength": 40}
     assert "maxLength" not in metadata
     bulk = _resolve(document, document["paths"]["/subscriptions/bulk"]["post"]["requestBody"]["content"]
                     ["application/json"]["schema"])
@@ -91,7 +95,7 @@ def test_query_parameters_are_documented(document):
 def test_path_parameters_and_security(document):
     get_one = document["paths"]["/subscriptions/{subscription_id}"]["get"]
     assert get_one["parameters"][0] == {"in": "path", "name": "subscription_id", "required": True,
-                                        "schema": {"type": "string"}}
+                                        "schema": {"type": "string", "minLength": 1}}
     assert get_one["security"] == [{"ApiKey": []}]
 
 
@@ -120,3 +124,32 @@ def test_each_operation_lists_the_error_codes_it_can_answer(document):
 def test_export_documents_both_media_types(document):
     content = document["paths"]["/subscriptions/export"]["get"]["responses"]["200"]["content"]
     assert set(content) == {"text/csv", "application/json"}
+
+
+def test_every_operation_has_a_unique_operation_id(document):
+    ids = [operation["operationId"] for operations in document["paths"].values() for operation in operations.values()]
+    assert len(ids) == len(set(ids)) == 28
+
+
+def test_export_json_is_documented_as_the_object_it_is(document):
+    content = document["paths"]["/subscriptions/export"]["get"]["responses"]["200"]["content"]
+    exported = _resolve(document, content["application/json"]["schema"])
+    assert set(exported["properties"]) == {"data", "total"}
+    assert content["text/csv"]["schema"]["type"] == "string"
+
+
+def test_webhook_bodies_state_the_url_shape_and_the_event_enum(document):
+    body = document["components"]["schemas"]["WebhookConfigure"]["properties"]
+    assert body["endpoint_url"]["pattern"].startswith("^https://")
+    assert {"*", "contact.*", "contact.position_changed"} <= set(body["events"]["items"]["enum"])
+    update = document["components"]["schemas"]["WebhookUpdate"]
+    assert update["minProperties"] == 1 and update["properties"]["is_active"]["type"] == "boolean"
+
+
+def test_timestamps_that_may_be_unset_are_nullable(document):
+    subscription = document["components"]["schemas"]["Subscription"]["properties"]
+    assert "null" in subscription["cancelled_at"]["type"] and "null" in subscription["last_check_status"]["type"]
+
+
+def test_configure_documents_both_create_and_replace(document):
+    assert {"200", "201"} <= set(document["paths"]["/webhooks/configure"]["post"]["responses"])

@@ -428,3 +428,29 @@ def test_recover_takes_unix_seconds_and_refuses_impossible_ones(alice):
                  {"since": now - 60, "include_pending": "maybe"}):
         response = alice.post("/webhooks/recover", json=body)
         assert response.status_code == 400 and response.json["error"] == "VALIDATION_ERROR", body
+
+
+def test_a_stopping_sender_gives_back_what_it_did_not_send_and_the_attempt_numbers_with_it(alice, app):
+    with Receiver() as receiver:
+        configure(alice, receiver.url)
+        ids = record_events(alice.account_id, 3)
+        answers = iter([True])  # go on to claim a batch, then stop before any send starts
+        sent = deliveries.deliver_until_idle(keep_going=lambda: next(answers, False))
+        assert sent == 0 and receiver.requests == []
+        db.session.remove()
+        rows = db.session.scalars(select(OutboxDelivery)).all()
+        assert all(row.claim_token is None and row.status == "pending" for row in rows)
+        assert all(event_row(event_id).attempt_count == 0 for event_id in ids)
+        assert deliver_due() == 3  # released rows are due at once, and their first try is attempt 1
+    assert sorted(request.headers["X-Webhook-Attempt"] for request in receiver.requests) == ["1", "1", "1"]
+
+
+def test_a_batch_the_pool_refuses_is_given_back(alice, app):
+    configure(alice, "https://93.184.216.34/")
+    record_events(alice.account_id, 2)
+    pool = deliveries._sender_pool(app)
+    pool.shutdown()
+    with pytest.raises(RuntimeError):
+        deliveries._claim_and_send(app, pool, deliveries.always)
+    db.session.remove()
+    assert all(row.claim_token is None for row in db.session.scalars(select(OutboxDelivery)))

@@ -3,21 +3,39 @@ import json
 
 from flask import g, request
 from marshmallow import ValidationError
+from werkzeug.routing import BaseConverter
 
 from app.api.errors import validation_failed_from
 from app.errors import ValidationFailed
 
 
+class SubscriptionIdConverter(BaseConverter):
+    """`/subscriptions/<subscription:…>` never matches the static siblings `bulk` and `export`, so their
+    OPTIONS and 405 answers list only their own methods."""
+    regex = r"(?!(?:bulk|export)$)[^/]+"
+
+
 def json_body() -> dict:
-    """The request body as a JSON object, or 400 VALIDATION_ERROR (413 past the size limit)."""
+    """The request body as a JSON object, or 400 VALIDATION_ERROR (413 past the size limit).
+
+    Decoded as UTF-8 only (RFC 8259): `json.loads` given bytes would guess UTF-16 or UTF-32 instead."""
     raw = request.get_data(cache=True)
     try:
-        data = json.loads(raw) if raw else None
-    except (ValueError, UnicodeDecodeError):
+        data = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant) if raw else None
+        json.dumps(data, ensure_ascii=False).encode("utf-8")  # a lone surrogate escape (\ud800) is no text
+    except UnicodeError:
+        raise ValidationFailed("body", "The request body must be JSON encoded as UTF-8.")
+    except ValueError:
         raise ValidationFailed("body", "The request body is not valid JSON.")
+    except RecursionError:
+        raise ValidationFailed("body", "The request body nests too deeply.")
     if not isinstance(data, dict):
         raise ValidationFailed("body", "The request body must be a JSON object.")
     return data
+
+
+def _refuse_constant(name):
+    raise ValueError(f"{name} is not JSON")  # Python's json reads NaN and Infinity; RFC 8259 does not
 
 
 def load(schema, data):
@@ -33,6 +51,10 @@ def load_body(schema):
 
 
 def load_query(schema):
+    """Query parameters through a schema; a parameter the schema knows given twice is a 400, not a guess."""
+    for name, values in request.args.lists():
+        if len(values) > 1 and name in schema.load_fields:
+            raise ValidationFailed(name, f"{name} may be given only once.", values[0])
     return load(schema, request.args.to_dict())
 
 
@@ -40,15 +62,15 @@ def account_id() -> str:
     return g.account_id
 
 
-def spec(summary, *, body=None, query=None, response=None, status=200, auth=True, tag=None, errors=(),
-         media_types=("application/json",)):
+def spec(summary, *, body=None, query=None, response=None, status=200, auth=True, tag=None, errors=()):
     """Attach OpenAPI metadata to a view; `app/api/openapi.py` turns it into the document.
 
+    `status`: the success status, or a tuple of them; `response`: a schema, or {media type: schema} for a
+    view answering in several formats.
     `errors`: the ServiceError classes the view can answer with beyond those every view can
     (401, 429, 500; 400 with a body or query, 413 with a body, 404 with a path parameter)."""
     def decorate(view):
         view.openapi = {"summary": summary, "body": body, "query": query, "response": response,
-                        "status": status, "auth": auth, "tag": tag, "errors": errors,
-                        "media_types": media_types}
+                        "status": status, "auth": auth, "tag": tag, "errors": errors}
         return view
     return decorate

@@ -1,5 +1,7 @@
 """`GET /metrics` (no API key): Prometheus text format. Off with METRICS_ENABLED=0; `metrics serve` answers
 it on an address of its own instead."""
+import re
+
 from flask import Blueprint, Response, request
 from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -8,6 +10,7 @@ from app.extensions import limiter
 from app.logging_setup import elapsed_seconds
 
 bp = Blueprint("metrics", __name__)
+ROUTE_CONVERTER = re.compile(r"<(?:[^:<>]+:)?([^<>]+)>")  # <subscription:subscription_id> → <subscription_id>
 
 
 @bp.get("/metrics")
@@ -18,7 +21,7 @@ def scrape():
 
 def observe_request(response):
     """Requests by route template (never the raw path: ids would make unbounded label values)."""
-    route = request.url_rule.rule if request.url_rule is not None else "unmatched"
+    route = ROUTE_CONVERTER.sub(r"<\1>", request.url_rule.rule) if request.url_rule is not None else "unmatched"
     if route != "/metrics":
         metrics.observe_request(route, response.status_code, elapsed_seconds())
     return response

@@ -4,6 +4,7 @@ import re
 from apispec import APISpec
 from apispec.ext.marshmallow import MarshmallowPlugin
 from flask import current_app
+from marshmallow import fields
 
 from app.schemas.base import ErrorSchema
 from app.version import VERSION
@@ -18,14 +19,25 @@ def _schema_name(schema):
     return name.removesuffix("Schema")
 
 
+def _stated_constraints(self, field, **kwargs) -> dict:
+    """What apispec leaves out of a field's JSON schema: a Dict's key rules as `propertyNames`, and
+    `metadata={"json_schema": {...}}` for rules a service function enforces rather than a validator."""
+    extra = dict(field.metadata.get("json_schema", {}))
+    if isinstance(field, fields.Dict) and field.key_field is not None:
+        extra["propertyNames"] = self.field2property(field.key_field)
+    return extra
+
+
 def build_document(app) -> dict:
+    plugin = MarshmallowPlugin(schema_name_resolver=_schema_name)
     spec = APISpec(title="Entity change monitoring API", version=VERSION, openapi_version="3.1.0",
-                   plugins=[MarshmallowPlugin(schema_name_resolver=_schema_name)],
+                   plugins=[plugin],
                    info={"description": "Subscriptions to contacts and companies; changes arrive as signed webhooks."},
                    servers=[{"url": PREFIX}])
+    plugin.converter.add_attribute_function(_stated_constraints)
     spec.components.security_scheme("ApiKey", {"type": "apiKey", "in": "header", "name": "X-API-Key"})
     spec.components.schema("Error", schema=ErrorSchema)
-    paths = {}
+    paths, operation_ids, bodies = {}, set(), set()
     for rule in app.url_map.iter_rules():
         view = app.view_functions.get(rule.endpoint)
         meta = getattr(view, "openapi", None)
@@ -33,10 +45,26 @@ def build_document(app) -> dict:
             continue
         path = _PATH_PARAMETER.sub(r"{\1}", rule.rule.removeprefix(PREFIX)) or "/"
         for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
-            paths.setdefault(path, {})[method.lower()] = _operation(meta, rule)
+            operation = _operation(meta, rule)
+            operation["operationId"] = _unique_id(view.__name__, path, operation_ids)
+            paths.setdefault(path, {})[method.lower()] = operation
+        if meta["body"] is not None:
+            bodies.add(meta["body"])
     for path, operations in sorted(paths.items()):
         spec.path(path=path, operations=operations)
-    return spec.to_dict()
+    document = spec.to_dict()
+    for body in bodies:  # rules across fields (JSON Schema combinators) that no field can state
+        if hasattr(body, "document_cross_field_rules"):
+            schemas = document["components"]["schemas"]
+            schemas[_schema_name(body)] = body.document_cross_field_rules(schemas[_schema_name(body)], app.config)
+    return document
+
+
+def _unique_id(name: str, path: str, taken: set) -> str:
+    """The view's name; a view served on two paths gets the second path's last segment appended."""
+    operation_id = name if name not in taken else f"{name}_{path.rsplit('/', 1)[-1]}"
+    taken.add(operation_id)
+    return operation_id
 
 
 def _error_codes(meta, rule) -> dict:
@@ -56,17 +84,19 @@ def _error_codes(meta, rule) -> dict:
 
 def _operation(meta, rule):
     success = {"description": meta["summary"]}
-    if meta["response"] is not None:
-        success["content"] = {media_type: {"schema": meta["response"]} for media_type in meta["media_types"]}
-    elif meta["media_types"] != ("application/json",):
-        success["content"] = {media_type: {"schema": {"type": "string"}} for media_type in meta["media_types"]}
-    responses = {str(meta["status"]): success}
+    response = meta["response"]
+    if isinstance(response, dict):
+        success["content"] = {media_type: {"schema": schema} for media_type, schema in response.items()}
+    elif response is not None:
+        success["content"] = {"application/json": {"schema": response}}
+    statuses = meta["status"] if isinstance(meta["status"], tuple) else (meta["status"],)
+    responses = {str(status): success for status in statuses}
     for status, codes in _error_codes(meta, rule).items():
         responses[str(status)] = {"description": " or ".join(codes),
                                   "content": {"application/json": {"schema": "Error"}}}
     operation = {"summary": meta["summary"], "responses": responses,
                  "tags": [meta["tag"]] if meta["tag"] else []}
-    parameters = [{"in": "path", "name": name, "required": True, "schema": {"type": "string"}}
+    parameters = [{"in": "path", "name": name, "required": True, "schema": {"type": "string", "minLength": 1}}
                   for name in rule.arguments]
     if meta["query"] is not None:
         parameters.append({"in": "query", "schema": meta["query"]})

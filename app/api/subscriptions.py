@@ -5,8 +5,8 @@ from app.api.http import account_id, load, load_body, load_query, spec
 from app.api.limits import bulk_limit, read_limit, write_limit
 from app.schemas.subscriptions import (BulkCancelResultSchema, BulkCreateResultSchema, BulkCreateSchema,
                                        BulkIdsSchema, BulkStatusResultSchema, BulkStatusSchema,
-                                       ExportQuerySchema, MetadataPatchSchema, SubscriptionCancelledSchema,
-                                       SubscriptionCreatedSchema, SubscriptionCreateSchema,
+                                       ExportQuerySchema, ExportSchema, MetadataPatchSchema,
+                                       SubscriptionCancelledSchema, SubscriptionCreatedSchema, SubscriptionCreateSchema,
                                        SubscriptionListItemSchema, SubscriptionListQuerySchema,
                                        SubscriptionListSchema, SubscriptionSchema)
 from app.schemas.base import flat_dumper, page
@@ -51,14 +51,14 @@ def list_subscriptions():
     return page([list_item(row) for row in rows], total, query["limit"], query["offset"])
 
 
-@bp.get("/subscriptions/<subscription_id>")
+@bp.get("/subscriptions/<subscription:subscription_id>")
 @read_limit
 @spec("One subscription", response=SubscriptionSchema, tag="subscriptions")
 def get_subscription(subscription_id):
     return detail_schema.dump(subscriptions.get(account_id(), subscription_id))
 
 
-@bp.delete("/subscriptions/<subscription_id>")
+@bp.delete("/subscriptions/<subscription:subscription_id>")
 @write_limit
 @spec("Cancel a subscription (soft delete, idempotent)", response=SubscriptionCancelledSchema,
       tag="subscriptions")
@@ -66,21 +66,21 @@ def cancel_subscription(subscription_id):
     return cancelled_schema.dump(subscriptions.cancel(account_id(), subscription_id))
 
 
-@bp.post("/subscriptions/<subscription_id>/pause")
+@bp.post("/subscriptions/<subscription:subscription_id>/pause")
 @write_limit
 @spec("Pause an active subscription", response=SubscriptionSchema, tag="subscriptions", errors=(InvalidState,))
 def pause_subscription(subscription_id):
     return detail_schema.dump(subscriptions.set_status(account_id(), subscription_id, "paused"))
 
 
-@bp.post("/subscriptions/<subscription_id>/resume")
+@bp.post("/subscriptions/<subscription:subscription_id>/resume")
 @write_limit
 @spec("Resume a paused subscription", response=SubscriptionSchema, tag="subscriptions", errors=(InvalidState,))
 def resume_subscription(subscription_id):
     return detail_schema.dump(subscriptions.set_status(account_id(), subscription_id, "active"))
 
 
-@bp.patch("/subscriptions/<subscription_id>")
+@bp.patch("/subscriptions/<subscription:subscription_id>")
 @write_limit
 @spec("Replace a subscription's custom_metadata", body=MetadataPatchSchema, response=SubscriptionSchema,
       tag="subscriptions")
@@ -127,7 +127,8 @@ def bulk_set_status():
 @bp.get("/subscriptions/export")
 @bulk_limit
 @spec("Export subscriptions as CSV or JSON, streamed", query=ExportQuerySchema, tag="subscriptions",
-      media_types=("text/csv", "application/json"))
+      response={"text/csv": {"type": "string", "description": "A header line, then one line per subscription."},
+                "application/json": ExportSchema})
 def export_subscriptions():
     query = load_query(export_query_schema)
     body, mimetype = export.export(account_id(), query["status"], query["format"])

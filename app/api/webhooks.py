@@ -30,7 +30,7 @@ recover_result_schema = RecoverResultSchema()
 @bp.post("/webhooks/configure")
 @default_limit
 @spec("Create the webhook configuration (201) or replace it (200); answers with a new secret",
-      body=WebhookConfigureSchema, response=WebhookConfigWithSecretSchema, status=201, tag="webhooks")
+      body=WebhookConfigureSchema, response=WebhookConfigWithSecretSchema, status=(201, 200), tag="webhooks")
 def configure():
     config, created = webhooks.configure(account_id(), load_body(configure_schema))
     if created:

@@ -4,7 +4,10 @@ from app.common import isoformat
 
 
 class Timestamp(fields.DateTime):
-    """ISO 8601 UTC ending in Z (contract §1)."""
+    """ISO 8601 UTC ending in Z (contract §1); null when the moment has not happened (yet)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**{"allow_none": True, **kwargs})
 
     def _serialize(self, value, attr, obj, **kwargs):
         return isoformat(value)
@@ -31,10 +34,23 @@ class PaginationSchema(Schema):
     has_more = fields.Bool()
 
 
+MAX_OFFSET = 2**31 - 1  # beyond any real table, and inside every database's integer range
+
+
+class StrictBool(fields.Bool):
+    """JSON true or false only: "yes", 1 or "false" are a 400, not a guess."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if not isinstance(value, bool):  # a set test would take 1 and 0: they equal True and False
+            raise self.make_error("invalid", input=value)
+        return value
+
+
 class PageQuerySchema(QuerySchema):
     limit = fields.Int(load_default=20, validate=validate.Range(1, 100, error="limit must be between 1 and 100."),
                        metadata={"description": "Results per page."})
-    offset = fields.Int(load_default=0, validate=validate.Range(min=0, error="offset must be 0 or more."),
+    offset = fields.Int(load_default=0,
+                        validate=validate.Range(0, MAX_OFFSET, error=f"offset must be between 0 and {MAX_OFFSET}."),
                         metadata={"description": "Items to skip."})
 
 

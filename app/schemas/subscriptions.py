@@ -1,7 +1,9 @@
+import re
+
 from marshmallow import Schema, ValidationError, fields, post_load, validate, validates_schema
 
 from app.schemas.base import BodySchema, PageQuerySchema, PaginationSchema, QuerySchema, Timestamp
-from app.services.entities import ENTITY_TYPES
+from app.services.entities import ENTITY_TYPES, PATH_KIND
 
 STATUSES = ("active", "paused", "cancelled")
 MAX_METADATA_KEYS = 20
@@ -24,6 +26,11 @@ def _metadata_field(**kwargs):
                                                 "(<= 500 chars), copied into every event.",
                                  "maxProperties": MAX_METADATA_KEYS},
                        **kwargs)
+
+
+# The ids `normalize_network_id` accepts as they are (ASCII); it also accepts non-ASCII letters and their
+# percent-encoded UTF-8, which a pattern cannot bound (the 100-character limit counts the encoded form).
+NETWORK_ID_PATTERN = r"^[A-Za-z0-9_-]{2,100}$"
 
 
 class SubscriptionCreateSchema(BodySchema):
@@ -49,6 +56,23 @@ class SubscriptionCreateSchema(BodySchema):
         data.setdefault("custom_metadata", {})
         return data
 
+    @staticmethod
+    def document_cross_field_rules(generated: dict, config) -> dict:
+        """The body as JSON Schema can state it: an entity type with either an id or a URL of that type's
+        path (both are accepted when they name the same entity, which no schema can state; the
+        linkedin_* aliases are accepted and left out)."""
+        domain = re.escape(config["NETWORK_DOMAIN"])
+        variants = []
+        for entity_type in ENTITY_TYPES:
+            url = rf"^https://(www\.)?{domain}/{PATH_KIND[entity_type]}/{NETWORK_ID_PATTERN[1:-1]}/?$"
+            for name, pattern in (("network_id", NETWORK_ID_PATTERN), ("network_url", url)):
+                variants.append({"type": "object", "required": ["entity_type", name], "additionalProperties": False,
+                                 "properties": {"entity_type": {"const": entity_type},
+                                                name: {**generated["properties"][name], "pattern": pattern},
+                                                "custom_metadata": generated["properties"]["custom_metadata"]}})
+        return {"description": "An entity type and its network_id or its network_url (linkedin_id and linkedin_url "
+                               "are accepted as aliases).", "oneOf": variants}
+
 
 class MetadataPatchSchema(BodySchema):
     custom_metadata = _metadata_field(required=True)
@@ -64,6 +88,21 @@ class SubscriptionListQuerySchema(PageQuerySchema):
 class ExportQuerySchema(QuerySchema):
     format = fields.Str(load_default="csv", validate=validate.OneOf(("csv", "json")))
     status = fields.Str(load_default="all", validate=validate.OneOf(STATUSES + ("all",)))
+
+
+class ExportRowSchema(Schema):
+    subscription_id = fields.Str()
+    entity_type = fields.Str()
+    network_id = fields.Str()
+    network_url = fields.Str()
+    status = fields.Str()
+    created_at = fields.Str(metadata={"description": "ISO 8601 UTC."})
+    custom_metadata = fields.Dict(metadata={"description": "In CSV: one column holding the JSON object."})
+
+
+class ExportSchema(Schema):
+    data = fields.List(fields.Nested(ExportRowSchema))
+    total = fields.Int()
 
 
 class _SubscriptionCoreSchema(Schema):
@@ -94,7 +133,7 @@ class SubscriptionSchema(SubscriptionCreatedSchema):
     """The get shape (interface spec plus contract §3)."""
     last_checked_at = Timestamp()
     last_change_at = Timestamp()
-    last_check_status = fields.Str()
+    last_check_status = fields.Str(allow_none=True)
     next_check_at = Timestamp()
     paused_at = Timestamp()
     cancelled_at = Timestamp()

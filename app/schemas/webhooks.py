@@ -2,21 +2,26 @@ from datetime import datetime, timezone
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
-from app.schemas.base import BodySchema, PageQuerySchema, PaginationSchema, Timestamp
+from app.schemas.base import BodySchema, PageQuerySchema, PaginationSchema, StrictBool, Timestamp
 from app.schemas.events import DeliveryAttemptSchema
-from app.services.webhooks import INITIAL_WEBHOOK_CHOICES
+from app.services.webhooks import EVENT_PATTERNS, HOST_NAME, INITIAL_WEBHOOK_CHOICES, PORT, URL_PATH
 
 MAX_EVENT_PATTERNS = 50
+# What `check_endpoint_url` accepts, less IP literals (public ones are accepted too)
+PUBLIC_HTTPS_URL = f"^https://{HOST_NAME}{PORT}{URL_PATH}$"
 
 
 def _endpoint_url(**kwargs):
     return fields.Str(validate=validate.Length(1, 2048),
-                      metadata={"description": "HTTPS URL that receives events; must resolve to a public address."},
+                      metadata={"description": "HTTPS URL that receives events; must resolve to a public address "
+                                               "(an IP literal is accepted when public; the pattern shows names).",
+                                "json_schema": {"pattern": PUBLIC_HTTPS_URL}},
                       **kwargs)
 
 
 def _event_patterns(**kwargs):
-    return fields.List(fields.Str(validate=validate.Length(1, 100)), validate=validate.Length(1, MAX_EVENT_PATTERNS),
+    pattern = fields.Str(validate=validate.Length(1, 100), metadata={"json_schema": {"enum": EVENT_PATTERNS}})
+    return fields.List(pattern, validate=validate.Length(1, MAX_EVENT_PATTERNS),
                        metadata={"description": "Event types to receive: `*`, a family such as `contact.*`, "
                                                 "or exact types."}, **kwargs)
 
@@ -34,7 +39,10 @@ class UtcDateTime(fields.DateTime):
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return self._from_unix_seconds(value)
         moment = super()._deserialize(value, attr, data, **kwargs)
-        return moment.astimezone(timezone.utc).replace(tzinfo=None) if moment.tzinfo else moment
+        try:
+            return moment.astimezone(timezone.utc).replace(tzinfo=None) if moment.tzinfo else moment
+        except OverflowError:  # 0001-01-01T00:00+14:00 is before year 1 in UTC
+            raise self.make_error("invalid", input=value, obj_type=self.OBJ_TYPE) from None
 
     def _from_unix_seconds(self, seconds):
         try:
@@ -53,12 +61,16 @@ class WebhookUpdateSchema(BodySchema):
     endpoint_url = _endpoint_url()
     events = _event_patterns()
     initial_webhook = _initial_webhook()
-    is_active = fields.Bool(metadata={"description": "Set false to pause deliveries, true to resume them."})
+    is_active = StrictBool(metadata={"description": "Set false to pause deliveries, true to resume them."})
 
     @validates_schema
     def _not_empty(self, data, **kwargs):
         if not data:
             raise ValidationError("Give at least one of endpoint_url, events, is_active, initial_webhook.", "body")
+
+    @staticmethod
+    def document_cross_field_rules(generated: dict, config) -> dict:
+        return {**generated, "minProperties": 1}
 
 
 class WebhookConfigSchema(Schema):

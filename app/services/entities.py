@@ -74,11 +74,15 @@ def parse_network_url(url: str, domain: str, field="network_url"):
     def invalid(reason):
         return _invalid_url(url, field, f"https://www.{domain}/in/<id> or /company/<id>", reason)
 
-    parts = urlsplit(url.strip())
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:  # an unclosed IPv6 bracket, a port that is no number
+        raise invalid("it is not a valid URL.") from None
     if parts.scheme.lower() not in ("http", "https"):
         raise invalid("it must start with https://.")
     host = (parts.hostname or "").lower()
-    if not _network_host(host, domain) or parts.port is not None or parts.username:
+    if not _network_host(host, domain) or port is not None or parts.username:
         raise invalid(f"the host must be {domain}, www.{domain} or a country or mobile subdomain "
                       f"such as uk.{domain} or m.{domain}.")
     segments = [segment for segment in parts.path.split("/") if segment]

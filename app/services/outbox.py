@@ -10,6 +10,7 @@ A delivery goes through three steps so no transaction is held across HTTP:
 """
 import logging
 import random
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -75,21 +76,39 @@ def claim_due(token: str, limit: int) -> list:
             .where(Event.id.in_({row.event_id for row in rows})))}
         configs = {config.account_id: config for config in session.scalars(
             select(WebhookConfig).where(WebhookConfig.account_id.in_({row.account_id for row in rows})))}
+        attempts = _number_attempts(session, rows, found)
         return [Claimed(row.id, row.account_id, found[row.event_id].type, row.attempts,
                         outgoing_for(configs[row.account_id], row.event_id, found[row.event_id].body,
-                                     found[row.event_id].attempt_count + 1, now), found[row.event_id].created_at)
-                for row in rows]
+                                     attempt, now), found[row.event_id].created_at)
+                for row, attempt in zip(rows, attempts)]
+
+
+def _number_attempts(session, rows, found) -> list:
+    """The X-Webhook-Attempt of each claimed row, recorded on its event in the claiming transaction:
+    a sender that crashes between sending and recording must not make the retry repeat the number."""
+    counts = {event_id: event.attempt_count for event_id, event in found.items()}
+    numbers = []
+    for row in rows:
+        counts[row.event_id] += 1
+        numbers.append(counts[row.event_id])
+    session.execute(update(Event), [{"id": event_id, "attempt_count": count} for event_id, count in counts.items()])
+    return numbers
 
 
 def release(token: str, delivery_ids: list) -> None:
-    """Give back leased deliveries that were not sent (the sender is stopping): due now, for any sender."""
+    """Give back leased deliveries that were not sent (the sender is stopping): due now, for any sender, and
+    the attempt numbers they took when claimed are handed back to their events."""
     if not delivery_ids:
         return
     with write_transaction() as session:
-        session.execute(update(OutboxDelivery)
-                        .where(OutboxDelivery.id.in_(delivery_ids), OutboxDelivery.claim_token == token)
-                        .values(claim_token=None, claimed_until=None, next_attempt_at=utcnow())
-                        .execution_options(synchronize_session=False))
+        event_ids = session.scalars(
+            update(OutboxDelivery).where(OutboxDelivery.id.in_(delivery_ids), OutboxDelivery.claim_token == token)
+            .values(claim_token=None, claimed_until=None, next_attempt_at=utcnow())
+            .returning(OutboxDelivery.event_id).execution_options(synchronize_session=False)).all()
+        events_table = Event.__table__
+        for event_id, count in Counter(event_ids).items():
+            session.execute(update(events_table).where(events_table.c.id == event_id)
+                            .values(attempt_count=events_table.c.attempt_count - count))
 
 
 def retry_delay(tries: int, outcome: Outcome):

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from http.cookiejar import DefaultCookiePolicy
 from typing import Optional
-from urllib.parse import urlsplit
 
 import requests
 import urllib3
@@ -22,6 +21,8 @@ from requests.adapters import HTTPAdapter
 from requests_hardened import Config, HTTPSession
 from requests_hardened.ip_filter import EXTRA_BLOCKED_NET_RANGES, InvalidIPAddress
 from requests_hardened.ip_filter_adapter import IPFilterAdapter
+from urllib3.exceptions import LocationParseError
+from urllib3.util import parse_url
 
 from app.common import USER_AGENT
 
@@ -51,6 +52,26 @@ class Outcome:
     throttled: bool = False  # a timeout or a 429: the next try waits at least a minute
     retry_after: Optional[float] = None
     gone: bool = False  # 410: the endpoint asks us to stop
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    scheme: str
+    host: str  # lower-case, without IPv6 brackets; "" when the URL names none
+    port: int
+
+
+def parse_endpoint(url: str) -> Endpoint:
+    """Scheme, host and port as urllib3, which opens the connection, reads them (ValueError when it cannot).
+    The configure-time check and the sender both use this: `urlsplit` would read
+    `https://127.0.0.1\\@example.com/` as example.com where urllib3 connects to 127.0.0.1."""
+    try:
+        parts = parse_url(url)
+    except LocationParseError as error:
+        raise ValueError(str(error)) from None
+    scheme = parts.scheme or ""
+    port = parts.port or (443 if scheme == "https" else 80)
+    return Endpoint(scheme, (parts.host or "").strip("[]").lower(), port)
 
 
 def is_forbidden_address(address) -> bool:
@@ -145,12 +166,15 @@ class Transport:
             return self._failure(started, f"internal error: {type(error).__name__}")
 
     def _send(self, outgoing: Outgoing, started: float) -> Outcome:
-        parts = urlsplit(outgoing.url)
-        if parts.scheme not in self.schemes:
-            return self._failure(started, f"refused: {parts.scheme}:// endpoints are not allowed")
+        try:
+            endpoint = parse_endpoint(outgoing.url)
+        except ValueError:
+            return self._failure(started, "refused: the endpoint URL cannot be parsed")
+        if endpoint.scheme not in self.schemes:
+            return self._failure(started, f"refused: {endpoint.scheme}:// endpoints are not allowed")
         timestamp_ms = int(time.time() * 1000)
         try:
-            response = self._session_for(parts).post(
+            response = self._session_for(endpoint).post(
                 outgoing.url, data=outgoing.body, headers=signed_headers(outgoing, timestamp_ms),
                 timeout=(self.timeout, self.timeout), allow_redirects=False, stream=True, verify=True)
             with response:
@@ -196,8 +220,8 @@ class Transport:
     def _failure(started, error, throttled=False) -> Outcome:
         return Outcome(False, None, int((time.monotonic() - started) * 1000), error, throttled=throttled)
 
-    def _session_for(self, parts):
-        key = (parts.scheme, parts.hostname, parts.port)
+    def _session_for(self, endpoint: Endpoint):
+        key = (endpoint.scheme, endpoint.host, endpoint.port)
         with self._lock:
             session = self._sessions.get(key)
             if session is None:

@@ -1,8 +1,8 @@
 """Webhook configuration (contract §5): one per account, its URL guard and its secrets."""
 import ipaddress
+import re
 import socket
 from datetime import timedelta
-from urllib.parse import urlsplit
 
 from flask import current_app
 from sqlalchemy import case, delete, select, update
@@ -13,12 +13,21 @@ from app.errors import InvalidState, NotFound, ServiceError, ValidationFailed
 from app.extensions import db
 from app.models import Event, OutboxDelivery, WebhookConfig
 from app.services import events
-from app.services.transport import allowed_schemes, is_forbidden_address
+from app.services.transport import allowed_schemes, is_forbidden_address, parse_endpoint
 
 SECRET_PREFIX = "whsec_"
 SECRET_LENGTH = 32
 INITIAL_WEBHOOK_CHOICES = ("latest", "all", "none")
-EVENT_FAMILIES = frozenset(event_type.split(".")[0] for event_type in events.EVENT_TYPES if "." in event_type)
+EVENT_FAMILIES = sorted({event_type.split(".")[0] for event_type in events.EVENT_TYPES if "." in event_type})
+EVENT_PATTERNS = ("*", *events.EVENT_TYPES, *(f"{family}.*" for family in EVENT_FAMILIES))
+
+
+# A fully qualified name whose last label starts with a letter (so not an IP address), and the characters a
+# URL may hold (RFC 3986: unreserved, reserved, percent-escapes); the OpenAPI pattern is built from these
+HOST_NAME = r"([A-Za-z0-9-]{1,63}\.)+[A-Za-z][A-Za-z0-9-]{0,62}"
+PORT = r"(:([0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?"
+URL_PATH = r"(/([-A-Za-z0-9._~!$&'()*+,;=:@/?#]|%[0-9A-Fa-f]{2})*)?"
+_URL_CHARACTERS = re.compile(r"([-A-Za-z0-9._~!$&'()*+,;=:@/?#\[\]]|%[0-9A-Fa-f]{2})+")
 
 
 class ConfigurationMissing(NotFound):
@@ -34,11 +43,18 @@ def validate_events(patterns: list) -> list:
     if not patterns:
         raise ValidationFailed("events", "events must list at least one event type, or `*`.", patterns)
     for pattern in patterns:
-        family = pattern[:-2] if pattern.endswith(".*") else None
-        if pattern != "*" and pattern not in events.EVENT_TYPES and family not in EVENT_FAMILIES:
+        if pattern not in EVENT_PATTERNS:
             raise ValidationFailed("events", f"Unknown event type '{pattern}'. Use `*`, a family such as "
                                              f"`contact.*`, or one of: {', '.join(events.EVENT_TYPES)}.", pattern)
     return list(dict.fromkeys(patterns))
+
+
+def _is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _resolved_addresses(host: str, port: int) -> list:
@@ -58,18 +74,23 @@ def check_endpoint_url(url: str) -> str:
     """The configure-time guard. A name that does not resolve now is accepted: the send-time guard,
     which checks the address actually connected to, still refuses it if it later points inward."""
     config = current_app.config
-    parts = urlsplit(url)
-    if parts.scheme not in allowed_schemes(config["WEBHOOK_ALLOW_HTTP"]):
-        raise ValidationFailed("endpoint_url", "endpoint_url must be an https:// URL.", url)
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        endpoint = parse_endpoint(url)
     except ValueError:
-        raise ValidationFailed("endpoint_url", "endpoint_url has an invalid port.", url)
-    host = (parts.hostname or "").rstrip(".")
+        raise ValidationFailed("endpoint_url", "endpoint_url is not a valid URL (host or port).", url)
+    if endpoint.scheme not in allowed_schemes(config["WEBHOOK_ALLOW_HTTP"]):
+        raise ValidationFailed("endpoint_url", "endpoint_url must be an https:// URL.", url)
+    host, port = endpoint.host, endpoint.port
+    if not _URL_CHARACTERS.fullmatch(url):
+        raise ValidationFailed("endpoint_url", "endpoint_url holds characters a URL cannot; percent-encode them.",
+                               url)
     if not host:
         raise ValidationFailed("endpoint_url", "endpoint_url must name a host.", url)
     if config["WEBHOOK_ALLOW_PRIVATE_ADDRESSES"]:
         return url
+    if not (_is_ip_literal(host) or re.fullmatch(HOST_NAME, host)):
+        raise ValidationFailed("endpoint_url", "endpoint_url must name a public host: a fully qualified "
+                                               "name (no trailing dot) or an IP address.", url)
     if host == "localhost" or host.endswith(".localhost"):
         raise _not_public(url)
     if any(is_forbidden_address(address) for address in _resolved_addresses(host, port)):

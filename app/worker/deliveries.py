@@ -39,7 +39,11 @@ def _claim_and_send(app, pool, keep_going) -> InFlight:
     def send_unless_stopped(outgoing):
         return transport.send(outgoing) if keep_going() and time.monotonic() < deadline else None
 
-    return InFlight(token, batch, [pool.submit(send_unless_stopped, claimed.outgoing) for claimed in batch])
+    try:
+        return InFlight(token, batch, [pool.submit(send_unless_stopped, claimed.outgoing) for claimed in batch])
+    except RuntimeError:  # the pool refuses new work (the interpreter is exiting): give the batch back
+        outbox.release(token, [claimed.delivery_id for claimed in batch])
+        raise
 
 
 def _record(in_flight: InFlight) -> int:

@@ -37,6 +37,7 @@ class Scheduler:
         self.id = health.new_scheduler_id()
         self.started_at = utcnow()
         self.stopping = threading.Event()
+        self._stop_lock, self._stopped = threading.Lock(), False
         self.apscheduler = BackgroundScheduler(timezone="UTC", job_defaults={"max_instances": 1, "coalesce": True})
         for job_id, seconds, step in self.steps():
             self.apscheduler.add_job(self.run_step, "interval", args=(step,), id=job_id, seconds=seconds,
@@ -83,6 +84,10 @@ class Scheduler:
 
     def stop(self):
         """Stop and wait: work in hand is recorded or released, usage counts written, the lock freed."""
+        with self._stop_lock:
+            if self._stopped:
+                return
+            self._stopped = True
         self.request_stop()
         if self.apscheduler.running:
             self.apscheduler.shutdown(wait=True)
@@ -144,11 +149,13 @@ def start_when_serving(app):
 
 
 def _stop_at_exit(scheduler):
-    # Interpreter exit first joins the thread pools (APScheduler's included), then runs atexit: ask the
-    # loops to stop before that join, or exit would wait for a whole step.
+    # Interpreter exit shuts the thread pools down (no new work may be handed to them, APScheduler's
+    # included) before it runs atexit: stop the scheduler before that, while its loops can still finish
+    # their batch and release the rest. `atexit` is the fallback where that hook does not exist.
     if hasattr(threading, "_register_atexit"):
-        threading._register_atexit(scheduler.request_stop)
-    atexit.register(scheduler.stop)
+        threading._register_atexit(scheduler.stop)
+    else:
+        atexit.register(scheduler.stop)
 
 
 class AlreadyRunning(RuntimeError):

@@ -1,0 +1,58 @@
+"""Secrets out of the request line before anything logs it.
+
+A client may put an API key where it does not belong (`?api_key=lwa.sk_…`, a secret pasted into a
+path). The access log of gunicorn (and of most servers) writes the request line as the WSGI environ
+holds it once the app has answered, so the app rewrites those environ entries on the way in."""
+import re
+from urllib.parse import unquote_plus
+
+REDACTED = "[redacted]"
+# Our own secret formats, wherever they appear (API keys, webhook secrets)
+SECRET_VALUE = re.compile(r"lwa\.sk_[A-Za-z0-9_]+|whsec_[A-Za-z0-9]+")
+# Query parameters that carry credentials by name, whatever their value looks like
+SECRET_NAME = re.compile(r"key|secret|token|passw|signature|auth", re.IGNORECASE)
+_LOGGED_URI_KEYS = ("RAW_URI", "REQUEST_URI")
+
+
+def redact_query(query: str) -> str:
+    """The query string with every credential-like value replaced; the rest kept byte for byte."""
+    pairs = []
+    for pair in query.split("&"):
+        name, separator, value = pair.partition("=")
+        if SECRET_NAME.search(unquote_plus(name)) and value:
+            value = REDACTED
+        pairs.append(name + separator + value)
+    return redact_text("&".join(pairs))
+
+
+def redact_text(text: str) -> str:
+    """Any of our secret formats in free text (a path, a log message), percent-encoded or not."""
+    if "%" in text and SECRET_VALUE.search(unquote_plus(text)):
+        text = unquote_plus(text)
+    return SECRET_VALUE.sub(REDACTED, text)
+
+
+def redact_uri(uri: str) -> str:
+    path, separator, query = uri.partition("?")
+    return redact_text(path) + separator + (redact_query(query) if separator else "")
+
+
+def redact_environ(environ) -> None:
+    """The environ entries a server logs (not PATH_INFO, which routes: a path holding a key matches no
+    route anyway), rewritten in place."""
+    for key in _LOGGED_URI_KEYS:
+        if key in environ:
+            environ[key] = redact_uri(environ[key])
+    if environ.get("QUERY_STRING"):
+        environ["QUERY_STRING"] = redact_query(environ["QUERY_STRING"])
+
+
+class RedactSecretsFromRequestLine:
+    """WSGI middleware: what the server logs once the app has answered holds no secret."""
+
+    def __init__(self, wsgi_app):
+        self.wsgi_app = wsgi_app
+
+    def __call__(self, environ, start_response):
+        redact_environ(environ)
+        return self.wsgi_app(environ, start_response)

@@ -1,0 +1,242 @@
+"""Issue 8: every input gets its documented answer. One test per class of defect the attacker-minded
+fuzzing found; each failed before its fix."""
+import json
+import logging
+
+import pytest
+from sqlalchemy import func, select, update
+
+from app.extensions import db
+from app.models import ApiKey, OutboxDelivery, WebhookConfig
+from app.redaction import REDACTED, RedactSecretsFromRequestLine, redact_uri
+from app.services import outbox
+from app.services.transport import Outgoing, Transport, parse_endpoint
+from tests.webhook_helpers import LOCAL_RECEIVER_CONFIG, configure, record_events
+
+SUBSCRIPTION = "/subscriptions/sub_0123456789abcdef01234567"
+BODY_OPERATIONS = [("POST", "/subscriptions"), ("PATCH", SUBSCRIPTION), ("POST", "/subscriptions/bulk"),
+                   ("DELETE", "/subscriptions/bulk"), ("PATCH", "/subscriptions/bulk"),
+                   ("POST", "/account/api-keys"), ("POST", "/webhooks/configure"), ("PUT", "/webhooks/configure"),
+                   ("POST", "/webhooks/recover")]
+
+
+def is_validation_error(response, field):
+    return (response.status_code == 400 and response.mimetype == "application/json"
+            and response.json["error"] == "VALIDATION_ERROR" and response.json["details"]["field"] == field)
+
+
+def key_count(account_id):
+    db.session.rollback()
+    return db.session.scalar(select(func.count()).select_from(ApiKey).where(ApiKey.account_id == account_id))
+
+
+def test_every_operation_with_a_body_is_listed(document_operations):
+    assert set(BODY_OPERATIONS) == document_operations
+
+
+@pytest.fixture
+def document_operations(anon):
+    document = anon.client.get("/api/v1/openapi.json").json
+    return {(method.upper(), path.replace("{subscription_id}", SUBSCRIPTION.rsplit("/", 1)[1]))
+            for path, operations in document["paths"].items()
+            for method, operation in operations.items() if "requestBody" in operation}
+
+
+@pytest.mark.parametrize("method,path", BODY_OPERATIONS)
+def test_deeply_nested_json_is_a_400_and_logs_no_traceback(alice, caplog, method, path):
+    body = "[" * 50_000 + "]" * 50_000
+    with caplog.at_level(logging.INFO):
+        response = alice.request(method, path, data=body, content_type="application/json")
+    assert is_validation_error(response, "body")
+    assert response.json["message"] == "The request body nests too deeply."
+    assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
+
+
+@pytest.mark.parametrize("path", ["/subscriptions", "/events", "/webhooks/deliveries"])
+@pytest.mark.parametrize("offset", ["9223372036854775808", str(2**31), "-1"])
+def test_offsets_past_the_range_are_a_400(alice, path, offset):
+    response = alice.get(f"{path}?offset={offset}")
+    assert is_validation_error(response, "offset")
+    assert response.json["message"] == "offset: offset must be between 0 and 2147483647."
+
+
+def test_the_largest_offset_is_an_empty_page(alice):
+    response = alice.get(f"/subscriptions?offset={2**31 - 1}")
+    assert response.status_code == 200 and response.json["data"] == []
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-32", "latin-1"])
+def test_a_body_not_in_utf8_is_a_400_and_creates_nothing(alice, encoding):
+    before = key_count(alice.account_id)
+    body = json.dumps({"name": "Zoë's key"}, ensure_ascii=False).encode(encoding)
+    response = alice.post("/account/api-keys", data=body, content_type="application/json")
+    assert is_validation_error(response, "body")
+    assert response.json["message"] == "The request body must be JSON encoded as UTF-8."
+    assert key_count(alice.account_id) == before
+
+
+def test_a_utf8_body_is_still_accepted(alice):
+    body = json.dumps({"name": "Zoë's key"}, ensure_ascii=False).encode("utf-8")
+    response = alice.post("/account/api-keys", data=body, content_type="application/json")
+    assert response.status_code == 201 and response.json["name"] == "Zoë's key"
+
+
+def test_an_over_long_path_is_a_json_404(alice):
+    response = alice.get("/subscriptions/" + "x" * 8000)
+    assert response.status_code == 404 and response.json["error"] == "NOT_FOUND"
+
+
+@pytest.mark.parametrize("path,allowed", [("/subscriptions/bulk", {"POST", "PATCH", "DELETE", "OPTIONS"}),
+                                          ("/subscriptions/export", {"GET", "HEAD", "OPTIONS"})])
+def test_options_on_static_subscription_routes_lists_only_their_methods(alice, path, allowed):
+    response = alice.request("OPTIONS", path)
+    assert set(response.headers["Allow"].split(", ")) == allowed
+
+
+def test_get_on_bulk_is_a_405_not_a_lookup_of_a_subscription_named_bulk(alice):
+    response = alice.get("/subscriptions/bulk")
+    assert response.status_code == 405 and response.json["error"] == "METHOD_NOT_ALLOWED"
+    assert "GET" not in response.headers["Allow"]
+
+
+def test_ids_that_merely_start_like_a_static_route_are_ids(alice):
+    response = alice.get("/subscriptions/bulkhead")
+    assert response.status_code == 404 and response.json["details"] == {"resource": "subscription",
+                                                                        "id": "bulkhead"}
+
+
+@pytest.mark.parametrize("value", ["yes", "true", 1, 0, "false", None])
+def test_is_active_takes_only_json_booleans(alice, dns_public, value):
+    configure(alice, "https://hooks.example.com/in")
+    response = alice.put("/webhooks/configure", json={"is_active": value})
+    assert is_validation_error(response, "is_active")
+    db.session.rollback()
+    assert db.session.scalar(select(WebhookConfig.is_active)) is True
+
+
+@pytest.mark.parametrize("query", ["limit=1&limit=2", "status=active&status=paused", "offset=0&offset=5"])
+def test_a_repeated_query_parameter_is_a_400(alice, query):
+    response = alice.get(f"/subscriptions?{query}")
+    assert is_validation_error(response, query.split("=")[0])
+    assert "may be given only once" in response.json["message"]
+
+
+def test_an_unrelated_repeated_parameter_is_still_ignored(alice):
+    assert alice.get("/subscriptions?utm=a&utm=b").status_code == 200
+
+
+@pytest.fixture
+def dns_public(monkeypatch):
+    """Every name resolves to a public address (TEST-NET addresses are not public, so use a real one)."""
+    import socket
+
+    def resolve(host, port, *args, **kwargs):
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.215.14", port or 443))]
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+
+
+@pytest.mark.parametrize("url", ["https://127.0.0.1\\@example.com/", "https://10.0.0.1\\@example.com/hook",
+                                 "https://[::1]\\@example.com/"])
+def test_a_url_that_parsers_read_differently_is_refused_on_configure(alice, dns_public, url):
+    response = alice.post("/webhooks/configure", json={"endpoint_url": url})
+    assert is_validation_error(response, "endpoint_url")
+    db.session.rollback()
+    assert db.session.scalar(select(func.count()).select_from(WebhookConfig)) == 0
+
+
+def test_the_check_reads_the_host_the_sender_connects_to():
+    assert parse_endpoint("https://127.0.0.1\\@example.com/").host == "127.0.0.1"
+    assert parse_endpoint("https://user:pw@Example.COM:8443/x") == parse_endpoint("https://example.com:8443/")
+
+
+@pytest.mark.parametrize("url,error", [("https://127.0.0.1\\@example.com/", "refused: 127.0.0.1 is not a public"),
+                                       ("https://hooks.example.com:99999/", "refused: the endpoint URL cannot be parsed")])
+def test_the_sender_refuses_a_stored_url_by_the_host_it_would_connect_to(url, error):
+    """A configuration stored before the check used urllib3's reading is still refused when sent."""
+    transport = Transport(workers=1, timeout=2, max_response_bytes=1024, allow_http=False, allow_private=False)
+    outcome = transport.send(Outgoing("evt_1", url, b"{}", 1, "whsec_x"))
+    assert not outcome.succeeded and outcome.status_code is None and outcome.error.startswith(error)
+
+
+@pytest.mark.parametrize("url", ["https://hooks.example.com/a b", "https://hooks.example.com./in",
+                                 "https://hooks/in", "https://hooks.example.com/<x>"])
+def test_urls_no_parser_should_guess_at_are_refused(alice, dns_public, url):
+    assert is_validation_error(alice.post("/webhooks/configure", json={"endpoint_url": url}), "endpoint_url")
+
+
+class TestAttemptNumbers:
+    @pytest.fixture
+    def app_config(self):
+        return LOCAL_RECEIVER_CONFIG
+
+    def test_a_crash_between_send_and_record_does_not_repeat_the_attempt_number(self, alice):
+        configure(alice, "http://127.0.0.1:9/hook")
+        record_events(alice.account_id)
+        first = outbox.claim_due(outbox.new_claim_token(), 10)
+        assert [claimed.outgoing.attempt for claimed in first] == [1]
+        # the sender "crashes" after sending: nothing recorded; its lease runs out
+        with db.engine.begin() as connection:
+            connection.execute(update(OutboxDelivery).values(next_attempt_at=OutboxDelivery.created_at))
+        again = outbox.claim_due(outbox.new_claim_token(), 10)
+        assert [claimed.outgoing.attempt for claimed in again] == [2]
+
+
+def test_keys_in_the_query_string_never_reach_the_logged_request_line(app, alice):
+    seen = {}
+
+    def server_app(environ, start_response):
+        seen.update(environ)
+        return app.wsgi_app(environ, start_response)
+
+    raw = f"/api/v1/account?api_key={alice.key}&x=1"
+    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/api/v1/account", "RAW_URI": raw, "REQUEST_URI": raw,
+               "QUERY_STRING": raw.split("?")[1], "SERVER_NAME": "x", "SERVER_PORT": "80", "wsgi.url_scheme": "http",
+               "HTTP_X_API_KEY": alice.key, "SERVER_PROTOCOL": "HTTP/1.1"}
+    RedactSecretsFromRequestLine(server_app)(environ, lambda *args: None)
+    for name in ("RAW_URI", "REQUEST_URI", "QUERY_STRING"):
+        assert alice.key not in environ[name] and REDACTED in environ[name]
+    assert environ["QUERY_STRING"].endswith("&x=1")
+
+
+@pytest.mark.parametrize("uri,expected", [
+    ("/a?api_key=anything&b=2", f"/a?api_key={REDACTED}&b=2"),
+    ("/a?token=abc", f"/a?token={REDACTED}"),
+    ("/a?q=lwa.sk_live_" + "A" * 32, f"/a?q={REDACTED}"),
+    ("/hooks/whsec_" + "b" * 32 + "/x", f"/hooks/{REDACTED}/x"),
+    ("/a?q=lwa.sk%5Flive%5F" + "A" * 32, f"/a?q={REDACTED}"),
+    ("/a?search=acme&limit=5", "/a?search=acme&limit=5"),
+])
+def test_redaction_of_request_lines(uri, expected):
+    assert redact_uri(uri) == expected
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/account/api-keys", b'{"name": "\\ud800"}'),
+    ("/subscriptions", b'{"entity_type": "contact", "network_id": "ab", "custom_metadata": {"\\udfff": "x"}}'),
+    ("/subscriptions", b'{"entity_type": "contact", "network_id": "ab\\ud800"}'),
+    ("/subscriptions/bulk", b'{"subscriptions": [{"entity_type": "contact", "network_id": "\\ud800x"}]}'),
+])
+def test_a_lone_surrogate_escape_is_a_400_and_stores_nothing(alice, path, body):
+    before = key_count(alice.account_id)
+    response = alice.post(path, data=body, content_type="application/json")
+    assert is_validation_error(response, "body")
+    assert key_count(alice.account_id) == before and alice.get("/subscriptions").json["data"] == []
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_non_json_constants_are_a_400(alice, constant):
+    response = alice.post("/account/api-keys", data=f'{{"name": {constant}}}', content_type="application/json")
+    assert is_validation_error(response, "body") and response.json["message"] == "The request body is not valid JSON."
+
+
+@pytest.mark.parametrize("url", ["https://[::1/in/jane-doe", "https://www.linkedin.com:99999/in/jane-doe",
+                                 "https://www.linkedin.com:port/in/jane-doe"])
+def test_network_urls_that_urlsplit_cannot_read_are_a_400(alice, url):
+    response = alice.post("/subscriptions", json={"entity_type": "contact", "network_url": url})
+    assert is_validation_error(response, "network_url")
+
+
+@pytest.mark.parametrize("since", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"])
+def test_datetimes_outside_the_representable_range_in_utc_are_a_400(alice, dns_public, since):
+    configure(alice, "https://hooks.example.com/in")
+    assert is_validation_error(alice.post("/webhooks/recover", json={"since": since}), "since")
