@@ -52,6 +52,9 @@ class Defaults:
     PROVIDER_HTTP_URL = None
     PROVIDER_HTTP_TOKEN = None
     PROVIDER_HTTP_TIMEOUT_SECONDS = 10
+    PROVIDER_RATE_LIMIT = None  # e.g. "300/minute": the vendor's limit, shared by every scheduler process
+    PROVIDER_CONCURRENCY = None  # upstream calls in flight per process; None: what the provider declares
+    PROVIDER_BATCH_SIZE = None  # ids per upstream call, at most what the provider declares
     SIMULATED_SEED = 1
     SIMULATED_PACE_SECONDS = 86400  # one simulated day per epoch; the quick start sets a fast pace
 
@@ -73,10 +76,11 @@ class Defaults:
 BOOL_SETTINGS = ("RATELIMIT_ENABLED", "SCHEDULER_ENABLED", "WEBHOOK_ALLOW_HTTP",
                  "WEBHOOK_ALLOW_PRIVATE_ADDRESSES")
 INT_SETTINGS = ("TRUSTED_PROXY_HOPS", "CHECK_INITIAL_DELAY_SECONDS", "CHECK_INTERVAL_SECONDS", "SIMULATED_SEED",
-                "SIMULATED_PACE_SECONDS", "WEBHOOK_WORKERS", "WEBHOOK_BATCH_SIZE", "WEBHOOK_LEASE_SECONDS")
+                "SIMULATED_PACE_SECONDS", "PROVIDER_CONCURRENCY", "PROVIDER_BATCH_SIZE", "WEBHOOK_WORKERS",
+                "WEBHOOK_BATCH_SIZE", "WEBHOOK_LEASE_SECONDS")
 FLOAT_SETTINGS = ("EMPLOYEE_COUNT_MIN_PERCENT", "PROVIDER_HTTP_TIMEOUT_SECONDS")
 STRING_SETTINGS = ("RATELIMIT_STORAGE_URI", "PROVIDER", "PROVIDER_HTTP_URL", "PROVIDER_HTTP_TOKEN",
-                   "NETWORK_DOMAIN", "API_KEY_MODE")
+                   "PROVIDER_RATE_LIMIT", "NETWORK_DOMAIN", "API_KEY_MODE")
 
 
 def _parse_bool(raw):

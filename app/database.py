@@ -53,6 +53,15 @@ def write_transaction():
         raise
 
 
+def dialect_insert(session, model):
+    """An INSERT with `on_conflict_do_…` in the dialect of the session's database (SQLite or PostgreSQL)."""
+    if session.get_bind().dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert(model)
+
+
 def end_read_transaction():
     """Release the snapshot a read took, so no transaction stays open across slow work."""
     db.session.rollback()

@@ -1,8 +1,9 @@
 """ORM models, one module per aggregate. Importing this package registers every table."""
 from app.models.account import Account, ApiKey, UsageCounter
 from app.models.event import DeliveryAttempt, Event, OutboxDelivery
+from app.models.provider import ProviderBudget, ProviderState
 from app.models.subscription import Subscription
 from app.models.webhook import WebhookConfig
 
 __all__ = ["Account", "ApiKey", "UsageCounter", "Subscription", "Event", "OutboxDelivery",
-           "DeliveryAttempt", "WebhookConfig"]
+           "DeliveryAttempt", "WebhookConfig", "ProviderBudget", "ProviderState"]

@@ -1,18 +1,22 @@
 """Fetches snapshots from `PROVIDER_HTTP_URL` (contract §7): GET /contacts/<id> or /companies/<id>.
 
-404 means not found, 403 and 451 private; 5xx, other statuses, timeouts and unreadable answers are
-transient. One pooled session is reused for every fetch.
+404 means not found, 403 and 451 private; 402 quota exhausted; 429 (or any answer with `Retry-After`)
+pauses the provider; 5xx, other statuses, timeouts and unreadable answers are transient. One pooled
+session is reused for every fetch.
 """
 import requests
 from requests.adapters import HTTPAdapter
 
 from app.providers.base import EntityUnavailable, ProviderError
+from app.providers.vendor_http import raise_for_limits
 
 PATHS = {"contact": "contacts", "company": "companies"}
 UNAVAILABLE = {404: "not_found", 403: "private", 451: "private"}
 
 
 class HttpProvider:
+    name = "http"
+
     def __init__(self, base_url: str, token=None, timeout=10.0, concurrency=8):
         if not base_url:
             raise ValueError("PROVIDER=http needs PROVIDER_HTTP_URL")
@@ -35,6 +39,7 @@ class HttpProvider:
             raise ProviderError(f"{type(error).__name__}: {error}") from error
         if response.status_code in UNAVAILABLE:
             raise EntityUnavailable(UNAVAILABLE[response.status_code])
+        raise_for_limits(response)
         if response.status_code != 200:
             raise ProviderError(f"provider answered HTTP {response.status_code}")
         try:

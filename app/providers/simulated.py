@@ -28,6 +28,7 @@ RECENT_ACTIVITIES = 5
 
 
 class SimulatedProvider:
+    name = "simulated"
     concurrency = 1
 
     def __init__(self, seed: int, pace_seconds: int, domain: str, clock=time.time):

@@ -9,9 +9,13 @@ STEP_BUDGET_SECONDS = 30
 
 
 def run_due_batch() -> checks.Summary:
-    """Claim and check one batch of due subscriptions; an empty summary when nothing is due."""
+    """Claim and check one batch of due subscriptions; an empty summary when nothing is due or while the
+    provider is paused (the due subscriptions keep their place)."""
+    size = checks.due_batch_size(STEP_BUDGET_SECONDS)
+    if size == 0:
+        return checks.Summary()
     token = checks.new_claim_token()
-    claimed = checks.claim(token, current_app.config["CHECK_BATCH_SIZE"])
+    claimed = checks.claim(token, size)
     return checks.run_claimed(claimed, token) if claimed else checks.Summary()
 
 
