@@ -12,7 +12,8 @@ from app.common import utcnow
 from app.database import write_transaction
 from app.extensions import db
 from app.models import Event, Subscription
-from app.providers import EntityUnavailable, ProviderError, load_provider
+from app.providers import EntityUnavailable, ProviderError, QuotaExhausted, load_provider
+from app.providers.base import AccessRefused
 from app.providers.http import HttpProvider
 from app.providers.simulated import SimulatedProvider
 from app.worker import checks as worker
@@ -161,12 +162,28 @@ def test_http_unavailable_statuses(fake_network, status, reason):
     assert raised.value.reason == reason
 
 
-@pytest.mark.parametrize("answer", [(500, {}), (503, {}), (502, b"<html>bad gateway</html>"), (429, {}),
-                                    (302, {}), (401, {}), (200, b"not json"), (200, [1, 2]), (200, "text")])
+@pytest.mark.parametrize("answer", [(500, {}), (503, {}), (502, b"<html>bad gateway</html>"),
+                                    (302, {}), (400, {}), (200, b"not json"), (200, [1, 2]), (200, "text")])
 def test_http_other_answers_are_transient(fake_network, answer):
     fake_network.contact("someone", answer)
-    with pytest.raises(ProviderError):
+    with pytest.raises(ProviderError) as raised:
         HttpProvider(fake_network.url).fetch("contact", "someone")
+    assert raised.value.retry_after is None  # this subscription backs off; the provider goes on
+
+
+def test_http_429_pauses_the_provider_for_a_minute_unless_it_says(fake_network):
+    fake_network.contact("someone", (429, {}))
+    with pytest.raises(ProviderError) as raised:
+        HttpProvider(fake_network.url).fetch("contact", "someone")
+    assert raised.value.retry_after == 60
+
+
+@pytest.mark.parametrize("status, error", [(401, AccessRefused), (402, QuotaExhausted)])
+def test_http_refused_key_and_spent_credits_stop_the_provider(fake_network, status, error):
+    fake_network.contact("someone", (status, {}))
+    with pytest.raises(error) as raised:
+        HttpProvider(fake_network.url).fetch("contact", "someone")
+    assert raised.value.pause_reason == ("unauthorized" if status == 401 else "quota_exhausted")
 
 
 def test_http_timeout_is_transient(fake_network):

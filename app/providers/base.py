@@ -34,10 +34,17 @@ class EntityUnavailable(Exception):
 class QuotaExhausted(Exception):
     """The vendor's credits are spent (e.g. HTTP 402): no more calls until `resets_at` (naive UTC) when
     the vendor tells it, or until an operator resumes the provider."""
+    pause_reason = "quota_exhausted"
 
     def __init__(self, message: str = "quota exhausted", resets_at: Optional[datetime] = None):
         super().__init__(message)
         self.resets_at = resets_at
+
+
+class AccessRefused(QuotaExhausted):
+    """The vendor refused the API key (HTTP 401): every call would fail the same way, so checking pauses
+    until an operator fixes the key and resumes the provider."""
+    pause_reason = "unauthorized"
 
 
 ANSWER_ERRORS = (ProviderError, EntityUnavailable, QuotaExhausted)

@@ -167,7 +167,7 @@ def _may_call(spec, deadline: float) -> bool:
 
 def _pause_for(name: str, answer) -> None:
     if isinstance(answer, QuotaExhausted):
-        provider_limits.pause(name, provider_limits.QUOTA_EXHAUSTED, answer.resets_at, str(answer))
+        provider_limits.pause(name, answer.pause_reason, answer.resets_at, str(answer))
     else:
         until = utcnow() + timedelta(seconds=max(1.0, answer.retry_after))
         provider_limits.pause(name, provider_limits.RATE_LIMITED, until, str(answer) or "throttled")

@@ -104,8 +104,8 @@ def pause(provider: str, reason: str, until: Optional[datetime], detail: str) ->
         state = session.execute(select(ProviderState).where(ProviderState.provider == provider)
                                 .with_for_update().execution_options(populate_existing=True)).scalar_one()
         ongoing = _is_active(state, now)
-        if ongoing and state.paused_reason == QUOTA_EXHAUSTED and reason != QUOTA_EXHAUSTED:
-            return
+        if ongoing and state.paused_reason != RATE_LIMITED and reason == RATE_LIMITED:
+            return  # a quota or key problem outlasts any throttling
         if ongoing and reason == state.paused_reason:
             until = None if None in (until, state.paused_until) else max(until, state.paused_until)
         else:
