@@ -25,7 +25,8 @@ def test_usage_shape_for_a_new_account(alice):
     assert body["subscriptions"] == {"active": 0, "paused": 0, "cancelled": 0, "live": 0, "limit": 100}
     assert body["provider_status"] == {"provider": "simulated", "state": "active", "reason": None,
                                        "paused_at": None, "paused_until": None, "detail": None,
-                                       "rate_limit": None, "batch_size": 1, "concurrency": 1}
+                                       "rate_limit": None, "batch_size": 1, "concurrency": 1,
+                                       "credits_remaining": None}
 
 
 def test_requests_are_counted_per_account(alice, bob):

@@ -45,6 +45,8 @@ class ProviderStatusSchema(Schema):
     rate_limit = fields.Str(allow_none=True)
     batch_size = fields.Int()
     concurrency = fields.Int()
+    credits_remaining = fields.Float(allow_none=True, metadata={
+        "description": "The vendor's credit balance as last reported to this process; null if it does not say."})
 
 
 class UsageSchema(Schema):

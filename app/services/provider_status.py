@@ -5,8 +5,9 @@ from app.services import provider_limits
 
 def provider_status() -> dict:
     """{provider, state: active|paused, reason, paused_at, paused_until (None: until an operator resumes),
-    detail, rate_limit, batch_size, concurrency}."""
-    spec = traits(current_provider())
+    detail, rate_limit, batch_size, concurrency, credits_remaining (when the vendor reports it)}."""
+    provider = current_provider()
+    spec = traits(provider)
     pause = provider_limits.current_pause(spec.name)
     return {"provider": spec.name, "state": "paused" if pause else "active",
             "reason": pause.paused_reason if pause else None,
@@ -14,7 +15,8 @@ def provider_status() -> dict:
             "paused_until": pause.paused_until if pause else None,
             "detail": pause.detail if pause else None,
             "rate_limit": str(spec.rate) if spec.rate else None,
-            "batch_size": spec.batch_size, "concurrency": spec.concurrency}
+            "batch_size": spec.batch_size, "concurrency": spec.concurrency,
+            "credits_remaining": getattr(provider, "credits_remaining", None)}
 
 
 def resume_provider() -> bool:
