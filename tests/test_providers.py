@@ -395,3 +395,70 @@ def test_simulated_history_replays_identically(app, alice, simulated_clock):
     first = history()
     simulated_clock[0] = start
     assert history() == first
+
+
+# --- realistic rates and a misbehaving simulated vendor -----------------------------------------------
+
+def simulated_from(**settings):
+    return load_provider({"PROVIDER": "simulated", "SIMULATED_SEED": 1, "SIMULATED_PACE_SECONDS": 86400,
+                          "NETWORK_DOMAIN": "linkedin.com", **settings})
+
+
+def test_simulated_realistic_rates_are_the_default_and_plan_like_real_people():
+    """Over a simulated year: jobs change every 2-5 years, posts come weekly at most."""
+    provider = simulated_from()
+    day = [86400 * 20000]
+    provider.clock = lambda: day[0]
+    people = [f"person-{number}" for number in range(40)]
+    companies, posts, job_moves = {}, Counter(), 0
+    previous = {network_id: provider.fetch("contact", network_id) for network_id in people}
+    for _ in range(365):
+        day[0] += 86400
+        for network_id in people:
+            now = provider.fetch("contact", network_id)
+            job_moves += now["company"] != previous[network_id]["company"]
+            posts[network_id] += len({item["id"] for item in now["activities"] if item["kind"] == "post"}
+                                     - {item["id"] for item in previous[network_id]["activities"]})
+            previous[network_id] = now
+        companies[day[0]] = provider.fetch("company", "acme")["headcount"]
+    assert job_moves <= len(people) // 2  # a move every 2-5 years: well under one a person a year
+    assert max(posts.values()) <= 53 and min(posts.values()) >= 6
+    assert 1 < len(set(companies.values())) <= 53  # the headcount drifts, at most weekly
+
+
+def test_simulated_demo_rates_change_within_days():
+    provider = simulated_from(SIMULATED_RATES="demo")
+    moments = [86400 * 20000 + 86400 * step for step in range(30)]
+    seen = {network_id: set() for network_id in IDS}
+    for moment in moments:
+        provider.clock = lambda moment=moment: moment
+        for network_id in IDS:
+            seen[network_id].add(provider.fetch("contact", network_id)["company"])
+    assert sum(len(companies) > 1 for companies in seen.values()) > len(IDS) // 2
+
+
+def test_simulated_unknown_rates_are_refused():
+    with pytest.raises(ValueError, match="SIMULATED_RATES"):
+        simulated_from(SIMULATED_RATES="fast")
+
+
+def test_simulated_failures_and_throttling_on_demand():
+    with pytest.raises(ProviderError) as failed:
+        simulated_from(SIMULATED_FAILURE_PERCENT=100).fetch("contact", "jane")
+    assert failed.value.retry_after is None
+    with pytest.raises(ProviderError) as throttled:
+        simulated_from(SIMULATED_THROTTLE_PERCENT=100, SIMULATED_RETRY_AFTER_SECONDS=12).fetch("contact", "jane")
+    assert throttled.value.retry_after == 12
+    with pytest.raises(ProviderError):
+        simulated_from().fetch("contact", "flaky-jane")
+    assert simulated_from(SIMULATED_LATENCY_MS=1).fetch("contact", "jane")["network_id"] == "jane"
+
+
+def test_a_throttling_simulated_network_pauses_checking_without_failures(app, alice):
+    app.extensions["provider"] = simulated_from(SIMULATED_THROTTLE_PERCENT=100)
+    subscription_id = subscribe(alice, "jane")
+    make_due(subscription_id)
+    summary = worker.run_due_batch()
+    assert (summary.failed, summary.deferred) == (0, 1)
+    assert alice.get("/account/usage").json["provider_status"]["reason"] == "rate_limited"
+    assert row(subscription_id).consecutive_failures == 0

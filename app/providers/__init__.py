@@ -7,8 +7,8 @@ from typing import Optional
 import limits
 from flask import current_app
 
-from app.providers.base import (Answers, BaseProvider, EntityUnavailable, Provider, ProviderError, QuotaExhausted,
-                                fetch_each)
+from app.providers.base import (ANSWER_ERRORS, Answers, BaseProvider, EntityUnavailable, Provider, ProviderError,
+                                QuotaExhausted, fetch_each)
 
 __all__ = ["Answers", "BaseProvider", "EntityUnavailable", "Provider", "ProviderError", "QuotaExhausted",
            "Traits", "current_provider", "fetch_many", "load_provider", "traits"]
@@ -46,8 +46,13 @@ def traits(provider) -> Traits:
 
 
 def fetch_many(provider, entity_type: str, keys: list) -> Answers:
+    """One upstream call through the provider's `fetch_many` (or `fetch` per key); an answer raised for
+    the whole call (401, 402, 429, 5xx…) becomes every key's answer."""
     method = getattr(provider, "fetch_many", None)
-    return method(entity_type, keys) if callable(method) else fetch_each(provider, entity_type, keys)
+    try:
+        return method(entity_type, keys) if callable(method) else fetch_each(provider, entity_type, keys)
+    except ANSWER_ERRORS as answer:
+        return Answers({key: answer for key in keys})
 
 
 def current_provider() -> Provider:

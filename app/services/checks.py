@@ -23,7 +23,7 @@ from app.database import write_transaction
 from app.models import Account, Subscription
 from app.providers import (Answers, EntityUnavailable, ProviderError, QuotaExhausted, current_provider, fetch_many,
                            traits)
-from app.providers.base import ANSWER_ERRORS, is_provider_wide, normalize_snapshot
+from app.providers.base import is_provider_wide, normalize_snapshot
 from app.services import events, provider_limits, usage
 from app.services.detection import detect, public_state
 from app.services.scheduling import next_regular_check_at, retry_check_at
@@ -136,8 +136,6 @@ def _call(provider, call: _Call, stop: threading.Event) -> list:
     """Make one upstream call and turn every answer into outcomes; nothing raised escapes."""
     try:
         answers = fetch_many(provider, call.entity_type, list(call.targets))
-    except ANSWER_ERRORS as answer:  # an answer for the whole call
-        answers = Answers({key: answer for key in call.targets})
     except Exception as error:  # noqa: BLE001 - a provider bug must not stop the loop
         log.exception("provider failed on %s", ", ".join(item.id for items in call.targets.values() for item in items))
         answers = Answers({key: ProviderError(f"{type(error).__name__}: {error}") for key in call.targets})
