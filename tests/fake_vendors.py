@@ -20,6 +20,7 @@ class FakeVendor:
     def __init__(self, limit=None, credits=None):
         self.records = {}  # (entity_type, key) -> the vendor's record
         self.calls = []
+        self.statuses = []  # what each call was answered
         self.forced = deque()
         self.limit = limit
         self.credits = credits
@@ -61,13 +62,18 @@ class FakeVendor:
         with self.lock:
             now = time.time()
             self.calls.append((now, method, path, dict(headers), body))
-            if self.forced:
-                return self.forced.popleft()
-            if not self.authorized(headers):
-                return self.refused()
-            if self.limit and self._over_limit(now):
-                return self.throttled()
-            return self.serve(method, path, body)
+            answer = self._answer(now, method, path, headers, body)
+            self.statuses.append(answer[0])
+            return answer
+
+    def _answer(self, now, method, path, headers, body):
+        if self.forced:
+            return self.forced.popleft()
+        if not self.authorized(headers):
+            return self.refused()
+        if self.limit and self._over_limit(now):
+            return self.throttled()
+        return self.serve(method, path, body)
 
     def _over_limit(self, now):
         amount, seconds = self.limit
