@@ -54,9 +54,11 @@ def parse_args():
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--limit", type=int, default=300)
     parser.add_argument("--period", type=int, default=60)
-    parser.add_argument("--quota", type=int, default=None, help="credits before the 402 (default: half the subscriptions)")
+    parser.add_argument("--quota", type=int, default=None,
+                        help="credits before the 402 (default: half the subscriptions)")
     parser.add_argument("--changes", type=int, default=50)
-    parser.add_argument("--interval", type=int, default=None, help="CHECK_INTERVAL_SECONDS (default: two full passes' time)")
+    parser.add_argument("--interval", type=int, default=None,
+                        help="CHECK_INTERVAL_SECONDS (default: two full passes' time)")
     return parser.parse_args()
 
 
@@ -127,8 +129,8 @@ def main():
     database_url = f"sqlite:///{os.path.join(workdir, 'bench.db')}"
     vendor = FakeCoresignal(limit=(args.limit, args.period), credits=quota)
     env = environment(database_url, vendor, args, interval)
-    os.environ.update({name: env[name] for name in ("PROVIDER", "PROVIDER_CORESIGNAL_API_KEY", "PROVIDER_CORESIGNAL_URL",
-                                                    "PROVIDER_RATE_LIMIT")})
+    os.environ.update({name: env[name] for name in ("PROVIDER", "PROVIDER_CORESIGNAL_API_KEY",
+                                                    "PROVIDER_CORESIGNAL_URL", "PROVIDER_RATE_LIMIT")})
     app = create_app({"SQLALCHEMY_DATABASE_URI": database_url, "SCHEDULER_ENABLED": False})
     children = []
     try:

@@ -138,7 +138,8 @@ class FakeCrustdata(FakeVendor):
         kind, section = self.SECTIONS[path]
         found = [url for url in urls if (kind, url) in self.records]
         if not self.charge(self.COSTS[path] * len(found)):
-            return 402, {"error": {"type": "insufficient_credits", "message": "Insufficient credits", "metadata": {}}}, {}
+            error = {"type": "insufficient_credits", "message": "Insufficient credits", "metadata": {}}
+            return 402, {"error": error}, {}
         entries = [{"matched_on": url, "match_type": "professional_network_profile_url",
                     "matches": [{"confidence_score": 1.0, section: self.records[(kind, url)]}]
                     if (kind, url) in self.records else []} for url in urls]
@@ -151,7 +152,8 @@ class FakeCoresignal(FakeVendor):
     https://docs.coresignal.com/employee-api/clean-employee-api/data-dictionary-clean-employee-api
     (full_name, headline, generated_headline, job_title, is_deleted, experience),
     https://datarade.ai/data-products/public-resume-data-coresignal (experience entries: company_name,
-    title, date_from, date_to), https://docs.coresignal.com/company-api/clean-company-api/sample-clean-company-api-data.md
+    title, date_from, date_to),
+    https://docs.coresignal.com/company-api/clean-company-api/sample-clean-company-api-data.md
     (name, size_employees_count, industry, description, websites_main),
     https://docs.coresignal.com/api-introduction/response-codes (401, 402, 404, 429, 503),
     https://docs.coresignal.com/api-introduction/credits (x-credits-remaining; 1 credit per Clean collect)."""

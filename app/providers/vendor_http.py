@@ -70,6 +70,7 @@ def raise_for_limits(response, wait_header: str = "Retry-After", resets_at: Opti
                              resets_at=resets_at)
     wait = retry_after_seconds(response.headers.get(wait_header) or response.headers.get("Retry-After"))
     if status == 429:
-        raise ProviderError("provider answered HTTP 429", retry_after=DEFAULT_THROTTLE_SECONDS if wait is None else wait)
+        raise ProviderError("provider answered HTTP 429",
+                            retry_after=DEFAULT_THROTTLE_SECONDS if wait is None else wait)
     if status >= 500 and wait is not None:
         raise ProviderError(f"provider answered HTTP {status}", retry_after=wait)

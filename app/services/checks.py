@@ -199,6 +199,8 @@ def fetch_all(provider, claimed: list, deadline: float = None) -> list:
     if pauses:
         _pause_for(spec.name, max(pauses, key=lambda answer: isinstance(answer, QuotaExhausted)))
     return outcomes
+
+
 def _record_event(built, subscription, config, event_type, data, now, summary):
     """Build the event (and its delivery); `record_outcomes` inserts the whole batch's at once."""
     event, delivery = events.build(subscription.account_id, event_type,
