@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections import Counter, defaultdict
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -155,6 +155,13 @@ def _call(provider, call: _Call, stop: threading.Event) -> list:
     return outcomes
 
 
+def _done(result) -> Future:
+    """A call made inline (concurrency 1) as a finished future, so both paths read alike."""
+    future = Future()
+    future.set_result(result)
+    return future
+
+
 def _deferred(calls: list) -> list:
     return [Outcome(item, deferred=True) for call in calls for items in call.targets.values() for item in items]
 
@@ -184,15 +191,19 @@ def fetch_all(provider, claimed: list, deadline: float = None) -> list:
         return _deferred(calls)
     deadline = deadline or time.time() + current_app.config["CHECK_LEASE_SECONDS"] / 2
     stop, slots, futures, outcomes = threading.Event(), threading.Semaphore(spec.concurrency), [], []
-    with ThreadPoolExecutor(max_workers=spec.concurrency) as pool:
+    pool = ThreadPoolExecutor(max_workers=spec.concurrency) if spec.concurrency > 1 else None
+    try:
         for index, call in enumerate(calls):
             slots.acquire()  # a free worker first, then the budget: a call granted now is made now
             if stop.is_set() or not _may_call(spec, deadline):
                 slots.release()
                 outcomes += _deferred(calls[index:])
                 break
-            futures.append(pool.submit(_call, provider, call, stop))
+            futures.append(pool.submit(_call, provider, call, stop) if pool else _done(_call(provider, call, stop)))
             futures[-1].add_done_callback(lambda _: slots.release())
+    finally:
+        if pool:
+            pool.shutdown(wait=True)
     for future in futures:
         outcomes += future.result()
     pauses = [outcome.pause for outcome in outcomes if outcome.pause is not None]
