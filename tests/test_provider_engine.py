@@ -1,6 +1,7 @@
 """The provider engine (issue 10): batches, the shared rate budget, provider-wide pauses that keep every
 check's place, and the provider's calls and credits in usage."""
 import logging
+import time
 from datetime import timedelta
 
 import limits
@@ -272,3 +273,19 @@ def test_a_bad_rate_limit_fails_at_load_time():
     with pytest.raises(ValueError, match="PROVIDER_RATE_LIMIT"):
         load_provider({"PROVIDER": "simulated", "SIMULATED_SEED": 1, "SIMULATED_PACE_SECONDS": 60,
                        "NETWORK_DOMAIN": "x.com", "PROVIDER_RATE_LIMIT": "lots"})
+
+
+def test_calls_the_budget_cannot_grant_before_the_deadline_are_deferred_untouched(alice, vendor):
+    from app.services import checks
+    vendor.rate_limit, vendor.batch_size = "2/minute", 1
+    ids = [subscribe(alice, f"p{number}") for number in range(3)]
+    make_due(ids)
+    before = {subscription_id: state_of(subscription_id) for subscription_id in ids}
+    token = checks.new_claim_token()
+    claimed = checks.claim(token, 10)
+    summary = checks.record_outcomes(token, checks.fetch_all(vendor, claimed, deadline=time.time() + 0.5))
+    cut = provider_limits.slicing(limits.parse("2/minute"))
+    assert (summary.checked, summary.deferred, summary.failed) == (cut.calls, 3 - cut.calls, 0)
+    assert len(vendor.calls) == cut.calls
+    deferred = [subscription_id for subscription_id in ids if row(subscription_id).check_count == 0]
+    assert all(state_of(subscription_id) == before[subscription_id] for subscription_id in deferred)
