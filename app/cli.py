@@ -107,7 +107,7 @@ def provider_status_command(as_json):
     """Show whether the provider is paused, why and until when."""
     from app.services.provider_status import provider_status
     status = {name: isoformat(value) if name.startswith("paused_") else value
-              for name, value in provider_status().items()}
+              for name, value in _configured(provider_status).items()}
     if as_json:
         click.echo(json.dumps(status))
     else:
@@ -118,7 +118,15 @@ def provider_status_command(as_json):
 def resume_provider_command():
     """Lift a pause now (after buying credits, say): due checks start again at the next poll."""
     from app.services.provider_status import resume_provider
-    click.echo("resumed" if resume_provider() else "the provider was not paused")
+    click.echo("resumed" if _configured(resume_provider) else "the provider was not paused")
+
+
+def _configured(action):
+    """Run a provider action; a misconfigured provider (no API key, say) is a clear error, not a traceback."""
+    try:
+        return action()
+    except ValueError as error:
+        raise click.ClickException(str(error))
 
 
 def register_commands(app):

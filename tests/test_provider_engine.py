@@ -289,3 +289,12 @@ def test_calls_the_budget_cannot_grant_before_the_deadline_are_deferred_untouche
     assert len(vendor.calls) == cut.calls
     deferred = [subscription_id for subscription_id in ids if row(subscription_id).check_count == 0]
     assert all(state_of(subscription_id) == before[subscription_id] for subscription_id in deferred)
+
+
+def test_providers_commands_report_a_misconfigured_provider_clearly(app, runner):
+    app.config["PROVIDER"] = "crustdata"
+    app.extensions.pop("provider", None)
+    for command in ("status", "resume"):
+        result = runner.invoke(args=["providers", command])
+        assert result.exit_code == 1
+        assert "PROVIDER=crustdata needs PROVIDER_CRUSTDATA_API_KEY" in result.output
