@@ -53,6 +53,7 @@ class Defaults:
     PROVIDER_HTTP_TOKEN = None
     PROVIDER_HTTP_TIMEOUT_SECONDS = 10
     PROVIDER_RATE_LIMIT = None  # e.g. "300/minute": the vendor's limit, shared by every scheduler process
+    PROVIDER_RATE_LIMIT_STORAGE_URI = None  # None: the budget lives in the database; or redis://…
     PROVIDER_CONCURRENCY = None  # upstream calls in flight per process; None: what the provider declares
     PROVIDER_BATCH_SIZE = None  # ids per upstream call, at most what the provider declares
     SIMULATED_SEED = 1
@@ -86,7 +87,7 @@ INT_SETTINGS = ("TRUSTED_PROXY_HOPS", "CHECK_INITIAL_DELAY_SECONDS", "CHECK_INTE
 FLOAT_SETTINGS = ("EMPLOYEE_COUNT_MIN_PERCENT", "PROVIDER_HTTP_TIMEOUT_SECONDS", "SIMULATED_FAILURE_PERCENT",
                   "SIMULATED_THROTTLE_PERCENT", "SIMULATED_RETRY_AFTER_SECONDS")
 STRING_SETTINGS = ("RATELIMIT_STORAGE_URI", "PROVIDER", "PROVIDER_HTTP_URL", "PROVIDER_HTTP_TOKEN",
-                   "PROVIDER_RATE_LIMIT", "SIMULATED_RATES", "NETWORK_DOMAIN", "API_KEY_MODE")
+                   "PROVIDER_RATE_LIMIT", "PROVIDER_RATE_LIMIT_STORAGE_URI", "SIMULATED_RATES", "NETWORK_DOMAIN", "API_KEY_MODE")
 
 
 def _parse_bool(raw):

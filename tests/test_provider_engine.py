@@ -6,12 +6,12 @@ from datetime import timedelta
 
 import limits
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from app.common import utcnow
 from app.database import write_transaction
 from app.extensions import db
-from app.models import ProviderState, Subscription
+from app.models import ProviderBudget, ProviderState, Subscription
 from app.providers import Answers, BaseProvider, EntityUnavailable, ProviderError, QuotaExhausted, load_provider
 from app.providers.base import provider_settings
 from app.services import provider_limits
@@ -298,3 +298,18 @@ def test_providers_commands_report_a_misconfigured_provider_clearly(app, runner)
         result = runner.invoke(args=["providers", command])
         assert result.exit_code == 1
         assert "PROVIDER=crustdata needs PROVIDER_CRUSTDATA_API_KEY" in result.output
+
+
+def test_a_moving_window_budget_in_a_limits_storage_grants_the_whole_limit(app, alice, vendor):
+    """PROVIDER_RATE_LIMIT_STORAGE_URI (redis://… in production; memory:// here, one process)."""
+    from app.services import checks
+    app.config["PROVIDER_RATE_LIMIT_STORAGE_URI"] = "memory://"
+    vendor.rate_limit, vendor.batch_size = "3/minute", 1
+    ids = [subscribe(alice, f"p{number}") for number in range(5)]
+    make_due(ids)
+    token = checks.new_claim_token()
+    summary = checks.record_outcomes(token, checks.fetch_all(vendor, checks.claim(token, 10),
+                                                             deadline=time.time() + 0.5))
+    assert (summary.checked, summary.deferred, summary.failed) == (3, 2, 0)
+    assert len(vendor.calls) == 3
+    assert db.session.scalar(select(func.count()).select_from(ProviderBudget)) == 0  # not in the database

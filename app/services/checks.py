@@ -167,7 +167,9 @@ def _deferred(calls: list) -> list:
 
 
 def _may_call(spec, deadline: float) -> bool:
-    return spec.rate is None or provider_limits.take_call(spec.name, spec.rate, deadline)
+    if spec.rate is None:
+        return True
+    return provider_limits.take_call(spec.name, spec.rate, deadline, provider_limits.current_budget())
 
 
 def _pause_for(name: str, answer) -> None:

@@ -1,6 +1,7 @@
 """What every scheduler process must agree on about the provider: its rate budget and its pauses.
 
-Both live in the database, so two schedulers (or twenty) share one budget and one pause.
+Both live in the database, so two schedulers (or twenty) share one budget and one pause; the budget can
+live in Redis instead (`PROVIDER_RATE_LIMIT_STORAGE_URI`).
 
 The budget is counted in slices of the vendor's period: a limit of L calls per period P becomes
 L // (k+1) calls per slice of P/k. Any P-long stretch of time overlaps at most k+1 slices, so no
@@ -13,6 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Optional
 
+import limits.storage
+import limits.strategies
+from flask import current_app
 from sqlalchemy import delete, select, update
 
 from app.common import utcnow
@@ -64,20 +68,57 @@ def try_take_call(provider: str, cut: Slicing, now: float) -> bool:
                                .values(used=ProviderBudget.used + 1)).rowcount == 1
 
 
-def take_call(provider: str, rate, deadline: float, clock=time.time, sleep=time.sleep) -> bool:
+class DatabaseBudget:
+    """The budget in `provider_budgets` (the default): sliced as the module says."""
+
+    def __init__(self, clock=time.time):
+        self.clock = clock
+
+    def try_take(self, provider: str, rate):
+        """(taken, when to try again)."""
+        cut, now = slicing(rate), self.clock()
+        if try_take_call(provider, cut, now):
+            return True, now
+        return False, (math.floor(now / cut.seconds) + 1) * cut.seconds
+
+
+class MovingWindowBudget:
+    """The budget in a `limits` storage (`PROVIDER_RATE_LIMIT_STORAGE_URI`, e.g. redis://…): a true moving
+    window, so all of the limit is usable."""
+
+    def __init__(self, storage_uri: str):
+        self.limiter = limits.strategies.MovingWindowRateLimiter(limits.storage.storage_from_string(storage_uri))
+
+    def try_take(self, provider: str, rate):
+        if self.limiter.hit(rate, "provider-budget", provider):
+            return True, time.time()
+        return False, self.limiter.get_window_stats(rate, "provider-budget", provider).reset_time
+
+
+def current_budget():
+    """The app's budget: in `PROVIDER_RATE_LIMIT_STORAGE_URI` when set (one storage client per app), else in
+    the database."""
+    storage_uri = current_app.config.get("PROVIDER_RATE_LIMIT_STORAGE_URI")
+    if not storage_uri:
+        return DatabaseBudget()
+    if "provider_budget" not in current_app.extensions:
+        current_app.extensions["provider_budget"] = MovingWindowBudget(storage_uri)
+    return current_app.extensions["provider_budget"]
+
+
+def take_call(provider: str, rate, deadline: float, budget=None, clock=time.time, sleep=time.sleep) -> bool:
     """Wait for a call in the shared budget; False when the provider is paused or `deadline` (a `clock`
     time) comes first."""
-    cut = slicing(rate)
+    budget = budget or DatabaseBudget(clock)
     while True:
         if current_pause(provider) is not None:
             return False
-        now = clock()
-        if try_take_call(provider, cut, now):
+        taken, retry_at = budget.try_take(provider, rate)
+        if taken:
             return True
-        next_slice = (math.floor(now / cut.seconds) + 1) * cut.seconds
-        if next_slice >= deadline:
+        if retry_at >= deadline:
             return False
-        sleep(next_slice - now)
+        sleep(max(0.0, retry_at - clock()))
 
 
 def calls_per_claim(rate, batch_size: int, seconds: float) -> Optional[int]:
