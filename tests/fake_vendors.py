@@ -14,7 +14,38 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlsplit
 
 
-class FakeVendor:
+class JsonHandler(BaseHTTPRequestHandler):
+    """Keep-alive HTTP/1.1 (connection reuse is observable), JSON answers, no access log."""
+    protocol_version = "HTTP/1.1"
+
+    def reply(self, status, payload, headers=None):
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        self.send_response(status)
+        for name, value in {"Content-Type": "application/json", **(headers or {})}.items():
+            self.send_header(name, str(value))
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+class LocalServer:
+    """A threading HTTP server on 127.0.0.1 with a free port, serving `handler_class` until `close`."""
+
+    def __init__(self, handler_class):
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler_class)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class FakeVendor(LocalServer):
     api_key = "test-key"
 
     def __init__(self, limit=None, credits=None):
@@ -27,36 +58,15 @@ class FakeVendor:
         self.lock = threading.Lock()
         vendor = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
+        class Handler(JsonHandler):
             def do_GET(self):
-                self._answer(b"")
+                self.reply(*vendor.handle(self.command, self.path, self.headers, b""))
 
             def do_POST(self):
-                self._answer(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.reply(*vendor.handle(self.command, self.path, self.headers, body))
 
-            def _answer(self, body):
-                status, payload, headers = vendor.handle(self.command, self.path, self.headers, body)
-                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-                self.send_response(status)
-                for name, value in {"Content-Type": "application/json", **headers}.items():
-                    self.send_header(name, str(value))
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
 
     def handle(self, method, path, headers, body):
         with self.lock:

@@ -12,7 +12,7 @@ from app.services import provider_limits
 from tests.test_postgres import pg_app, pytestmark  # noqa: F401 - the fixture and the skip marker
 
 
-def test_racing_takers_never_get_more_than_a_slice_allows(pg_app):
+def test_racing_takers_never_get_more_than_a_slice_allows(pg_app):  # noqa: F811
     cut = provider_limits.slicing(limits.parse("300/minute"))
     granted, barrier = [], threading.Barrier(6)
 
@@ -32,7 +32,7 @@ def test_racing_takers_never_get_more_than_a_slice_allows(pg_app):
     assert len(granted) == cut.calls
 
 
-def test_pause_lengthens_lifts_and_resumes_on_postgres(pg_app):
+def test_pause_lengthens_lifts_and_resumes_on_postgres(pg_app):  # noqa: F811
     provider_limits.pause("pg", provider_limits.RATE_LIMITED, utcnow() + timedelta(minutes=5), "429")
     provider_limits.pause("pg", provider_limits.QUOTA_EXHAUSTED, None, "402")
     assert provider_limits.current_pause("pg").paused_reason == "quota_exhausted"

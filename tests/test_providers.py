@@ -17,11 +17,12 @@ from app.providers.base import AccessRefused
 from app.providers.http import HttpProvider
 from app.providers.simulated import SimulatedProvider
 from app.worker import checks as worker
+from tests.fake_vendors import JsonHandler, LocalServer
 
 # --- a network the test controls, served over real HTTP on 127.0.0.1 ----------------------------------
 
 
-class FakeNetwork:
+class FakeNetwork(LocalServer):
     """Routes `/contacts/<id>` and `/companies/<id>` to answers the test sets: a JSON-able object (200),
     `(status, body)`, or HANG (answers only once the test is over: a timeout)."""
     HANG = object()
@@ -33,9 +34,7 @@ class FakeNetwork:
         self._lock = threading.Lock()
         network = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive, so connection reuse is observable
-
+        class Handler(JsonHandler):
             def do_GET(self):
                 with network._lock:
                     network.requests.append((self.path, dict(self.headers), self.client_address[1]))
@@ -43,22 +42,9 @@ class FakeNetwork:
                 if answer is FakeNetwork.HANG:
                     network.release.wait(10)
                     return
-                status, body = answer if isinstance(answer, tuple) else (200, answer)
-                data = body if isinstance(body, bytes) else json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.reply(*(answer if isinstance(answer, tuple) else (200, answer)))
 
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        super().__init__(Handler)
 
     def contact(self, network_id, answer):
         self.answers[f"/contacts/{network_id}"] = answer
@@ -71,8 +57,7 @@ class FakeNetwork:
 
     def close(self):
         self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
+        super().close()
 
 
 @pytest.fixture

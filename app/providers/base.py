@@ -124,6 +124,16 @@ def provider_settings(name: str, config, environ=os.environ) -> dict:
     return settings
 
 
+def api_settings(name: str, config, default_url: str) -> dict:
+    """The settings of a vendor reached with an API key: `api_key` (required: ValueError without it, so a
+    misconfiguration fails at start-up), `url` and `timeout_seconds`."""
+    settings = provider_settings(name, config)
+    if not settings.get("api_key"):
+        raise ValueError(f"PROVIDER={name} needs PROVIDER_{name.upper()}_API_KEY")
+    return {"api_key": settings["api_key"], "base_url": settings.get("url", default_url),
+            "timeout": float(settings.get("timeout_seconds", 30))}
+
+
 #: bookkeeping the engine stores beside the state; a provider field of this name is not kept
 RESERVED_FIELDS = ("seen_activity_ids",)
 

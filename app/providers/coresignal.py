@@ -17,9 +17,10 @@ size_employees_count, websites_main. Posts come from a separate Posts API, not c
 """
 from urllib.parse import quote
 
-from app.providers.base import Answers, BaseProvider, EntityUnavailable, ProviderError, fetch_each, provider_settings
+from app.providers.base import Answers, BaseProvider, EntityUnavailable, ProviderError, api_settings, fetch_each
 from app.providers.vendor_http import json_body, pooled_session, raise_for_limits, send
 
+DEFAULT_URL = "https://api.coresignal.com"
 PATHS = {"contact": "/cdapi/v2/employee_clean/collect/", "company": "/cdapi/v2/company_clean/collect/"}
 COLLECT_CREDITS = 1.0
 
@@ -50,7 +51,7 @@ class CoresignalProvider(BaseProvider):
     concurrency = 4
     lookup = "id"
 
-    def __init__(self, api_key: str, base_url: str = "https://api.coresignal.com", timeout: float = 30.0):
+    def __init__(self, api_key: str, base_url: str = DEFAULT_URL, timeout: float = 30.0):
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.credits_remaining = None
@@ -88,8 +89,4 @@ class CoresignalProvider(BaseProvider):
 
 
 def create(config) -> CoresignalProvider:
-    settings = provider_settings("coresignal", config)
-    if not settings.get("api_key"):
-        raise ValueError("PROVIDER=coresignal needs PROVIDER_CORESIGNAL_API_KEY")
-    return CoresignalProvider(settings["api_key"], settings.get("url", "https://api.coresignal.com"),
-                              float(settings.get("timeout_seconds", 30)))
+    return CoresignalProvider(**api_settings("coresignal", config, DEFAULT_URL))

@@ -17,9 +17,10 @@ description, industries[0], website and headcount.total. Not in the sections rea
 """
 from urllib.parse import urlsplit
 
-from app.providers.base import Answers, BaseProvider, EntityUnavailable, ProviderError, provider_settings
+from app.providers.base import Answers, BaseProvider, EntityUnavailable, ProviderError, api_settings
 from app.providers.vendor_http import json_body, pooled_session, raise_for_limits, send
 
+DEFAULT_URL = "https://api.crustdata.com"
 API_VERSION = "2025-11-01"
 ENDPOINTS = {"contact": ("/person/enrich", "person_data", ["basic_profile"]),
              "company": ("/company/enrich", "company_data", ["basic_info", "headcount"])}
@@ -60,7 +61,7 @@ class CrustdataProvider(BaseProvider):
     concurrency = 1
     lookup = "url"
 
-    def __init__(self, api_key: str, base_url: str = "https://api.crustdata.com", timeout: float = 30.0):
+    def __init__(self, api_key: str, base_url: str = DEFAULT_URL, timeout: float = 30.0):
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.session = pooled_session(2, {"authorization": f"Bearer {api_key}", "x-api-version": API_VERSION,
@@ -99,8 +100,4 @@ class CrustdataProvider(BaseProvider):
 
 
 def create(config) -> CrustdataProvider:
-    settings = provider_settings("crustdata", config)
-    if not settings.get("api_key"):
-        raise ValueError("PROVIDER=crustdata needs PROVIDER_CRUSTDATA_API_KEY")
-    return CrustdataProvider(settings["api_key"], settings.get("url", "https://api.crustdata.com"),
-                             float(settings.get("timeout_seconds", 30)))
+    return CrustdataProvider(**api_settings("crustdata", config, DEFAULT_URL))
