@@ -53,6 +53,7 @@ class FakeVendor(LocalServer):
         self.calls = []
         self.statuses = []  # what each call was answered
         self.forced = deque()
+        self.window = deque()  # arrival times within the rate-limit window
         self.limit = limit
         self.credits = credits
         self.lock = threading.Lock()
@@ -86,9 +87,12 @@ class FakeVendor(LocalServer):
         return self.serve(method, path, body)
 
     def _over_limit(self, now):
+        """Whether `limit` requests already arrived within the window ending now (a sliding window)."""
         amount, seconds = self.limit
-        accepted = [moment for moment, *_ in self.calls[:-1] if moment > now - seconds]
-        return len(accepted) >= amount
+        while self.window and self.window[0] <= now - seconds:
+            self.window.popleft()
+        self.window.append(now)
+        return len(self.window) > amount
 
     def charge(self, cost) -> bool:
         if self.credits is None:
