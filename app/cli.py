@@ -84,7 +84,7 @@ def run_checks(subscription_id, check_all, due):
     else:
         summaries = check_worker.run_due()
     totals = {name: sum(getattr(summary, name) for summary in summaries)
-              for name in ("checked", "changes", "unavailable", "failed", "skipped")}
+              for name in ("checked", "changes", "unavailable", "failed", "skipped", "deferred")}
     click.echo(" ".join(f"{name}={count}" for name, count in totals.items()))
 
 
@@ -101,8 +101,40 @@ def run_scheduler():
         raise click.ClickException(str(error))
 
 
+providers_cli = AppGroup("providers", help="The data provider's pauses.")
+
+
+@providers_cli.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def provider_status_command(as_json):
+    """Show whether the provider is paused, why and until when."""
+    from app.services.provider_status import provider_status
+    status = {name: isoformat(value) if name.startswith("paused_") else value
+              for name, value in _configured(provider_status).items()}
+    if as_json:
+        click.echo(json.dumps(status))
+    else:
+        click.echo(" ".join(f"{name}={value}" for name, value in status.items() if value is not None))
+
+
+@providers_cli.command("resume")
+def resume_provider_command():
+    """Lift a pause now (after buying credits, say): due checks start again at the next poll."""
+    from app.services.provider_status import resume_provider
+    click.echo("resumed" if _configured(resume_provider) else "the provider was not paused")
+
+
+def _configured(action):
+    """Run a provider action; a misconfigured provider (no API key, say) is a clear error, not a traceback."""
+    try:
+        return action()
+    except ValueError as error:
+        raise click.ClickException(str(error))
+
+
 def register_commands(app):
     app.cli.add_command(accounts_cli)
+    app.cli.add_command(providers_cli)
     app.cli.add_command(checks_cli)
     app.cli.add_command(scheduler_cli)
     app.cli.add_command(deliveries_cli)

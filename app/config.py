@@ -63,8 +63,17 @@ class Defaults:
     PROVIDER_HTTP_URL = None
     PROVIDER_HTTP_TOKEN = None
     PROVIDER_HTTP_TIMEOUT_SECONDS = 10
+    PROVIDER_RATE_LIMIT = None  # e.g. "300/minute": the vendor's limit, shared by every scheduler process
+    PROVIDER_RATE_LIMIT_STORAGE_URI = None  # None: the budget lives in the database; or redis://…
+    PROVIDER_CONCURRENCY = None  # upstream calls in flight per process; None: what the provider declares
+    PROVIDER_BATCH_SIZE = None  # ids per upstream call, at most what the provider declares
     SIMULATED_SEED = 1
     SIMULATED_PACE_SECONDS = 86400  # one simulated day per epoch; the quick start sets a fast pace
+    SIMULATED_RATES = "realistic"  # or "demo": every change within a few epochs (the quick start)
+    SIMULATED_LATENCY_MS = 0
+    SIMULATED_FAILURE_PERCENT = 0.0
+    SIMULATED_THROTTLE_PERCENT = 0.0
+    SIMULATED_RETRY_AFTER_SECONDS = 30.0
 
     WEBHOOK_ALLOW_HTTP = False
     WEBHOOK_ALLOW_PRIVATE_ADDRESSES = False
@@ -140,18 +149,23 @@ PARSERS = {
     parse_whole_number: ("TRUSTED_PROXY_HOPS", "CHECK_INITIAL_DELAY_SECONDS", "CHECK_INTERVAL_SECONDS",
                          "CHECK_LEASE_SECONDS", "CHECK_BATCH_SIZE", "SIMULATED_SEED", "SIMULATED_PACE_SECONDS",
                          "WEBHOOK_WORKERS", "WEBHOOK_BATCH_SIZE", "WEBHOOK_LEASE_SECONDS",
-                         "HEALTH_SCHEDULER_MAX_LAG_SECONDS", "EVENT_RETENTION_DAYS"),
-    parse_number: ("EMPLOYEE_COUNT_MIN_PERCENT", "PROVIDER_HTTP_TIMEOUT_SECONDS"),
+                         "HEALTH_SCHEDULER_MAX_LAG_SECONDS", "EVENT_RETENTION_DAYS", "SIMULATED_LATENCY_MS",
+                         "PROVIDER_CONCURRENCY", "PROVIDER_BATCH_SIZE"),
+    parse_number: ("EMPLOYEE_COUNT_MIN_PERCENT", "PROVIDER_HTTP_TIMEOUT_SECONDS", "SIMULATED_FAILURE_PERCENT",
+                   "SIMULATED_THROTTLE_PERCENT", "SIMULATED_RETRY_AFTER_SECONDS"),
     parse_seconds_list: ("WEBHOOK_RETRY_SCHEDULE",),
     parse_text: ("RATELIMIT_STORAGE_URI", "PROVIDER", "PROVIDER_HTTP_URL", "PROVIDER_HTTP_TOKEN", "NETWORK_DOMAIN",
-                 "API_KEY_MODE", "LOG_FORMAT"),
+                 "API_KEY_MODE", "LOG_FORMAT", "PROVIDER_RATE_LIMIT", "PROVIDER_RATE_LIMIT_STORAGE_URI",
+                 "SIMULATED_RATES"),
 }
 
 #: whole-number settings and their smallest accepted value
 MINIMUMS = {"TRUSTED_PROXY_HOPS": 0, "CHECK_INITIAL_DELAY_SECONDS": 0, "CHECK_INTERVAL_SECONDS": 1,
             "CHECK_LEASE_SECONDS": 1, "CHECK_BATCH_SIZE": 1, "SIMULATED_PACE_SECONDS": 1, "WEBHOOK_WORKERS": 1,
             "WEBHOOK_BATCH_SIZE": 1, "WEBHOOK_LEASE_SECONDS": 1, "HEALTH_SCHEDULER_MAX_LAG_SECONDS": 1,
-            "EVENT_RETENTION_DAYS": 1,
+            "EVENT_RETENTION_DAYS": 1, "SIMULATED_LATENCY_MS": 0, "PROVIDER_CONCURRENCY": 1,
+            "PROVIDER_BATCH_SIZE": 1, "SIMULATED_FAILURE_PERCENT": 0, "SIMULATED_THROTTLE_PERCENT": 0,
+            "SIMULATED_RETRY_AFTER_SECONDS": 0,
             "EMPLOYEE_COUNT_MIN_PERCENT": 0, "PROVIDER_HTTP_TIMEOUT_SECONDS": 0.1}
 
 

@@ -75,7 +75,7 @@ def test_checks_run_without_options_runs_the_due_ones(runner, three, network):
 def test_checks_run_due(runner, three, network):
     result = run(runner, "--due")
     assert result.exit_code == 0
-    assert result.output.strip() == "checked=1 changes=0 unavailable=0 failed=0 skipped=0"
+    assert result.output.strip() == "checked=1 changes=0 unavailable=0 failed=0 skipped=0 deferred=0"
     assert check_counts() == {"due-one": 1, "later-one": 0, "paused-one": 0}
 
 
@@ -127,7 +127,7 @@ def test_checks_run_refuses_conflicting_options(runner, three, network, args):
 def test_checks_run_with_nothing_to_do_succeeds(runner, app, network):
     result = run(runner)
     assert result.exit_code == 0
-    assert result.output.strip() == "checked=0 changes=0 unavailable=0 failed=0 skipped=0"
+    assert result.output.strip() == "checked=0 changes=0 unavailable=0 failed=0 skipped=0 deferred=0"
 
 
 def test_scheduler_run_refuses_when_another_scheduler_holds_the_database_lock(runner, app):

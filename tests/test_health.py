@@ -104,3 +104,16 @@ def test_heartbeats_of_schedulers_gone_for_a_week_are_forgotten(app):
 @pytest.mark.parametrize("prefix", ["", "/api/v1"])
 def test_health_lives_only_at_the_root(anon, prefix, ticking):
     assert anon.client.get(f"{prefix}/healthz").status_code == (200 if not prefix else 404)
+
+
+def test_a_paused_provider_is_degraded_but_still_serving(anon, ticking):
+    from app.services import provider_limits
+    from app.services.provider_status import provider_status
+    name = provider_status()["provider"]
+    provider_limits.pause(name, provider_limits.RATE_LIMITED, utcnow() + timedelta(minutes=5), "HTTP 429")
+    status, body = get_health(anon.client)
+    assert status == 200 and body["status"] == "degraded"
+    assert body["provider"]["state"] == "paused" and body["provider"]["reason"] == "rate_limited"
+    assert body["provider"]["paused_until"].endswith("Z")
+    provider_limits.resume(name)
+    assert get_health(anon.client)[1]["status"] == "ok"

@@ -116,7 +116,7 @@ def wait_until_serving(service, process, port):
 def test_plain_gunicorn_without_a_config_file_checks_and_delivers(service):
     key = service.create_account()
     port = free_port()
-    fast = {"SIMULATED_PACE_SECONDS": "1", "CHECK_INTERVAL_SECONDS": "1"}
+    fast = {"SIMULATED_RATES": "demo", "SIMULATED_PACE_SECONDS": "1", "CHECK_INTERVAL_SECONDS": "1"}
     with Receiver() as receiver, running(gunicorn(service, port, env=fast)) as server:
         wait_until_serving(service, server, port)
         api = Api(port, key)
@@ -272,7 +272,9 @@ def test_a_scheduler_killed_with_sigkill_leaves_claims_that_return_within_the_co
     ("CHECK_INTERVAL_SECONDS", "30s", "CHECK_INTERVAL_SECONDS='30s' is not a whole number"),
     ("SCHEDULER_ENABLED", "maybe", "SCHEDULER_ENABLED='maybe' is not a boolean: use one of 1/true/yes/on/0/false"),
     ("API_KEY_MODE", "bogus", "API_KEY_MODE='bogus' is not accepted: use live or test"),
-    ("PROVIDER", "simulatd", "PROVIDER='simulatd' is not a provider: use one of http, simulated"),
+    ("PROVIDER", "simulatd", "PROVIDER='simulatd' is not a provider: use one of coresignal, crustdata, http, simulated"),
+    ("PROVIDER", "crustdata", "PROVIDER=crustdata needs PROVIDER_CRUSTDATA_API_KEY"),
+    ("PROVIDER_RATE_LIMIT", "lots", "PROVIDER_RATE_LIMIT 'lots' is not a rate like '30/minute'"),
     ("WEBHOOK_RETRY_SCHEDULE", "5,,300", "WEBHOOK_RETRY_SCHEDULE='5,,300' must be comma-separated seconds"),
     ("WEBHOOK_RETRY_SCHEDULE", "5,-1", "WEBHOOK_RETRY_SCHEDULE must list positive seconds"),
     ("DATABASE_URL", "mysql://db/x", "DATABASE_URL names 'mysql'"),

@@ -12,15 +12,17 @@ from app.common import utcnow
 from app.database import write_transaction
 from app.extensions import db
 from app.models import Event, Subscription
-from app.providers import EntityUnavailable, ProviderError, load_provider
+from app.providers import EntityUnavailable, ProviderError, QuotaExhausted, load_provider
+from app.providers.base import AccessRefused
 from app.providers.http import HttpProvider
 from app.providers.simulated import SimulatedProvider
 from app.worker import checks as worker
+from tests.fake_vendors import JsonHandler, LocalServer
 
 # --- a network the test controls, served over real HTTP on 127.0.0.1 ----------------------------------
 
 
-class FakeNetwork:
+class FakeNetwork(LocalServer):
     """Routes `/contacts/<id>` and `/companies/<id>` to answers the test sets: a JSON-able object (200),
     `(status, body)`, or HANG (answers only once the test is over: a timeout)."""
     HANG = object()
@@ -32,9 +34,7 @@ class FakeNetwork:
         self._lock = threading.Lock()
         network = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive, so connection reuse is observable
-
+        class Handler(JsonHandler):
             def do_GET(self):
                 with network._lock:
                     network.requests.append((self.path, dict(self.headers), self.client_address[1]))
@@ -42,22 +42,9 @@ class FakeNetwork:
                 if answer is FakeNetwork.HANG:
                     network.release.wait(10)
                     return
-                status, body = answer if isinstance(answer, tuple) else (200, answer)
-                data = body if isinstance(body, bytes) else json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.reply(*(answer if isinstance(answer, tuple) else (200, answer)))
 
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        super().__init__(Handler)
 
     def contact(self, network_id, answer):
         self.answers[f"/contacts/{network_id}"] = answer
@@ -70,8 +57,7 @@ class FakeNetwork:
 
     def close(self):
         self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
+        super().close()
 
 
 @pytest.fixture
@@ -161,12 +147,28 @@ def test_http_unavailable_statuses(fake_network, status, reason):
     assert raised.value.reason == reason
 
 
-@pytest.mark.parametrize("answer", [(500, {}), (503, {}), (502, b"<html>bad gateway</html>"), (429, {}),
-                                    (302, {}), (401, {}), (200, b"not json"), (200, [1, 2]), (200, "text")])
+@pytest.mark.parametrize("answer", [(500, {}), (503, {}), (502, b"<html>bad gateway</html>"),
+                                    (302, {}), (400, {}), (200, b"not json"), (200, [1, 2]), (200, "text")])
 def test_http_other_answers_are_transient(fake_network, answer):
     fake_network.contact("someone", answer)
-    with pytest.raises(ProviderError):
+    with pytest.raises(ProviderError) as raised:
         HttpProvider(fake_network.url).fetch("contact", "someone")
+    assert raised.value.retry_after is None  # this subscription backs off; the provider goes on
+
+
+def test_http_429_pauses_the_provider_for_a_minute_unless_it_says(fake_network):
+    fake_network.contact("someone", (429, {}))
+    with pytest.raises(ProviderError) as raised:
+        HttpProvider(fake_network.url).fetch("contact", "someone")
+    assert raised.value.retry_after == 60
+
+
+@pytest.mark.parametrize("status, error", [(401, AccessRefused), (402, QuotaExhausted)])
+def test_http_refused_key_and_spent_credits_stop_the_provider(fake_network, status, error):
+    fake_network.contact("someone", (status, {}))
+    with pytest.raises(error) as raised:
+        HttpProvider(fake_network.url).fetch("contact", "someone")
+    assert raised.value.pause_reason == ("unauthorized" if status == 401 else "quota_exhausted")
 
 
 def test_http_timeout_is_transient(fake_network):
@@ -378,3 +380,70 @@ def test_simulated_history_replays_identically(app, alice, simulated_clock):
     first = history()
     simulated_clock[0] = start
     assert history() == first
+
+
+# --- realistic rates and a misbehaving simulated vendor -----------------------------------------------
+
+def simulated_from(**settings):
+    return load_provider({"PROVIDER": "simulated", "SIMULATED_SEED": 1, "SIMULATED_PACE_SECONDS": 86400,
+                          "NETWORK_DOMAIN": "linkedin.com", **settings})
+
+
+def test_simulated_realistic_rates_are_the_default_and_plan_like_real_people():
+    """Over a simulated year: jobs change every 2-5 years, posts come weekly at most."""
+    provider = simulated_from()
+    day = [86400 * 20000]
+    provider.clock = lambda: day[0]
+    people = [f"person-{number}" for number in range(40)]
+    companies, posts, job_moves = {}, Counter(), 0
+    previous = {network_id: provider.fetch("contact", network_id) for network_id in people}
+    for _ in range(365):
+        day[0] += 86400
+        for network_id in people:
+            now = provider.fetch("contact", network_id)
+            job_moves += now["company"] != previous[network_id]["company"]
+            posts[network_id] += len({item["id"] for item in now["activities"] if item["kind"] == "post"}
+                                     - {item["id"] for item in previous[network_id]["activities"]})
+            previous[network_id] = now
+        companies[day[0]] = provider.fetch("company", "acme")["headcount"]
+    assert job_moves <= len(people) // 2  # a move every 2-5 years: well under one a person a year
+    assert max(posts.values()) <= 53 and min(posts.values()) >= 6
+    assert 1 < len(set(companies.values())) <= 53  # the headcount drifts, at most weekly
+
+
+def test_simulated_demo_rates_change_within_days():
+    provider = simulated_from(SIMULATED_RATES="demo")
+    moments = [86400 * 20000 + 86400 * step for step in range(30)]
+    seen = {network_id: set() for network_id in IDS}
+    for moment in moments:
+        provider.clock = lambda moment=moment: moment
+        for network_id in IDS:
+            seen[network_id].add(provider.fetch("contact", network_id)["company"])
+    assert sum(len(companies) > 1 for companies in seen.values()) > len(IDS) // 2
+
+
+def test_simulated_unknown_rates_are_refused():
+    with pytest.raises(ValueError, match="SIMULATED_RATES"):
+        simulated_from(SIMULATED_RATES="fast")
+
+
+def test_simulated_failures_and_throttling_on_demand():
+    with pytest.raises(ProviderError) as failed:
+        simulated_from(SIMULATED_FAILURE_PERCENT=100).fetch("contact", "jane")
+    assert failed.value.retry_after is None
+    with pytest.raises(ProviderError) as throttled:
+        simulated_from(SIMULATED_THROTTLE_PERCENT=100, SIMULATED_RETRY_AFTER_SECONDS=12).fetch("contact", "jane")
+    assert throttled.value.retry_after == 12
+    with pytest.raises(ProviderError):
+        simulated_from().fetch("contact", "flaky-jane")
+    assert simulated_from(SIMULATED_LATENCY_MS=1).fetch("contact", "jane")["network_id"] == "jane"
+
+
+def test_a_throttling_simulated_network_pauses_checking_without_failures(app, alice):
+    app.extensions["provider"] = simulated_from(SIMULATED_THROTTLE_PERCENT=100)
+    subscription_id = subscribe(alice, "jane")
+    make_due(subscription_id)
+    summary = worker.run_due_batch()
+    assert (summary.failed, summary.deferred) == (0, 1)
+    assert alice.get("/account/usage").json["provider_status"]["reason"] == "rate_limited"
+    assert row(subscription_id).consecutive_failures == 0

@@ -12,17 +12,21 @@ def _usage(tenant):
 
 def test_usage_shape_for_a_new_account(alice):
     body = _usage(alice)
-    assert set(body) == {"day", "month", "subscriptions"}
+    assert set(body) == {"day", "month", "subscriptions", "provider_status"}
     today = date.today()
     for period in ("day", "month"):
-        assert set(body[period]) == {"start", "requests", "checks", "events_created",
-                                     "deliveries_succeeded", "deliveries_failed"}
-        assert body[period]["checks"] == 0
+        assert set(body[period]) == {"start", "requests", "checks", "provider_calls", "provider_credits",
+                                     "events_created", "deliveries_succeeded", "deliveries_failed"}
+        assert body[period]["checks"] == body[period]["provider_calls"] == body[period]["provider_credits"] == 0
         assert body[period]["events_created"] == 0
     assert body["day"]["start"] == usage.utcnow().date().isoformat()
     assert body["month"]["start"] == usage.utcnow().date().replace(day=1).isoformat()
     assert abs((date.fromisoformat(body["day"]["start"]) - today).days) <= 1
     assert body["subscriptions"] == {"active": 0, "paused": 0, "cancelled": 0, "live": 0, "limit": 100}
+    assert body["provider_status"] == {"provider": "simulated", "state": "active", "reason": None,
+                                       "paused_at": None, "paused_until": None, "detail": None,
+                                       "rate_limit": None, "batch_size": 1, "concurrency": 1,
+                                       "credits_remaining": None}
 
 
 def test_requests_are_counted_per_account(alice, bob):

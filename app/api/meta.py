@@ -1,4 +1,6 @@
 """Endpoints without an API key: health and the OpenAPI document."""
+from datetime import datetime
+
 from flask import Blueprint, current_app, g
 
 from app.api.openapi import cached_document
@@ -15,12 +17,17 @@ docs_bp = Blueprint("docs", __name__)
 @limiter.exempt
 def healthz():
     """200 when the database answers and a scheduler ticked recently; else 503 with the same document plus
-    the error fields of contract §2, so a load balancer reads the status and a person reads why."""
+    the error fields of contract §2, so a load balancer reads the status and a person reads why. A paused
+    provider (throttled, out of credits) is `degraded`, still 200: the API serves, checking waits."""
     found = health.report(current_app.config["HEALTH_SCHEDULER_MAX_LAG_SECONDS"])
     problems = found.pop("problems")
     scheduler = found["scheduler"] and {**found["scheduler"],
                                         "last_tick_at": isoformat(found["scheduler"]["last_tick_at"])}
-    body = {"status": "unavailable" if problems else "ok", **found, "scheduler": scheduler, "version": VERSION}
+    provider = found["provider"] and {name: isoformat(value) if isinstance(value, datetime) else value
+                                      for name, value in found["provider"].items()}
+    paused = provider is not None and provider["state"] == "paused"
+    status = "unavailable" if problems else ("degraded" if paused else "ok")
+    body = {"status": status, **found, "scheduler": scheduler, "provider": provider, "version": VERSION}
     if not problems:
         return body
     body.update(error="UNAVAILABLE", message=" ".join(problems), timestamp=isoformat(utcnow()),

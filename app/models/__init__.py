@@ -2,8 +2,9 @@
 from app.models.account import Account, ApiKey, UsageCounter
 from app.models.event import DeliveryAttempt, Event, OutboxDelivery
 from app.models.scheduler import SchedulerHeartbeat
+from app.models.provider import ProviderBudget, ProviderState
 from app.models.subscription import Subscription
 from app.models.webhook import WebhookConfig
 
 __all__ = ["Account", "ApiKey", "UsageCounter", "Subscription", "Event", "OutboxDelivery",
-           "DeliveryAttempt", "WebhookConfig", "SchedulerHeartbeat"]
+           "DeliveryAttempt", "WebhookConfig", "SchedulerHeartbeat", "ProviderBudget", "ProviderState"]

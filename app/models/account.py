@@ -1,7 +1,7 @@
 from datetime import date, datetime
 from typing import Optional
 
-from sqlalchemy import Date, ForeignKey, Index, Integer, String
+from sqlalchemy import Date, Float, ForeignKey, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.common import utcnow
@@ -39,5 +39,7 @@ class UsageCounter(db.Model):
     day: Mapped[date] = mapped_column(Date, primary_key=True)
     requests: Mapped[int] = mapped_column(Integer, default=0)
     checks: Mapped[int] = mapped_column(Integer, default=0)
+    provider_calls: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # lookups made
+    provider_credits: Mapped[float] = mapped_column(Float, default=0, server_default="0")  # as the vendor reports
 
     __table_args__ = (Index("ix_usage_counters_day", "day"),)

@@ -1,5 +1,13 @@
-"""The provider interface and the snapshot shape of contract §7."""
-from typing import Protocol
+"""The provider interface and the snapshot shape of contract §7.
+
+A provider answers, for each id it is asked about, one of: a snapshot (a dict), `EntityUnavailable`
+(private or missing), `ProviderError` (transient; with `retry_after` the whole provider is paused for
+everyone) or `QuotaExhausted` (credits spent; checking pauses until `resets_at` or an operator resumes).
+`fetch_many` returns those answers as values, so a batch never raises for one bad id.
+"""
+import os
+from datetime import datetime
+from typing import Optional, Protocol
 
 CONTACT_FIELDS = ("network_id", "name", "headline", "company", "title", "location")
 COMPANY_FIELDS = ("network_id", "name", "headcount", "description", "industry", "website")
@@ -7,7 +15,12 @@ ACTIVITY_FIELDS = ("id", "kind", "url", "text", "created_at", "target_url", "rea
 
 
 class ProviderError(Exception):
-    """A transient failure (timeout, 5xx, bad answer): retried later, no event."""
+    """A transient failure (timeout, 5xx, bad answer): retried later, no event. With `retry_after`
+    (seconds, from a 429 or a `Retry-After`), the provider is paused for every subscription."""
+
+    def __init__(self, message: str = "", retry_after: Optional[float] = None):
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class EntityUnavailable(Exception):
@@ -18,12 +31,107 @@ class EntityUnavailable(Exception):
         self.reason = reason
 
 
-class Provider(Protocol):
-    #: how many fetches may run at once (1: call inline)
-    concurrency: int
+class QuotaExhausted(Exception):
+    """The vendor's credits are spent (e.g. HTTP 402): no more calls until `resets_at` (naive UTC) when
+    the vendor tells it, or until an operator resumes the provider."""
+    pause_reason = "quota_exhausted"
 
-    def fetch(self, entity_type: str, network_id: str) -> dict:
-        """The entity's current snapshot (contract §7), or raise EntityUnavailable / ProviderError."""
+    def __init__(self, message: str = "quota exhausted", resets_at: Optional[datetime] = None):
+        super().__init__(message)
+        self.resets_at = resets_at
+
+
+class AccessRefused(QuotaExhausted):
+    """The vendor refused the API key (HTTP 401): every call would fail the same way, so checking pauses
+    until an operator fixes the key and resumes the provider."""
+    pause_reason = "unauthorized"
+
+
+ANSWER_ERRORS = (ProviderError, EntityUnavailable, QuotaExhausted)
+
+
+class Answers(dict):
+    """What one upstream call returned: {id: snapshot dict or one of ANSWER_ERRORS}, plus the credits the
+    vendor charged for the call when it says so."""
+
+    def __init__(self, answers=(), credits: Optional[float] = None):
+        super().__init__(answers)
+        self.credits = credits
+
+
+class Provider(Protocol):
+    """Only `fetch` is required; `BaseProvider` supplies the rest. Settings a module reads come from
+    `PROVIDER_<NAME>_*` (see `provider_settings`); the engine's `PROVIDER_RATE_LIMIT`,
+    `PROVIDER_CONCURRENCY` and `PROVIDER_BATCH_SIZE` override what the provider declares."""
+    name: str
+    batch_size: int  # ids per upstream call (fetch_many); 1 unless the vendor has a batch call
+    rate_limit: Optional[str]  # the vendor's limit, e.g. "30/minute" (limits' notation); None: unmetered
+    concurrency: int  # upstream calls in flight at once per process
+    lookup: str  # "id": asked by network id; "url": by the stored network URL
+
+    def fetch(self, entity_type: str, key: str) -> dict:
+        """The entity's current snapshot (contract §7), or raise one of ANSWER_ERRORS."""
+
+    def fetch_many(self, entity_type: str, keys: list) -> Answers:
+        """One upstream call for up to `batch_size` keys; every key gets an answer."""
+
+
+class BaseProvider:
+    name = "custom"
+    batch_size = 1
+    rate_limit = None
+    concurrency = 1
+    lookup = "id"
+
+    def fetch(self, entity_type: str, key: str) -> dict:
+        raise NotImplementedError
+
+    def fetch_many(self, entity_type: str, keys: list) -> Answers:
+        return fetch_each(self, entity_type, keys)
+
+
+def fetch_each(provider, entity_type: str, keys: list) -> Answers:
+    """`fetch` for each key in turn; once the provider says to stop (throttled, quota spent), the keys not
+    yet asked get the same answer instead of another call."""
+    answers = Answers()
+    stop = None
+    for key in keys:
+        if stop is not None:
+            answers[key] = stop
+            continue
+        try:
+            answers[key] = provider.fetch(entity_type, key)
+        except ANSWER_ERRORS as answer:
+            answers[key] = answer
+            if is_provider_wide(answer):
+                stop = answer
+    return answers
+
+
+def is_provider_wide(answer) -> bool:
+    """An answer that pauses the whole provider rather than concerning one entity."""
+    return isinstance(answer, QuotaExhausted) or (isinstance(answer, ProviderError) and answer.retry_after is not None)
+
+
+def provider_settings(name: str, config, environ=os.environ) -> dict:
+    """A provider's own settings: every `PROVIDER_<NAME>_<KEY>` of the environment, then of the app config
+    (which wins), as {"<key>" lower-cased: value}. E.g. PROVIDER_CRUSTDATA_API_KEY -> {"api_key": …}."""
+    prefix = f"PROVIDER_{name.upper()}_"
+    settings = {}
+    for source in (environ, config):
+        settings.update((key[len(prefix):].lower(), value) for key, value in source.items()
+                        if key.startswith(prefix) and value not in (None, ""))
+    return settings
+
+
+def api_settings(name: str, config, default_url: str) -> dict:
+    """The settings of a vendor reached with an API key: `api_key` (required: ValueError without it, so a
+    misconfiguration fails at start-up), `url` and `timeout_seconds`."""
+    settings = provider_settings(name, config)
+    if not settings.get("api_key"):
+        raise ValueError(f"PROVIDER={name} needs PROVIDER_{name.upper()}_API_KEY")
+    return {"api_key": settings["api_key"], "base_url": settings.get("url", default_url),
+            "timeout": float(settings.get("timeout_seconds", 30))}
 
 
 #: bookkeeping the engine stores beside the state; a provider field of this name is not kept

@@ -1,21 +1,22 @@
 """Fetches snapshots from `PROVIDER_HTTP_URL` (contract §7): GET /contacts/<id> or /companies/<id>.
 
-404 means not found, 403 and 451 private; 5xx, other statuses, timeouts and unreadable answers are
-transient. One pooled session is reused for every fetch.
+404 means not found, 403 and 451 private; 401 a refused token and 402 spent credits (both pause
+checking until an operator resumes it); 429 (or a 5xx with `Retry-After`) pauses the provider for the
+time asked; other statuses, timeouts and unreadable answers are transient. One pooled session is reused
+for every fetch.
 """
 from urllib.parse import urlsplit
 
-import requests
-from requests.adapters import HTTPAdapter
-
-from app.common import USER_AGENT
-from app.providers.base import EntityUnavailable, ProviderError
+from app.providers.base import BaseProvider, EntityUnavailable, ProviderError
+from app.providers.vendor_http import json_body, pooled_session, raise_for_limits, send
 
 PATHS = {"contact": "contacts", "company": "companies"}
 UNAVAILABLE = {404: "not_found", 403: "private", 451: "private"}
 
 
-class HttpProvider:
+class HttpProvider(BaseProvider):
+    name = "http"
+
     def __init__(self, base_url: str, token=None, timeout=10.0, concurrency=8):
         parts = urlsplit(base_url or "")
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -24,32 +25,19 @@ class HttpProvider:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.concurrency = concurrency
-        self.session = requests.Session()
-        adapter = HTTPAdapter(pool_connections=1, pool_maxsize=concurrency)
-        self.session.mount("http://", adapter)
-        self.session.mount("https://", adapter)
-        self.session.headers["Accept"] = "application/json"
-        self.session.headers["User-Agent"] = USER_AGENT
+        headers = {"Accept": "application/json"}
         if token:
-            self.session.headers["Authorization"] = f"Bearer {token}"
+            headers["Authorization"] = f"Bearer {token}"
+        self.session = pooled_session(concurrency, headers)
 
     def fetch(self, entity_type: str, network_id: str) -> dict:
-        url = f"{self.base_url}/{PATHS[entity_type]}/{network_id}"
-        try:
-            response = self.session.get(url, timeout=self.timeout, allow_redirects=False)
-        except requests.RequestException as error:
-            raise ProviderError(f"{type(error).__name__}: {error}") from error
+        response = send(self.session, "GET", f"{self.base_url}/{PATHS[entity_type]}/{network_id}", self.timeout)
         if response.status_code in UNAVAILABLE:
             raise EntityUnavailable(UNAVAILABLE[response.status_code])
+        raise_for_limits(response)
         if response.status_code != 200:
             raise ProviderError(f"provider answered HTTP {response.status_code}")
-        try:
-            snapshot = response.json()
-        except ValueError as error:
-            raise ProviderError("provider answer is not JSON") from error
-        if not isinstance(snapshot, dict):
-            raise ProviderError("provider answer is not a JSON object")
-        return snapshot
+        return json_body(response, dict)
 
 
 def create(config) -> HttpProvider:

@@ -17,6 +17,10 @@ class UsagePeriodSchema(Schema):
     start = fields.Date()
     requests = fields.Int()
     checks = fields.Int()
+    provider_calls = fields.Int(metadata={"description": "Lookups made at the data provider for this account's "
+                                                         "subscriptions (one per subscription asked, batched or not)."})
+    provider_credits = fields.Float(metadata={"description": "The provider's credits spent on them, as the vendor "
+                                                             "reports them (a batch call's cost shared evenly)."})
     events_created = fields.Int()
     deliveries_succeeded = fields.Int()
     deliveries_failed = fields.Int()
@@ -30,10 +34,27 @@ class UsageSubscriptionsSchema(Schema):
     limit = fields.Int(allow_none=True)
 
 
+class ProviderStatusSchema(Schema):
+    provider = fields.Str()
+    state = fields.Str(metadata={"description": "`active`, or `paused` while checks wait for the provider."})
+    reason = fields.Str(allow_none=True, metadata={"description": "`rate_limited` or `quota_exhausted`."})
+    paused_at = Timestamp(allow_none=True)
+    paused_until = Timestamp(allow_none=True, metadata={"description": "null while paused: until an operator "
+                                                                       "resumes it."})
+    detail = fields.Str(allow_none=True)
+    rate_limit = fields.Str(allow_none=True)
+    batch_size = fields.Int()
+    concurrency = fields.Int()
+    credits_remaining = fields.Float(allow_none=True, metadata={
+        "description": "The vendor's credit balance as last reported to this process; null if it does not say."})
+
+
 class UsageSchema(Schema):
     day = fields.Nested(UsagePeriodSchema, metadata={"description": "The current UTC day."})
     month = fields.Nested(UsagePeriodSchema, metadata={"description": "The current UTC month."})
     subscriptions = fields.Nested(UsageSubscriptionsSchema)
+    provider_status = fields.Nested(ProviderStatusSchema, metadata={
+        "description": "The data provider: checks delayed by a pause keep their place and are not failures."})
 
 
 class ApiKeyCreateSchema(BodySchema):

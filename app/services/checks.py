@@ -8,9 +8,10 @@ A check runs in three steps so no transaction is held across the provider call:
    subscription whose claim was lost meanwhile (cancelled, paused), so a check racing a cancel emits nothing.
 """
 import logging
+import threading
 import time
-from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter, defaultdict
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -20,9 +21,10 @@ from sqlalchemy import and_, bindparam, or_, select, update
 from app.common import new_id, utcnow
 from app.database import write_transaction
 from app.models import Account, Subscription
-from app.providers import EntityUnavailable, ProviderError
-from app.providers.base import normalize_snapshot
-from app.services import events, usage
+from app.providers import (Answers, EntityUnavailable, ProviderError, QuotaExhausted, current_provider, fetch_many,
+                           traits)
+from app.providers.base import is_provider_wide, normalize_snapshot
+from app.services import events, provider_limits, usage
 from app.services.detection import detect, public_state
 from app.services.scheduling import next_regular_check_at, retry_check_at
 
@@ -34,6 +36,7 @@ class Claimed:
     id: str
     entity_type: str
     network_id: str
+    network_url: str = None
 
 
 @dataclass
@@ -42,6 +45,10 @@ class Outcome:
     snapshot: dict = None
     unavailable: str = None  # "private" | "not_found"
     error: str = None  # transient failure
+    deferred: bool = False  # not asked, or asked while the provider said to stop: released, keeps its place
+    pause: object = None  # the answer that pauses the provider (throttled, quota exhausted)
+    called: bool = False  # an upstream call was made for it
+    credits: float = 0.0  # its share of the call's cost, when the vendor reports it
 
 
 @dataclass
@@ -51,7 +58,7 @@ class Summary:
     unavailable: int = 0
     failed: int = 0
     skipped: int = 0  # claim lost to a cancel or pause meanwhile
-    released: int = 0  # not fetched (stopping, or the batch's deadline): given back unchecked
+    deferred: int = 0  # provider paused or out of budget: released untouched, checked when it resumes
     deliveries_queued: bool = False
     events: list = field(default_factory=list)
 
@@ -84,46 +91,129 @@ def claim(token: str, limit: int, *, due=True, after_id=None, subscription_id=No
         rows = session.execute(
             update(Subscription).where(Subscription.id.in_(candidates.scalar_subquery()))
             .values(claim_token=token, claimed_until=lease)
-            .returning(Subscription.id, Subscription.entity_type, Subscription.network_id)
+            .returning(Subscription.id, Subscription.entity_type, Subscription.network_id, Subscription.network_url)
             .execution_options(synchronize_session=False)).all()
     return sorted((Claimed(*row) for row in rows), key=lambda claimed: claimed.id)
 
 
-def _fetch_one(provider, claimed: Claimed) -> Outcome:
+@dataclass
+class _Call:
+    """One upstream call: up to `batch_size` keys, each serving the subscriptions that look it up."""
+    entity_type: str
+    targets: dict  # key -> [Claimed]
+
+
+def _plan_calls(spec, claimed: list) -> list:
+    """Group the claimed subscriptions by what the provider is asked (two accounts watching one entity
+    share a lookup), then cut each entity type's keys into calls of the provider's batch size."""
+    by_key = {}
+    for item in claimed:
+        key = item.network_url if spec.lookup == "url" else item.network_id
+        by_key.setdefault((item.entity_type, key), []).append(item)
+    calls = []
+    for entity_type in ("contact", "company"):
+        keys = [key for kind, key in by_key if kind == entity_type]
+        for start in range(0, len(keys), spec.batch_size):
+            calls.append(_Call(entity_type, {key: by_key[(entity_type, key)]
+                                             for key in keys[start:start + spec.batch_size]}))
+    return calls
+
+
+def _outcome(claimed: Claimed, answer, credits: float) -> Outcome:
+    made = {"called": True, "credits": credits}
+    if isinstance(answer, dict):
+        return Outcome(claimed, snapshot=normalize_snapshot(claimed.entity_type, answer), **made)
+    if isinstance(answer, EntityUnavailable):
+        return Outcome(claimed, unavailable=answer.reason, **made)
+    if is_provider_wide(answer):
+        return Outcome(claimed, deferred=True, pause=answer, **made)
+    if isinstance(answer, ProviderError):
+        log.warning("provider failed on %s: %s", claimed.id, answer, extra={"subscription_id": claimed.id})
+        return Outcome(claimed, error=str(answer)[:200], **made)
+    return Outcome(claimed, error="the provider answered neither a snapshot nor an error", **made)
+
+
+def _call(provider, call: _Call, stop: threading.Event) -> list:
+    """Make one upstream call and turn every answer into outcomes; nothing raised escapes."""
     try:
-        raw = provider.fetch(claimed.entity_type, claimed.network_id)
-        return Outcome(claimed, snapshot=normalize_snapshot(claimed.entity_type, raw))
-    except EntityUnavailable as unavailable:
-        return Outcome(claimed, unavailable=unavailable.reason)
-    except ProviderError as error:
-        log.warning("provider failed on %s: %s", claimed.id, error, extra={"subscription_id": claimed.id})
-        return Outcome(claimed, error=str(error)[:200])
+        answers = fetch_many(provider, call.entity_type, list(call.targets))
     except Exception as error:  # noqa: BLE001 - a provider bug must not stop the loop
-        log.exception("provider failed on %s", claimed.id)
-        return Outcome(claimed, error=f"{type(error).__name__}: {error}"[:200])
+        log.exception("provider failed on %s", ", ".join(item.id for items in call.targets.values() for item in items))
+        answers = Answers({key: ProviderError(f"{type(error).__name__}: {error}") for key in call.targets})
+    served = sum(len(items) for items in call.targets.values())
+    share = (answers.credits or 0) / served
+    outcomes = []
+    for key, items in call.targets.items():
+        answer = answers.get(key, ProviderError("the provider gave no answer for this id"))
+        try:
+            outcomes += [_outcome(item, answer, share) for item in items]
+        except Exception as error:  # noqa: BLE001
+            log.exception("unreadable provider answer for %s", key)
+            outcomes += [Outcome(item, error=f"{type(error).__name__}: {error}"[:200], called=True, credits=share)
+                         for item in items]
+    if any(outcome.pause is not None for outcome in outcomes):
+        stop.set()
+    return outcomes
 
 
-def fetch_all(provider, claimed: list, keep_going=lambda: True) -> list:
-    """One outcome per claimed item, in order; None for an item not fetched because `keep_going()` turned
-    false first (the scheduler is stopping, or the batch reached its deadline)."""
-    def fetch_unless_stopped(item):
-        return _fetch_one(provider, item) if keep_going() else None
-
-    if provider.concurrency <= 1 or len(claimed) <= 1:
-        return [fetch_unless_stopped(item) for item in claimed]
-    with ThreadPoolExecutor(max_workers=min(provider.concurrency, len(claimed))) as pool:
-        return list(pool.map(fetch_unless_stopped, claimed))
+def _done(result) -> Future:
+    """A call made inline (concurrency 1) as a finished future, so both paths read alike."""
+    future = Future()
+    future.set_result(result)
+    return future
 
 
-def release(token: str, subscription_ids: list) -> None:
-    """Give back claims that were not worked on: due as they were, for any checker to take at once."""
-    if not subscription_ids:
-        return
-    with write_transaction() as session:
-        session.execute(update(Subscription)
-                        .where(Subscription.id.in_(subscription_ids), Subscription.claim_token == token)
-                        .values(claim_token=None, claimed_until=None)
-                        .execution_options(synchronize_session=False))
+def _deferred(calls: list) -> list:
+    return [Outcome(item, deferred=True) for call in calls for items in call.targets.values() for item in items]
+
+
+def _may_call(spec, deadline: float) -> bool:
+    if spec.rate is None:
+        return True
+    return provider_limits.take_call(spec.name, spec.rate, deadline, provider_limits.current_budget())
+
+
+def _pause_for(name: str, answer) -> None:
+    if isinstance(answer, QuotaExhausted):
+        provider_limits.pause(name, answer.pause_reason, answer.resets_at, str(answer))
+    else:
+        until = utcnow() + timedelta(seconds=max(1.0, answer.retry_after))
+        provider_limits.pause(name, provider_limits.RATE_LIMITED, until, str(answer) or "throttled")
+
+
+def fetch_all(provider, claimed: list, deadline: float = None, keep_going=lambda: True) -> list:
+    """Ask the provider about every claimed subscription, outside any transaction: in calls of its batch
+    size, at most `concurrency` at once, each call taken from the shared rate budget first. Once the
+    provider is paused (here or by another process), `deadline` (a time.time(); default half the lease)
+    passes or `keep_going()` turns false (the scheduler is stopping), the remaining subscriptions are
+    deferred: released untouched, so they keep their place."""
+    spec = traits(provider)
+    calls = _plan_calls(spec, claimed)
+    if not calls:
+        return []
+    if provider_limits.current_pause(spec.name) is not None:
+        return _deferred(calls)
+    deadline = deadline or time.time() + current_app.config["CHECK_LEASE_SECONDS"] / 2
+    stop, slots, futures, outcomes = threading.Event(), threading.Semaphore(spec.concurrency), [], []
+    pool = ThreadPoolExecutor(max_workers=spec.concurrency) if spec.concurrency > 1 else None
+    try:
+        for index, call in enumerate(calls):
+            slots.acquire()  # a free worker first, then the budget: a call granted now is made now
+            if stop.is_set() or not keep_going() or not _may_call(spec, deadline):
+                slots.release()
+                outcomes += _deferred(calls[index:])
+                break
+            futures.append(pool.submit(_call, provider, call, stop) if pool else _done(_call(provider, call, stop)))
+            futures[-1].add_done_callback(lambda _: slots.release())
+    finally:
+        if pool:
+            pool.shutdown(wait=True)
+    for future in futures:
+        outcomes += future.result()
+    pauses = [outcome.pause for outcome in outcomes if outcome.pause is not None]
+    if pauses:
+        _pause_for(spec.name, max(pauses, key=lambda answer: isinstance(answer, QuotaExhausted)))
+    return outcomes
 
 
 def _record_event(built, subscription, config, event_type, data, now, summary):
@@ -182,6 +272,9 @@ def _apply_unavailable(built, subscription, outcome, config, now, summary):
 def _apply(built, subscription, outcome, config, tier, now, summary):
     subscription.claim_token = None
     subscription.claimed_until = None
+    if outcome.deferred:
+        summary.deferred += 1
+        return False
     detection = None
     if outcome.error is None and outcome.unavailable is None:
         detection, outcome = _detect(subscription, outcome)
@@ -246,7 +339,7 @@ def record_outcomes(token: str, outcomes: list) -> Summary:
         # UPDATE; an ORM copy kept by the session would be stale, as expire_on_commit is off).
         query = select(*(table.c[name] for name in _LOADED)).where(table.c.id.in_(ids)).with_for_update()
         loaded = {mapping["id"]: _Checked(mapping) for mapping in session.execute(query).mappings()}
-        configs, tiers, checks_per_account = {}, {}, Counter()
+        configs, tiers, counts = {}, {}, defaultdict(Counter)
         built, written = [], []
         for outcome in outcomes:
             subscription = loaded.get(outcome.claimed.id)
@@ -258,12 +351,14 @@ def record_outcomes(token: str, outcomes: list) -> Summary:
                 configs[account_id] = events.webhook_config_for(session, account_id)
                 tiers[account_id] = session.scalar(select(Account.tier).where(Account.id == account_id))
             if _apply(built, subscription, outcome, configs[account_id], tiers[account_id], now, summary):
-                checks_per_account[account_id] += 1
+                counts[account_id]["checks"] += 1
+            counts[account_id]["provider_calls"] += outcome.called
+            counts[account_id]["provider_credits"] += outcome.credits
             written.append(subscription)
         _write_back(session, token, written)
         events.store(session, built)
-        usage.add_counts(session, {(account_id, now.date()): {"checks": count}
-                                   for account_id, count in checks_per_account.items()})
+        usage.add_counts(session, {(account_id, now.date()): dict(account_counts)
+                                   for account_id, account_counts in counts.items()})
     if summary.deliveries_queued:
         events.notify_new_deliveries()
     return summary
@@ -273,21 +368,17 @@ def new_claim_token() -> str:
     return new_id("claim")
 
 
-def provider_for(app):
-    """The configured provider, built once per app."""
-    if "provider" not in app.extensions:
-        from app.providers import load_provider
-        app.extensions["provider"] = load_provider(app.config)
-    return app.extensions["provider"]
-
-
 def run_claimed(claimed: list, token: str, keep_going=lambda: True) -> Summary:
-    """Fetch and record a claimed batch. Fetching stops at half the lease (or when `keep_going()` turns
-    false), and what was not fetched by then is released, so a claim never outlives its lease."""
-    app = current_app._get_current_object()
-    deadline = time.monotonic() + app.config["CHECK_LEASE_SECONDS"] / 2
-    outcomes = fetch_all(provider_for(app), claimed, lambda: keep_going() and time.monotonic() < deadline)
-    release(token, [item.id for item, outcome in zip(claimed, outcomes) if outcome is None])
-    summary = record_outcomes(token, [outcome for outcome in outcomes if outcome is not None])
-    summary.released = outcomes.count(None)
-    return summary
+    """Fetch and record a claimed batch; what was not fetched (stopping, half the lease gone, the provider
+    paused) is recorded as deferred: released untouched, so a claim never outlives its lease."""
+    return record_outcomes(token, fetch_all(current_provider(), claimed, keep_going=keep_going))
+
+
+def due_batch_size(seconds: float) -> int:
+    """How many due subscriptions to claim: none while the provider is paused, and no more than the rate
+    budget lets one process check within `seconds` (claims are not held waiting for budget)."""
+    spec = traits(current_provider())
+    if provider_limits.current_pause(spec.name) is not None:
+        return 0
+    budgeted = provider_limits.calls_per_claim(spec.rate, spec.batch_size, seconds)
+    return min(current_app.config["CHECK_BATCH_SIZE"], budgeted or current_app.config["CHECK_BATCH_SIZE"])

@@ -9,6 +9,7 @@ from app.common import new_id, utcnow
 from app.database import upsert, write_transaction
 from app.extensions import db
 from app.models import OutboxDelivery, SchedulerHeartbeat
+from app.services.provider_status import provider_status
 
 FORGET_AFTER = timedelta(days=7)  # heartbeat rows of schedulers long gone are deleted
 
@@ -47,9 +48,9 @@ def outbox_backlog() -> dict:
 def report(max_scheduler_lag_seconds: float) -> dict:
     """The health document; `problems` lists why it is unhealthy (empty: healthy). Never raises."""
     try:
-        scheduler, outbox = scheduler_heartbeat(), outbox_backlog()
+        scheduler, outbox, provider = scheduler_heartbeat(), outbox_backlog(), provider_status()
     except Exception:  # noqa: BLE001 - any database failure means "not healthy", whatever the driver raised
-        return {"database": "unreachable", "scheduler": None, "outbox": None,
+        return {"database": "unreachable", "scheduler": None, "outbox": None, "provider": None,
                 "problems": ["The database is not reachable."]}
     finally:
         db.session.rollback()
@@ -59,7 +60,7 @@ def report(max_scheduler_lag_seconds: float) -> dict:
     elif scheduler["lag_seconds"] > max_scheduler_lag_seconds:
         problems.append(f"No scheduler has ticked for {scheduler['lag_seconds']:.0f} s "
                         f"(allowed: {max_scheduler_lag_seconds:g} s): checks and deliveries are not running.")
-    return {"database": "ok", "scheduler": scheduler, "outbox": outbox, "problems": problems}
+    return {"database": "ok", "scheduler": scheduler, "outbox": outbox, "provider": provider, "problems": problems}
 
 
 def _seconds_since(moment) -> float:

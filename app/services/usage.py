@@ -13,20 +13,24 @@ from app.database import upsert, write_transaction
 from app.extensions import db
 from app.models import Account, DeliveryAttempt, Event, Subscription, UsageCounter
 from app.services.accounts import live_subscription_count, subscription_limit
+from app.services.provider_status import provider_status
 
 FLUSH_EVERY_SECONDS = 5
 log = logging.getLogger(__name__)
 
 
+COUNTERS = ("requests", "checks", "provider_calls", "provider_credits")
+
+
 def add_counts(session, rows):
-    """Add {(account_id, day): {"requests": n, "checks": m}} inside the caller's transaction."""
+    """Add {(account_id, day): {"requests": n, "checks": m, …}} (any of COUNTERS) inside the caller's
+    transaction."""
     for (account_id, day), counts in rows.items():
-        statement = upsert(session, UsageCounter).values(account_id=account_id, day=day, requests=counts.get("requests", 0),
-                                                checks=counts.get("checks", 0))
+        statement = upsert(session, UsageCounter).values(
+            account_id=account_id, day=day, **{name: counts.get(name, 0) for name in COUNTERS})
         statement = statement.on_conflict_do_update(
             index_elements=["account_id", "day"],
-            set_={name: getattr(UsageCounter, name) + getattr(statement.excluded, name)
-                  for name in ("requests", "checks")})
+            set_={name: getattr(UsageCounter, name) + getattr(statement.excluded, name) for name in COUNTERS})
         session.execute(statement)
 
 
@@ -68,8 +72,7 @@ def _since(day: date) -> datetime:
 
 def _period_counts(account_id: str, start: date) -> dict:
     session = db.session
-    counters = session.execute(select(func.coalesce(func.sum(UsageCounter.requests), 0),
-                                      func.coalesce(func.sum(UsageCounter.checks), 0))
+    counters = session.execute(select(*(func.coalesce(func.sum(getattr(UsageCounter, name)), 0) for name in COUNTERS))
                                .where(UsageCounter.account_id == account_id, UsageCounter.day >= start)).one()
     events = session.scalar(select(func.count()).select_from(Event).where(
         Event.account_id == account_id, Event.created_at >= _since(start)))
@@ -77,7 +80,7 @@ def _period_counts(account_id: str, start: date) -> dict:
         select(DeliveryAttempt.status, func.count()).where(
             DeliveryAttempt.account_id == account_id, DeliveryAttempt.attempted_at >= _since(start))
         .group_by(DeliveryAttempt.status)).all())
-    return {"requests": counters[0], "checks": counters[1], "events_created": events,
+    return {**dict(zip(COUNTERS, counters)), "events_created": events,
             "deliveries_succeeded": deliveries.get("succeeded", 0), "deliveries_failed": deliveries.get("failed", 0)}
 
 
@@ -94,4 +97,5 @@ def report(account) -> dict:
                           "cancelled": by_status.get("cancelled", 0),
                           "limit": subscription_limit(account),
                           "live": live_subscription_count(db.session, account.id)},
+        "provider_status": provider_status(),
     }

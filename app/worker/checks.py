@@ -15,9 +15,13 @@ def always():
 
 
 def run_due_batch(keep_going=always) -> checks.Summary:
-    """Claim and check one batch of due subscriptions; an empty summary when nothing is due."""
+    """Claim and check one batch of due subscriptions; an empty summary when nothing is due or while the
+    provider is paused (the due subscriptions keep their place)."""
+    size = checks.due_batch_size(STEP_BUDGET_SECONDS)
+    if size == 0:
+        return checks.Summary()
     token = checks.new_claim_token()
-    claimed = checks.claim(token, current_app.config["CHECK_BATCH_SIZE"])
+    claimed = checks.claim(token, size)
     return _run_counted(claimed, token, keep_going) if claimed else checks.Summary()
 
 

@@ -1,0 +1,27 @@
+from datetime import datetime
+from typing import Optional
+
+from sqlalchemy import DateTime, Integer, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.extensions import db
+
+
+class ProviderState(db.Model):
+    """One row per provider that has ever been paused: a pause applies to every scheduler process."""
+    __tablename__ = "provider_states"
+
+    provider: Mapped[str] = mapped_column(String(40), primary_key=True)
+    paused_reason: Mapped[Optional[str]] = mapped_column(String(20))  # rate_limited | quota_exhausted
+    paused_at: Mapped[Optional[datetime]]
+    paused_until: Mapped[Optional[datetime]]  # None with a reason: until an operator resumes
+    detail: Mapped[Optional[str]] = mapped_column(String(200))
+
+
+class ProviderBudget(db.Model):
+    """Upstream calls granted per provider and time slice: the rate budget every process shares."""
+    __tablename__ = "provider_budgets"
+
+    provider: Mapped[str] = mapped_column(String(40), primary_key=True)
+    slice_start: Mapped[datetime] = mapped_column(DateTime, primary_key=True)
+    used: Mapped[int] = mapped_column(Integer, default=0)

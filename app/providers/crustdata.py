@@ -1,0 +1,103 @@
+"""Crustdata (https://docs.crustdata.com), API version 2025-11-01.
+
+- Auth: `authorization: Bearer <key>` and `x-api-version: 2025-11-01` on every call.
+- People: POST /person/enrich {"professional_network_profile_urls": [...up to 25], "fields": [...]};
+  companies: POST /company/enrich with the same identifier key. Both answer a JSON array, one entry per
+  identifier: {matched_on, match_type, matches: [{confidence_score, person_data | company_data}]};
+  an empty `matches` is no match (not found).
+- Limits: 15 requests a minute per endpoint by default, counted on a sliding window; a 429 says when
+  capacity frees up in `x-ratelimit-reset` (seconds). A 402 {"error": {"type": "insufficient_credits"}}
+  is terminal until credits are added; 401 is a missing or refused key.
+- Credits: a base person profile costs 1, a company record 2 (pricing pages); no response header
+  reports the cost, so none is recorded.
+
+Mapped: person basic_profile.name, headline, current_title, location.raw; company basic_info.name,
+description, industries[0], website and headcount.total. Not in the sections read here, hence unknown
+(None, never a change): a person's current company and posts, a company's posts.
+"""
+from urllib.parse import urlsplit
+
+from app.providers.base import Answers, BaseProvider, EntityUnavailable, ProviderError, api_settings
+from app.providers.vendor_http import json_body, pooled_session, raise_for_limits, send
+
+DEFAULT_URL = "https://api.crustdata.com"
+API_VERSION = "2025-11-01"
+ENDPOINTS = {"contact": ("/person/enrich", "person_data", ["basic_profile"]),
+             "company": ("/company/enrich", "company_data", ["basic_info", "headcount"])}
+
+
+def _same_url(url: str) -> str:
+    """Compare profile URLs without scheme, `www.`, case or a trailing slash (the vendor may echo either)."""
+    parts = urlsplit(url if "//" in url else f"https://{url}")
+    return (parts.netloc.lower().removeprefix("www.") + parts.path.rstrip("/")).lower()
+
+
+def _slug(url: str) -> str:
+    return urlsplit(url).path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def person_snapshot(url: str, data: dict) -> dict:
+    basic = data.get("basic_profile") or {}
+    location = basic.get("location")
+    return {"network_id": _slug(url), "name": basic.get("name"), "headline": basic.get("headline"),
+            "title": basic.get("current_title"),
+            "location": location.get("raw") if isinstance(location, dict) else None}
+
+
+def company_snapshot(url: str, data: dict) -> dict:
+    basic = data.get("basic_info") or {}
+    headcount = data.get("headcount")
+    industries = basic.get("industries")
+    return {"network_id": _slug(url), "name": basic.get("name"), "description": basic.get("description"),
+            "headcount": headcount.get("total") if isinstance(headcount, dict) else None,
+            "industry": industries[0] if isinstance(industries, list) and industries else None,
+            "website": basic.get("website")}
+
+
+class CrustdataProvider(BaseProvider):
+    name = "crustdata"
+    batch_size = 25
+    rate_limit = "15/minute"
+    concurrency = 1
+    lookup = "url"
+
+    def __init__(self, api_key: str, base_url: str = DEFAULT_URL, timeout: float = 30.0):
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.session = pooled_session(2, {"authorization": f"Bearer {api_key}", "x-api-version": API_VERSION,
+                                          "content-type": "application/json", "accept": "application/json"})
+
+    def fetch(self, entity_type: str, url: str) -> dict:
+        answer = self.fetch_many(entity_type, [url])[url]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def fetch_many(self, entity_type: str, urls: list) -> Answers:
+        path, section, fields = ENDPOINTS[entity_type]
+        response = send(self.session, "POST", self.base_url + path, self.timeout,
+                        json={"professional_network_profile_urls": urls, "fields": fields})
+        raise_for_limits(response, wait_header="x-ratelimit-reset")
+        if response.status_code != 200:
+            raise ProviderError(f"crustdata answered HTTP {response.status_code}")
+        entries = {_same_url(entry["matched_on"]): entry for entry in json_body(response, list)
+                   if isinstance(entry, dict) and isinstance(entry.get("matched_on"), str)}
+        snapshot = person_snapshot if entity_type == "contact" else company_snapshot
+        return Answers({url: self._answer(entries.get(_same_url(url)), url, section, snapshot) for url in urls})
+
+    @staticmethod
+    def _answer(entry, url, section, snapshot):
+        if entry is None:
+            return ProviderError("crustdata's answer has no entry for this profile")
+        matches = [match for match in entry.get("matches") or [] if isinstance(match, dict)]
+        if not matches:
+            return EntityUnavailable("not_found")
+        best = max(matches, key=lambda match: match.get("confidence_score") or 0)
+        data = best.get(section)
+        if not isinstance(data, dict):
+            return ProviderError(f"crustdata's match has no {section}")
+        return snapshot(url, data)
+
+
+def create(config) -> CrustdataProvider:
+    return CrustdataProvider(**api_settings("crustdata", config, DEFAULT_URL))

@@ -1,0 +1,190 @@
+"""What every scheduler process must agree on about the provider: its rate budget and its pauses.
+
+Both live in the database, so two schedulers (or twenty) share one budget and one pause; the budget can
+live in Redis instead (`PROVIDER_RATE_LIMIT_STORAGE_URI`).
+
+The budget is counted in slices of the vendor's period: a limit of L calls per period P becomes
+L // (k+1) calls per slice of P/k. Any P-long stretch of time overlaps at most k+1 slices, so no
+window the vendor may count (fixed or sliding) sees more than L calls; k is chosen to waste the least.
+"""
+import logging
+import math
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Optional
+
+import limits.storage
+import limits.strategies
+from flask import current_app
+from sqlalchemy import delete, select, update
+
+from app.common import utcnow
+from app.database import end_read_transaction, upsert, write_transaction
+from app.extensions import db
+from app.models import ProviderBudget, ProviderState
+
+log = logging.getLogger(__name__)
+
+MAX_SLICES = 10
+RATE_LIMITED = "rate_limited"
+QUOTA_EXHAUSTED = "quota_exhausted"
+KEEP_BUDGET_ROWS = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class Slicing:
+    seconds: float
+    calls: int
+
+
+def slicing(rate) -> Slicing:
+    """The slice length and the calls allowed per slice for a `limits` rate."""
+    period, amount = rate.get_expiry(), rate.amount
+    if amount < 2:  # one call per period: slices cannot help; a fixed window of the period itself
+        return Slicing(period, amount)
+    slices = max(range(1, MAX_SLICES + 1), key=lambda k: (k * (amount // (k + 1)), -k))
+    return Slicing(period / slices, amount // (slices + 1))
+
+
+def _slice_start(now: float, cut: Slicing) -> datetime:
+    start = math.floor(now / cut.seconds) * cut.seconds
+    return datetime.fromtimestamp(start, timezone.utc).replace(tzinfo=None)
+
+
+def try_take_call(provider: str, cut: Slicing, now: float) -> bool:
+    """Take one call from the current slice's budget, atomically across processes."""
+    start = _slice_start(now, cut)
+    with write_transaction() as session:
+        inserted = session.execute(upsert(session, ProviderBudget)
+                                   .values(provider=provider, slice_start=start, used=0)
+                                   .on_conflict_do_nothing()).rowcount
+        if inserted:  # a new slice: forget the old ones
+            session.execute(delete(ProviderBudget).where(ProviderBudget.provider == provider,
+                                                         ProviderBudget.slice_start < start - KEEP_BUDGET_ROWS))
+        return session.execute(update(ProviderBudget)
+                               .where(ProviderBudget.provider == provider, ProviderBudget.slice_start == start,
+                                      ProviderBudget.used < cut.calls)
+                               .values(used=ProviderBudget.used + 1)).rowcount == 1
+
+
+class DatabaseBudget:
+    """The budget in `provider_budgets` (the default): sliced as the module says."""
+
+    def __init__(self, clock=time.time):
+        self.clock = clock
+
+    def try_take(self, provider: str, rate):
+        """(taken, when to try again)."""
+        cut, now = slicing(rate), self.clock()
+        if try_take_call(provider, cut, now):
+            return True, now
+        return False, (math.floor(now / cut.seconds) + 1) * cut.seconds
+
+
+class MovingWindowBudget:
+    """The budget in a `limits` storage (`PROVIDER_RATE_LIMIT_STORAGE_URI`, e.g. redis://…): a true moving
+    window, so all of the limit is usable."""
+
+    def __init__(self, storage_uri: str):
+        self.limiter = limits.strategies.MovingWindowRateLimiter(limits.storage.storage_from_string(storage_uri))
+
+    def try_take(self, provider: str, rate):
+        if self.limiter.hit(rate, "provider-budget", provider):
+            return True, time.time()
+        return False, self.limiter.get_window_stats(rate, "provider-budget", provider).reset_time
+
+
+def current_budget():
+    """The app's budget: in `PROVIDER_RATE_LIMIT_STORAGE_URI` when set (one storage client per app), else in
+    the database."""
+    storage_uri = current_app.config.get("PROVIDER_RATE_LIMIT_STORAGE_URI")
+    if not storage_uri:
+        return DatabaseBudget()
+    if "provider_budget" not in current_app.extensions:
+        current_app.extensions["provider_budget"] = MovingWindowBudget(storage_uri)
+    return current_app.extensions["provider_budget"]
+
+
+def take_call(provider: str, rate, deadline: float, budget=None, clock=time.time, sleep=time.sleep) -> bool:
+    """Wait for a call in the shared budget; False when the provider is paused or `deadline` (a `clock`
+    time) comes first."""
+    budget = budget or DatabaseBudget(clock)
+    while True:
+        if current_pause(provider) is not None:
+            return False
+        taken, retry_at = budget.try_take(provider, rate)
+        if taken:
+            return True
+        if retry_at >= deadline:
+            return False
+        sleep(max(0.0, retry_at - clock()))
+
+
+def calls_per_claim(rate, batch_size: int, seconds: float) -> Optional[int]:
+    """How many subscriptions one process can check within `seconds` at this rate (None: unmetered)."""
+    if rate is None:
+        return None
+    cut = slicing(rate)
+    return max(1, cut.calls * max(1, int(seconds // cut.seconds))) * batch_size
+
+
+# --- pauses ---------------------------------------------------------------------------------------------
+
+def _is_active(state, now) -> bool:
+    return state is not None and state.paused_reason is not None and (
+        state.paused_until is None or state.paused_until > now)
+
+
+def pause(provider: str, reason: str, until: Optional[datetime], detail: str) -> None:
+    """Pause `provider` for every process until `until` (None: until an operator resumes). An ongoing
+    pause is only ever lengthened; a new one is logged once."""
+    now = utcnow()
+    with write_transaction() as session:
+        session.execute(upsert(session, ProviderState).values(provider=provider).on_conflict_do_nothing())
+        state = session.execute(select(ProviderState).where(ProviderState.provider == provider)
+                                .with_for_update().execution_options(populate_existing=True)).scalar_one()
+        ongoing = _is_active(state, now)
+        if ongoing and state.paused_reason != RATE_LIMITED and reason == RATE_LIMITED:
+            return  # a quota or key problem outlasts any throttling
+        if ongoing and reason == state.paused_reason:
+            until = None if None in (until, state.paused_until) else max(until, state.paused_until)
+        else:
+            state.paused_at = now
+        state.paused_reason, state.paused_until, state.detail = reason, until, detail[:200]
+    if not ongoing:
+        log.warning("provider %s paused (%s) until %s: %s", provider, reason,
+                    until.isoformat() + "Z" if until else "an operator resumes it", detail)
+
+
+def current_pause(provider: str):
+    """The ongoing pause (a row: paused_reason, paused_at, paused_until, detail), or None. A pause whose
+    time has come is lifted here (and logged once)."""
+    now = utcnow()
+    state = db.session.execute(select(ProviderState.paused_reason, ProviderState.paused_at,
+                                      ProviderState.paused_until, ProviderState.detail)
+                               .where(ProviderState.provider == provider)).one_or_none()
+    end_read_transaction()
+    if state is None or state.paused_reason is None:
+        return None
+    if _is_active(state, now):
+        return state
+    with write_transaction() as session:
+        lifted = session.execute(update(ProviderState).where(ProviderState.provider == provider,
+                                                             ProviderState.paused_reason.is_not(None),
+                                                             ProviderState.paused_until <= now)
+                                 .values(paused_reason=None, paused_until=None, paused_at=None, detail=None)).rowcount
+    if lifted:
+        log.warning("provider %s resumed: its pause (%s) has ended", provider, state.paused_reason)
+    return None
+
+
+def resume(provider: str) -> bool:
+    """An operator lifts the pause now; False when there was none."""
+    with write_transaction() as session:
+        lifted = session.execute(update(ProviderState).where(ProviderState.provider == provider,
+                                                             ProviderState.paused_reason.is_not(None))
+                                 .values(paused_reason=None, paused_until=None, paused_at=None, detail=None)).rowcount
+    if lifted:
+        log.warning("provider %s resumed by an operator", provider)
+    return bool(lifted)

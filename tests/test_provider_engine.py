@@ -1,0 +1,315 @@
+"""The provider engine (issue 10): batches, the shared rate budget, provider-wide pauses that keep every
+check's place, and the provider's calls and credits in usage."""
+import logging
+import time
+from datetime import timedelta
+
+import limits
+import pytest
+from sqlalchemy import func, select, update
+
+from app.common import utcnow
+from app.database import write_transaction
+from app.extensions import db
+from app.models import ProviderBudget, ProviderState, Subscription
+from app.providers import Answers, BaseProvider, EntityUnavailable, ProviderError, QuotaExhausted, load_provider
+from app.providers.base import provider_settings
+from app.services import provider_limits
+from app.worker import checks as worker
+
+
+def person(network_id, **fields):
+    return {"network_id": network_id, "name": "Jane", "headline": "Engineer", "company": "Acme", "title": "Engineer",
+            "location": "Berlin", "activities": [], **fields}
+
+
+class BatchVendor(BaseProvider):
+    """Answers whole batches, in an order of its own; `answers` overrides one key's answer, `stop` the whole
+    call's (raised)."""
+    name = "batchvendor"
+    batch_size = 3
+
+    def __init__(self):
+        self.calls = []
+        self.answers = {}
+        self.stop = None
+        self.credits = None
+
+    def fetch_many(self, entity_type, keys):
+        self.calls.append((entity_type, list(keys)))
+        if self.stop is not None:
+            raise self.stop
+        return Answers({key: self.answers.get(key, person(key)) for key in reversed(keys)}, credits=self.credits)
+
+
+@pytest.fixture
+def vendor(app):
+    provider = BatchVendor()
+    app.extensions["provider"] = provider
+    return provider
+
+
+def subscribe(tenant, network_id, entity_type="contact"):
+    response = tenant.post("/subscriptions", json={"entity_type": entity_type, "network_id": network_id})
+    assert response.status_code == 201, response.json
+    return response.json["id"]
+
+
+def make_due(ids, seconds_ago=1):
+    with write_transaction():
+        for offset, subscription_id in enumerate(ids):
+            db.session.execute(update(Subscription).where(Subscription.id == subscription_id)
+                               .values(next_check_at=utcnow() - timedelta(seconds=seconds_ago + offset)))
+
+
+def row(subscription_id):
+    db.session.rollback()
+    return db.session.execute(select(Subscription).where(Subscription.id == subscription_id)
+                              .execution_options(populate_existing=True)).scalar_one()
+
+
+def checked(summaries, name="checked"):
+    return sum(getattr(summary, name) for summary in summaries)
+
+
+# --- batches ------------------------------------------------------------------------------------------
+
+def test_a_batch_provider_gets_calls_of_its_batch_size_per_entity_type_and_answers_reach_the_right_ids(
+        alice, vendor):
+    people = [subscribe(alice, f"p{number}") for number in range(7)]
+    firms = [subscribe(alice, f"c{number}", "company") for number in range(2)]
+    make_due(people + firms)
+    assert checked(worker.run_due()) == 9
+    assert sorted(len(keys) for _, keys in vendor.calls) == [1, 2, 3, 3]
+    assert {entity_type for entity_type, keys in vendor.calls if keys[0].startswith("c")} == {"company"}
+    for number, subscription_id in enumerate(people):
+        assert row(subscription_id).snapshot["network_id"] == f"p{number}"
+
+
+def test_two_accounts_watching_one_entity_share_one_lookup(alice, bob, vendor):
+    ids = [subscribe(alice, "jane"), subscribe(bob, "jane")]
+    make_due(ids)
+    assert checked(worker.run_due()) == 2
+    assert vendor.calls == [("contact", ["jane"])]
+
+
+def test_answers_per_id_unavailable_transient_and_missing(alice, vendor):
+    vendor.answers = {"gone": EntityUnavailable("not_found"), "flaky": ProviderError("503"), "odd": ["not", "a dict"]}
+    ids = {name: subscribe(alice, name) for name in ("gone", "flaky", "odd")}
+    make_due(list(ids.values()))
+    summaries = worker.run_due()
+    assert (checked(summaries), checked(summaries, "failed")) == (1, 2)
+    assert row(ids["gone"]).unavailable_reason == "not_found"
+    assert row(ids["flaky"]).consecutive_failures == 1 and row(ids["odd"]).consecutive_failures == 1
+
+
+def test_a_provider_that_forgets_an_id_fails_that_check_only(alice, app):
+    class Forgetful(BatchVendor):
+        def fetch_many(self, entity_type, keys):
+            return Answers({key: person(key) for key in keys if key != "lost"})
+    app.extensions["provider"] = Forgetful()
+    ids = [subscribe(alice, "kept"), subscribe(alice, "lost")]
+    make_due(ids)
+    summaries = worker.run_due()
+    assert (checked(summaries), checked(summaries, "failed")) == (1, 1)
+    assert row(ids[1]).consecutive_failures == 1
+
+
+def test_credits_and_calls_are_counted_in_usage_per_account(alice, bob, vendor):
+    vendor.credits = 6
+    ids = [subscribe(alice, "a1"), subscribe(alice, "a2"), subscribe(bob, "b1")]
+    make_due(ids)
+    worker.run_due()
+    mine, theirs = alice.get("/account/usage").json, bob.get("/account/usage").json
+    assert (mine["day"]["provider_calls"], mine["day"]["provider_credits"]) == (2, 4.0)
+    assert (theirs["day"]["provider_calls"], theirs["day"]["provider_credits"]) == (1, 2.0)
+    assert mine["month"]["provider_credits"] == 4.0
+
+
+# --- provider-wide pauses -----------------------------------------------------------------------------
+
+def state_of(subscription_id):
+    found = row(subscription_id)
+    return found.next_check_at, found.consecutive_failures, found.check_count, found.claim_token
+
+
+def test_a_429_pauses_the_provider_for_everyone_and_the_checks_keep_their_place(app, alice, bob, vendor, caplog):
+    ids = [subscribe(alice, f"p{number}") for number in range(5)] + [subscribe(bob, "bob-person")]
+    make_due(ids)
+    before = {subscription_id: state_of(subscription_id) for subscription_id in ids}
+    vendor.stop = ProviderError("HTTP 429", retry_after=120)
+    with caplog.at_level(logging.WARNING):
+        summaries = [worker.run_due_batch()]
+        assert worker.run_due() == []  # paused: nothing is claimed, nothing called
+    assert len(vendor.calls) == 1  # the rest of the batch was not sent once the vendor said stop
+    assert checked(summaries, "failed") == 0 and checked(summaries, "deferred") == 6
+    assert {subscription_id: state_of(subscription_id) for subscription_id in ids} == before
+    status = alice.get("/account/usage").json["provider_status"]
+    assert (status["state"], status["reason"]) == ("paused", "rate_limited")
+    assert len([record for record in caplog.records if "paused" in record.getMessage()]) == 1
+    # The pause ends on its own at the time the vendor gave; the oldest due is checked first.
+    vendor.stop = None
+    with write_transaction():
+        db.session.execute(update(ProviderState).values(paused_until=utcnow() - timedelta(seconds=1)))
+    app.config["CHECK_BATCH_SIZE"] = 2
+    assert checked([worker.run_due_batch()]) == 2
+    assert sorted(vendor.calls[1][1]) == ["bob-person", "p4"]  # the two that were due the longest
+    assert checked(worker.run_due()) == 4
+    assert bob.get("/account/usage").json["provider_status"]["state"] == "active"
+
+
+def test_a_paused_provider_is_not_called_by_check_one_either(alice, vendor):
+    subscription_id = subscribe(alice, "jane")
+    provider_limits.pause("batchvendor", provider_limits.RATE_LIMITED, utcnow() + timedelta(minutes=5), "429")
+    summary = worker.run_one(subscription_id)
+    assert (summary.checked, summary.failed, summary.deferred) == (0, 0, 1)
+    assert vendor.calls == []
+    assert row(subscription_id).claim_token is None
+
+
+def test_quota_exhausted_pauses_until_an_operator_resumes(alice, vendor, runner, caplog):
+    ids = [subscribe(alice, f"p{number}") for number in range(4)]
+    make_due(ids)
+    vendor.stop = QuotaExhausted("HTTP 402")
+    with caplog.at_level(logging.WARNING):
+        worker.run_due()
+        worker.run_due()
+    status = alice.get("/account/usage").json["provider_status"]
+    assert (status["state"], status["reason"], status["paused_until"]) == ("paused", "quota_exhausted", None)
+    assert len([record for record in caplog.records if "paused" in record.getMessage()]) == 1
+    assert all(row(subscription_id).consecutive_failures == 0 for subscription_id in ids)
+    assert "state=paused" in runner.invoke(args=["providers", "status"]).output
+    vendor.stop = None
+    result = runner.invoke(args=["providers", "resume"])
+    assert result.exit_code == 0 and result.output.strip() == "resumed"
+    assert runner.invoke(args=["providers", "resume"]).output.strip() == "the provider was not paused"
+    assert checked(worker.run_due()) == 4
+    assert alice.get("/account/usage").json["provider_status"]["state"] == "active"
+
+
+def test_quota_with_a_reset_time_resumes_by_itself(alice, vendor):
+    vendor.stop = QuotaExhausted("HTTP 402", resets_at=utcnow() + timedelta(hours=1))
+    subscribe(alice, "jane")
+    make_due([subscribe(alice, "ann")])
+    worker.run_due()
+    state = db.session.get(ProviderState, "batchvendor")
+    assert state.paused_reason == "quota_exhausted" and state.paused_until is not None
+
+
+def test_a_shorter_retry_after_never_shortens_an_ongoing_pause(app):
+    later = utcnow() + timedelta(minutes=10)
+    provider_limits.pause("x", provider_limits.RATE_LIMITED, later, "429")
+    provider_limits.pause("x", provider_limits.RATE_LIMITED, utcnow() + timedelta(seconds=5), "429")
+    assert provider_limits.current_pause("x").paused_until == later
+    provider_limits.pause("x", provider_limits.QUOTA_EXHAUSTED, None, "402")
+    provider_limits.pause("x", provider_limits.RATE_LIMITED, utcnow() + timedelta(seconds=5), "429")
+    assert provider_limits.current_pause("x").paused_reason == "quota_exhausted"
+
+
+# --- the shared rate budget ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text", ["300/minute", "30/minute", "15/minute", "2/second", "18/second", "1/second"])
+def test_the_budget_never_lets_any_window_of_the_period_exceed_the_limit(app, text):
+    """Greedy takers at every tenth of a slice: no window of one period, wherever it starts, sees more."""
+    rate = limits.parse(text)
+    cut = provider_limits.slicing(rate)
+    granted, moment, step = [], 1_000_000.0, cut.seconds / 10
+    while moment < 1_000_000.0 + 3 * rate.get_expiry():
+        while provider_limits.try_take_call(f"budget-{text}", cut, moment):
+            granted.append(moment)
+        moment += step
+    period, limit = rate.get_expiry(), rate.amount
+    allowed = limit if limit >= 2 else 2 * limit  # one call per period cannot be sliced
+    assert max(sum(1 for other in granted if start <= other < start + period) for start in granted) <= allowed
+    assert len(granted) >= 0.5 * 3 * limit  # and most of the budget is usable
+
+
+def test_take_call_waits_for_the_next_slice_and_gives_up_at_the_deadline(app):
+    rate = limits.parse("2/second")
+    cut = provider_limits.slicing(rate)
+    clock = [5000.0]
+    slept = []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        clock[0] += seconds
+
+    taken = [provider_limits.take_call("w", rate, clock[0] + 10, clock=lambda: clock[0], sleep=sleep)
+             for _ in range(3)]
+    assert taken == [True, True, True] and slept  # one of them waited for the next slice
+    while provider_limits.try_take_call("w", cut, clock[0]):
+        pass  # the current slice is spent: with no time left, no call
+    assert provider_limits.take_call("w", rate, clock[0] + 0.001, clock=lambda: clock[0], sleep=sleep) is False
+    provider_limits.pause("w", provider_limits.RATE_LIMITED, utcnow() + timedelta(minutes=1), "429")
+    assert provider_limits.take_call("w", rate, clock[0] + 10, clock=lambda: clock[0], sleep=sleep) is False
+
+
+def test_claims_are_sized_to_what_the_budget_allows(alice, app, vendor):
+    vendor.rate_limit = "6/minute"
+    vendor.batch_size = 2
+    ids = [subscribe(alice, f"p{number}") for number in range(30)]
+    make_due(ids)
+    summary = worker.run_due_batch()
+    cut = provider_limits.slicing(limits.parse("6/minute"))
+    assert summary.checked == cut.calls * int(worker.STEP_BUDGET_SECONDS // cut.seconds) * 2 < 30
+
+
+# --- settings -----------------------------------------------------------------------------------------
+
+def test_provider_settings_come_from_the_environment_then_the_config():
+    environ = {"PROVIDER_ACME_API_KEY": "from-env", "PROVIDER_ACME_REGION": "eu", "PROVIDER_OTHER_API_KEY": "x"}
+    assert provider_settings("acme", {"PROVIDER_ACME_API_KEY": "from-config"}, environ) == {
+        "api_key": "from-config", "region": "eu"}
+
+
+def test_operator_settings_override_the_provider_declarations():
+    config = {"PROVIDER": "simulated", "SIMULATED_SEED": 1, "SIMULATED_PACE_SECONDS": 60, "NETWORK_DOMAIN": "x.com",
+              "PROVIDER_RATE_LIMIT": "300/minute", "PROVIDER_CONCURRENCY": 4, "PROVIDER_BATCH_SIZE": 50}
+    provider = load_provider(config)
+    assert (provider.rate_limit, provider.concurrency, provider.batch_size) == ("300/minute", 4, 1)
+
+
+def test_a_bad_rate_limit_fails_at_load_time():
+    with pytest.raises(ValueError, match="PROVIDER_RATE_LIMIT"):
+        load_provider({"PROVIDER": "simulated", "SIMULATED_SEED": 1, "SIMULATED_PACE_SECONDS": 60,
+                       "NETWORK_DOMAIN": "x.com", "PROVIDER_RATE_LIMIT": "lots"})
+
+
+def test_calls_the_budget_cannot_grant_before_the_deadline_are_deferred_untouched(alice, vendor):
+    from app.services import checks
+    vendor.rate_limit, vendor.batch_size = "2/minute", 1
+    ids = [subscribe(alice, f"p{number}") for number in range(3)]
+    make_due(ids)
+    before = {subscription_id: state_of(subscription_id) for subscription_id in ids}
+    token = checks.new_claim_token()
+    claimed = checks.claim(token, 10)
+    summary = checks.record_outcomes(token, checks.fetch_all(vendor, claimed, deadline=time.time() + 0.5))
+    cut = provider_limits.slicing(limits.parse("2/minute"))
+    assert (summary.checked, summary.deferred, summary.failed) == (cut.calls, 3 - cut.calls, 0)
+    assert len(vendor.calls) == cut.calls
+    deferred = [subscription_id for subscription_id in ids if row(subscription_id).check_count == 0]
+    assert all(state_of(subscription_id) == before[subscription_id] for subscription_id in deferred)
+
+
+def test_providers_commands_report_a_misconfigured_provider_clearly(app, runner):
+    app.config["PROVIDER"] = "crustdata"
+    app.extensions.pop("provider", None)
+    for command in ("status", "resume"):
+        result = runner.invoke(args=["providers", command])
+        assert result.exit_code == 1
+        assert "PROVIDER=crustdata needs PROVIDER_CRUSTDATA_API_KEY" in result.output
+
+
+def test_a_moving_window_budget_in_a_limits_storage_grants_the_whole_limit(app, alice, vendor):
+    """PROVIDER_RATE_LIMIT_STORAGE_URI (redis://… in production; memory:// here, one process)."""
+    from app.services import checks
+    app.config["PROVIDER_RATE_LIMIT_STORAGE_URI"] = "memory://"
+    vendor.rate_limit, vendor.batch_size = "3/minute", 1
+    ids = [subscribe(alice, f"p{number}") for number in range(5)]
+    make_due(ids)
+    token = checks.new_claim_token()
+    summary = checks.record_outcomes(token, checks.fetch_all(vendor, checks.claim(token, 10),
+                                                             deadline=time.time() + 0.5))
+    assert (summary.checked, summary.deferred, summary.failed) == (3, 2, 0)
+    assert len(vendor.calls) == 3
+    assert db.session.scalar(select(func.count()).select_from(ProviderBudget)) == 0  # not in the database

@@ -1,0 +1,223 @@
+"""The crustdata and coresignal adapters against local fakes that answer as the vendors' documentation
+shows. Sources (also on the fakes in tests/fake_vendors.py):
+- https://docs.crustdata.com/person-docs/enrichment/introduction
+- https://docs.crustdata.com/api-reference/person-apis/enrich-person-profiles-from-cached-dataset.md
+- https://docs.crustdata.com/company-docs/enrichment/reference
+- https://docs.crustdata.com/openapi-specs/2025-11-01/best-practices
+- https://docs.crustdata.com/general/rate-limits.md
+- https://docs.coresignal.com/api-introduction/authorization
+- https://docs.coresignal.com/api/clean-employee-api
+- https://docs.coresignal.com/employee-api/clean-employee-api/data-dictionary-clean-employee-api
+- https://docs.coresignal.com/company-api/clean-company-api/sample-clean-company-api-data.md
+- https://docs.coresignal.com/api-introduction/response-codes
+- https://docs.coresignal.com/api-introduction/credits
+"""
+import json
+
+import pytest
+
+from app.providers import EntityUnavailable, ProviderError, QuotaExhausted, load_provider
+from app.providers.base import AccessRefused
+from app.providers.coresignal import CoresignalProvider
+from app.providers.crustdata import CrustdataProvider
+from app.worker import checks as worker
+from tests.fake_vendors import FakeCoresignal, FakeCrustdata
+
+JANE = "https://www.linkedin.com/in/jane-doe"
+ACME = "https://www.linkedin.com/company/acme"
+
+
+@pytest.fixture
+def crustdata():
+    vendor = FakeCrustdata()
+    yield vendor
+    vendor.close()
+
+
+@pytest.fixture
+def coresignal():
+    vendor = FakeCoresignal()
+    yield vendor
+    vendor.close()
+
+
+def crust(vendor, key=FakeCrustdata.api_key):
+    return CrustdataProvider(key, vendor.url, timeout=2)
+
+
+def core(vendor, key=FakeCoresignal.api_key):
+    return CoresignalProvider(key, vendor.url, timeout=2)
+
+
+# --- crustdata ----------------------------------------------------------------------------------------
+
+def test_crustdata_person_maps_the_documented_fields_and_leaves_the_rest_unknown(crustdata):
+    crustdata.person(JANE)
+    assert crust(crustdata).fetch("contact", JANE) == {
+        "network_id": "jane-doe", "name": "Jane Doe", "headline": "Engineer at Acme", "title": "Engineer",
+        "location": "Berlin, Germany"}  # no company, no activities: unknown, never empty
+    _, method, path, headers, body = crustdata.calls[0]
+    assert (method, path) == ("POST", "/person/enrich")
+    assert headers["authorization"] == "Bearer test-key" and headers["x-api-version"] == "2025-11-01"
+    assert json.loads(body) == {"professional_network_profile_urls": [JANE], "fields": ["basic_profile"]}
+
+
+def test_crustdata_company_maps_headcount_and_description(crustdata):
+    crustdata.company(ACME)
+    assert crust(crustdata).fetch("company", ACME) == {
+        "network_id": "acme", "name": "Acme", "description": "Makes anvils.", "headcount": 120,
+        "industry": "Manufacturing", "website": "https://acme.example"}
+    assert json.loads(crustdata.calls[0][4])["fields"] == ["basic_info", "headcount"]
+
+
+def test_crustdata_batches_urls_and_matches_each_answer_to_its_url(crustdata):
+    urls = [f"https://www.linkedin.com/in/p{number}" for number in range(3)]
+    for number, url in enumerate(urls[:2]):
+        crustdata.person(url, name=f"P{number}")
+    answers = crust(crustdata).fetch_many("contact", list(reversed(urls)))
+    assert len(crustdata.calls) == 1
+    assert answers[urls[0]]["name"] == "P0" and answers[urls[1]]["name"] == "P1"
+    assert isinstance(answers[urls[2]], EntityUnavailable) and answers[urls[2]].reason == "not_found"
+
+
+def test_crustdata_echoing_a_url_with_a_trailing_slash_still_matches(crustdata):
+    crustdata.person(JANE + "/")
+    assert crust(crustdata).fetch_many("contact", [JANE + "/"])[JANE + "/"]["name"] == "Jane Doe"
+
+
+@pytest.mark.parametrize("answer, error, detail", [
+    ((401, {"message": "Invalid API key in request"}, {}), AccessRefused, None),
+    ((402, {"error": {"type": "insufficient_credits", "message": "x", "metadata": {}}}, {}), QuotaExhausted, None),
+    ((429, {}, {"x-ratelimit-reset": "37"}), ProviderError, 37.0),
+    ((500, {"message": "oops"}, {}), ProviderError, None),
+    ((502, b"<html>bad gateway</html>", {}), ProviderError, None),
+    ((200, b"{not json", {}), ProviderError, None),
+    ((200, {"results": "not a list"}, {}), ProviderError, None),
+])
+def test_crustdata_error_answers(crustdata, answer, error, detail):
+    crustdata.forced.append(answer)
+    with pytest.raises(error) as raised:
+        crust(crustdata).fetch_many("contact", [JANE])
+    if error is ProviderError:
+        assert raised.value.retry_after == detail
+
+
+def test_crustdata_wrong_key_is_refused_by_the_fake_as_by_the_vendor(crustdata):
+    crustdata.person(JANE)
+    with pytest.raises(AccessRefused):
+        crust(crustdata, key="wrong").fetch_many("contact", [JANE])
+
+
+def test_crustdata_a_match_without_data_is_transient_for_that_url(crustdata):
+    crustdata.forced.append((200, [{"matched_on": JANE, "match_type": "professional_network_profile_url",
+                                    "matches": [{"confidence_score": 1.0}]}], {}))
+    assert isinstance(crust(crustdata).fetch_many("contact", [JANE])[JANE], ProviderError)
+
+
+def test_crustdata_needs_an_api_key_from_its_own_settings(monkeypatch, crustdata):
+    with pytest.raises(ValueError, match="PROVIDER_CRUSTDATA_API_KEY"):
+        load_provider({"PROVIDER": "crustdata"})
+    monkeypatch.setenv("PROVIDER_CRUSTDATA_API_KEY", "from-env")
+    monkeypatch.setenv("PROVIDER_CRUSTDATA_URL", crustdata.url)
+    provider = load_provider({"PROVIDER": "crustdata"})
+    assert (provider.base_url, provider.batch_size, provider.rate_limit, provider.lookup) == (
+        crustdata.url, 25, "15/minute", "url")
+
+
+# --- coresignal ---------------------------------------------------------------------------------------
+
+def test_coresignal_employee_maps_the_current_experience(coresignal):
+    coresignal.person("jane-doe")
+    assert core(coresignal).fetch("contact", "jane-doe") == {
+        "network_id": "jane-doe", "name": "Jane Doe", "headline": "Engineer at Acme", "title": "Engineer",
+        "company": "Acme"}
+    _, method, path, headers, _ = coresignal.calls[0]
+    assert (method, path, headers["apikey"]) == ("GET", "/cdapi/v2/employee_clean/collect/jane-doe", "test-key")
+
+
+def test_coresignal_company_maps_the_headcount(coresignal):
+    coresignal.company("acme")
+    assert core(coresignal).fetch("company", "acme") == {
+        "network_id": "acme", "name": "Acme", "description": "Makes anvils.", "industry": "Software",
+        "headcount": 150, "website": "http://www.acme.example"}
+
+
+def test_coresignal_shorthand_names_are_sent_percent_encoded(coresignal):
+    coresignal.person("jérôme/x")
+    assert core(coresignal).fetch("contact", "jérôme/x")["name"] == "Jane Doe"
+    assert coresignal.calls[0][2] == "/cdapi/v2/employee_clean/collect/j%C3%A9r%C3%B4me%2Fx"
+
+
+def test_coresignal_missing_and_deleted_profiles_are_unavailable(coresignal):
+    coresignal.person("gone", deleted=1)
+    provider = core(coresignal)
+    for key, reason in (("nobody", "not_found"), ("gone", "private")):
+        with pytest.raises(EntityUnavailable) as raised:
+            provider.fetch("contact", key)
+        assert raised.value.reason == reason
+
+
+def test_coresignal_records_credits_per_successful_collect_and_the_balance(coresignal):
+    coresignal.credits = 10
+    coresignal.person("jane-doe")
+    provider = core(coresignal)
+    answers = provider.fetch_many("contact", ["jane-doe"])
+    assert answers.credits == 1.0 and provider.credits_remaining == 9
+    assert provider.fetch_many("contact", ["nobody"]).credits == 0  # a 404 is not charged
+
+
+def test_coresignal_402_when_credits_are_spent(coresignal):
+    coresignal.credits = 0
+    coresignal.person("jane-doe")
+    with pytest.raises(QuotaExhausted):
+        core(coresignal).fetch("contact", "jane-doe")
+
+
+@pytest.mark.parametrize("answer, error, retry_after", [
+    ((401, {"detail": "No valid API key"}, {}), AccessRefused, None),
+    ((429, {"detail": "Rate limit exceeded"}, {"Retry-After": "2"}), ProviderError, 2.0),
+    ((429, {"detail": "Rate limit exceeded"}, {}), ProviderError, 60.0),
+    ((503, {"detail": "Too many requests"}, {}), ProviderError, None),
+    ((200, b"[1, 2", {}), ProviderError, None),
+    ((200, [1, 2], {}), ProviderError, None),
+])
+def test_coresignal_error_answers(coresignal, answer, error, retry_after):
+    coresignal.forced.append(answer)
+    with pytest.raises(error) as raised:
+        core(coresignal).fetch("contact", "jane-doe")
+    if error is ProviderError:
+        assert raised.value.retry_after == retry_after
+
+
+def test_coresignal_needs_an_api_key(coresignal):
+    with pytest.raises(ValueError, match="PROVIDER_CORESIGNAL_API_KEY"):
+        load_provider({"PROVIDER": "coresignal"})
+    provider = load_provider({"PROVIDER": "coresignal", "PROVIDER_CORESIGNAL_API_KEY": "k",
+                              "PROVIDER_CORESIGNAL_URL": coresignal.url, "PROVIDER_RATE_LIMIT": "5/second"})
+    assert provider.rate_limit == "5/second" and provider.base_url == coresignal.url
+
+
+# --- through the engine -------------------------------------------------------------------------------
+
+def test_crustdata_through_the_engine_looks_up_by_url_and_pauses_on_402(app, alice, crustdata):
+    app.extensions["provider"] = crust(crustdata)
+    crustdata.person(JANE)
+    response = alice.post("/subscriptions", json={"entity_type": "contact", "network_url": JANE})
+    assert response.status_code == 201, response.json
+    assert worker.run_one(response.json["id"]).checked == 1
+    assert json.loads(crustdata.calls[0][4])["professional_network_profile_urls"] == [JANE]
+    crustdata.credits = 0
+    assert worker.run_one(response.json["id"]).deferred == 1
+    status = alice.get("/account/usage").json["provider_status"]
+    assert (status["provider"], status["state"], status["reason"]) == ("crustdata", "paused", "quota_exhausted")
+
+
+def test_coresignal_through_the_engine_counts_credits_in_usage(app, alice, coresignal):
+    app.extensions["provider"] = core(coresignal)
+    coresignal.credits = 100
+    coresignal.company("acme")
+    response = alice.post("/subscriptions", json={"entity_type": "company", "network_id": "acme"})
+    assert worker.run_one(response.json["id"]).checked == 1
+    usage = alice.get("/account/usage").json
+    assert (usage["day"]["provider_calls"], usage["day"]["provider_credits"]) == (1, 1.0)
+    assert usage["provider_status"]["credits_remaining"] == 99
