@@ -9,9 +9,7 @@ import subprocess
 import sys
 import time
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-import threading
 
 import pytest
 import requests
@@ -207,43 +205,20 @@ def test_sigterm_and_sigint_stop_a_busy_scheduler_quickly_every_time(service, ho
 
 # --- crash recovery ------------------------------------------------------------------------------------
 
-class SlowProvider:
-    """An `http` provider upstream on 127.0.0.1 that answers after `delay` seconds."""
-
-    def __init__(self, delay):
-        self.delay = delay
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                time.sleep(outer.delay)
-                network_id = self.path.rsplit("/", 1)[-1]
-                body = json.dumps({"network_id": network_id, "name": "N", "headline": "h", "company": "C",
-                                   "title": "T", "activities": []}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+def snapshot_after(delay):
+    """An `http` provider's answer (contract §7) for the id at the end of the path, after `delay()` seconds."""
+    def reply(received):
+        body = json.dumps({"network_id": received.path.rsplit("/", 1)[-1], "name": "N", "headline": "h",
+                           "company": "C", "title": "T", "activities": []}).encode()
+        return Reply(delay=delay(), headers={"Content-Type": "application/json"}, body=body)
+    return reply
 
 
 def test_a_scheduler_killed_with_sigkill_leaves_claims_that_return_within_the_configured_lease(service):
-    upstream = SlowProvider(delay=30)
-    try:
+    slow = {"seconds": 30}
+    with Receiver(snapshot_after(lambda: slow["seconds"])) as upstream:
         seed_busy_database(service, None, subscriptions=50)
-        env = {"PROVIDER": "http", "PROVIDER_HTTP_URL": upstream.url, "CHECK_LEASE_SECONDS": "6",
+        env = {"PROVIDER": "http", "PROVIDER_HTTP_URL": upstream.url.rsplit("/", 1)[0], "CHECK_LEASE_SECONDS": "6",
                "PROVIDER_HTTP_TIMEOUT_SECONDS": "2"}
         process = service.start(str(BIN / "entity-monitor"), "scheduler", "run", env=env)
         with running(process):
@@ -257,13 +232,11 @@ def test_a_scheduler_killed_with_sigkill_leaves_claims_that_return_within_the_co
         latest = max(time.mktime(time.strptime(value[:19], "%Y-%m-%d %H:%M:%S")) - time.timezone
                      for (value,) in leases)
         assert latest <= claimed_at + 6 + 1  # CHECK_LEASE_SECONDS from the environment, not the default
-        upstream.delay = 0
+        slow["seconds"] = 0
         time.sleep(max(0.0, latest - time.time()) + 1)
         done = service.command("checks", "run", "--due", env=env)
         assert "checked=50" in done.stdout
         assert service.sql("SELECT count(*) FROM subscriptions WHERE check_count = 1") == [(50,)]
-    finally:
-        upstream.close()
 
 
 # --- bad settings and unsafe process models are refused with one line ----------------------------------
