@@ -291,13 +291,17 @@ def test_several_gunicorn_workers_with_per_process_state_are_refused(service, en
     assert str(ROOT / "app") not in stderr
 
 
-def test_one_worker_with_threads_is_the_safe_default(service):
-    service.create_account()
+def test_one_worker_with_threads_serves_and_writes_buffered_usage_counts_when_stopped(service):
+    key = service.create_account()
     port = free_port()
     with running(gunicorn(service, port, "-w", "1", "--threads", "4")) as server:
         wait_until_serving(service, server, port)
+        api = Api(port, key)
+        for _ in range(3):
+            assert api.session.get(f"{api.base}/account", timeout=10).status_code == 200
         server.send_signal(signal.SIGTERM)
         assert server.wait(STOP_WITHIN_SECONDS) == 0
+    assert service.sql("SELECT sum(requests) FROM usage_counters") == [(3,)]  # none lost in the buffer
 
 
 # --- installs like a Python service --------------------------------------------------------------------
