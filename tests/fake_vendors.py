@@ -31,11 +31,17 @@ class JsonHandler(BaseHTTPRequestHandler):
         pass
 
 
+class BackloggedHTTPServer(ThreadingHTTPServer):
+    """A listen backlog for a whole sender or fetch pool: with the default of 5, connections past it wait for a
+    SYN retransmit (a second), which a short client connect timeout reads as a failure."""
+    request_queue_size = 128
+
+
 class LocalServer:
     """A threading HTTP server on 127.0.0.1 with a free port, serving `handler_class` until `close`."""
 
     def __init__(self, handler_class):
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler_class)
+        self.server = BackloggedHTTPServer(("127.0.0.1", 0), handler_class)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()

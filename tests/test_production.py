@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from webhook_helpers import Receiver, Reply
+from tests.webhook_helpers import Receiver, Reply
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

@@ -5,12 +5,13 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 from app.common import utcnow
 from app.database import write_transaction
 from app.services import events, subscriptions
+from tests.fake_vendors import BackloggedHTTPServer
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL_RECEIVER_CONFIG = {"WEBHOOK_ALLOW_HTTP": True, "WEBHOOK_ALLOW_PRIVATE_ADDRESSES": True}
@@ -44,7 +45,7 @@ class Receiver:
         self.reply = reply or Reply()
         self.requests = []
         self._lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self.server = BackloggedHTTPServer(("127.0.0.1", 0), self._handler_class())
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
