@@ -1,6 +1,6 @@
 """The scale-out path: the same migrations, claims and checks on PostgreSQL.
 
-Runs when TEST_POSTGRES_URL names a database it may wipe (CI sets it when a server is running)."""
+Runs when TEST_POSTGRES_URL names a database it may write schemas into (CI sets it when a server is running)."""
 import os
 import threading
 
@@ -18,13 +18,23 @@ POSTGRES_URL = os.environ.get("TEST_POSTGRES_URL")
 pytestmark = pytest.mark.skipif(not POSTGRES_URL, reason="TEST_POSTGRES_URL is not set")
 
 
+def url_with_own_schema(name: str) -> str:
+    """TEST_POSTGRES_URL with a schema of its own first on the search path (test modules on other xdist
+    workers, or the processes a test starts, then never share tables); the schema is emptied first."""
+    from sqlalchemy import create_engine
+    engine = create_engine(POSTGRES_URL)
+    with engine.begin() as connection:
+        connection.execute(text(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'))
+        connection.execute(text(f'CREATE SCHEMA "{name}"'))
+    engine.dispose()
+    return f"{POSTGRES_URL}{'&' if '?' in POSTGRES_URL else '?'}options=-csearch_path%3D{name}"
+
+
 @pytest.fixture
 def pg_app():
-    app = create_app({**BASE_CONFIG, "SQLALCHEMY_DATABASE_URI": POSTGRES_URL})
+    schema = f"test_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+    app = create_app({**BASE_CONFIG, "SQLALCHEMY_DATABASE_URI": url_with_own_schema(schema)})
     with app.app_context():
-        with db.engine.begin() as connection:
-            connection.execute(text("DROP SCHEMA public CASCADE"))
-            connection.execute(text("CREATE SCHEMA public"))
         upgrade()
         yield app
         db.session.remove()

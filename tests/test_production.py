@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import requests
+import sqlalchemy
 
 from tests.webhook_helpers import Receiver, Reply
 
@@ -70,7 +71,13 @@ class Service:
         raise AssertionError(f"timed out waiting for {what}")
 
     def heartbeats(self) -> int:
-        return self.sql("SELECT count(*) FROM scheduler_heartbeats")[0][0]
+        """Schedulers that have ticked, on whichever database DATABASE_URL names."""
+        engine = sqlalchemy.create_engine(self.env["DATABASE_URL"])
+        try:
+            with engine.connect() as connection:
+                return connection.exec_driver_sql("SELECT count(*) FROM scheduler_heartbeats").scalar()
+        finally:
+            engine.dispose()
 
 
 class Api:
@@ -354,3 +361,29 @@ def test_a_wheel_installed_in_a_fresh_venv_outside_the_checkout_migrates_creates
         assert response.status_code == 200 and response.json()["name"] == "Installed"
         server.send_signal(signal.SIGTERM)
         assert server.wait(STOP_WITHIN_SECONDS) == 0
+
+
+def test_flask_run_serves_with_the_scheduler(service):
+    service.create_account()
+    port = free_port()
+    process = service.start(str(BIN / "flask"), "--app", "wsgi", "run", "--port", str(port))
+    with running(process):
+        wait_until_serving(service, process, port)
+        service.wait_for(lambda: service.heartbeats() == 1, what="the scheduler of `flask run`")
+        process.send_signal(signal.SIGINT)
+        process.wait(STOP_WITHIN_SECONDS)
+
+
+@pytest.mark.skipif(not os.environ.get("TEST_POSTGRES_URL"), reason="TEST_POSTGRES_URL is not set")
+def test_on_postgresql_several_scheduler_processes_run_side_by_side(service):
+    from tests.test_postgres import url_with_own_schema
+    service.env["DATABASE_URL"] = url_with_own_schema("test_two_schedulers")
+    service.create_account()
+    first = service.start(str(BIN / "entity-monitor"), "scheduler", "run")
+    second = service.start(str(BIN / "entity-monitor"), "scheduler", "run")
+    with running(first), running(second):
+        service.wait_for(lambda: service.heartbeats() == 2, what="two schedulers on one PostgreSQL database")
+        for process in (first, second):
+            assert process.poll() is None  # neither was refused
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(STOP_WITHIN_SECONDS) == 0
