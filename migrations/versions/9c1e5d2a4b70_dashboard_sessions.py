@@ -1,4 +1,4 @@
-"""dashboard sessions
+"""dashboard sessions; events by account and type
 
 Revision ID: 9c1e5d2a4b70
 Revises: 3f2a9c1d7b10
@@ -32,9 +32,13 @@ def upgrade():
         batch_op.create_index(batch_op.f('ix_dashboard_sessions_account_id'), ['account_id'], unique=False)
         batch_op.create_index(batch_op.f('ix_dashboard_sessions_api_key_id'), ['api_key_id'], unique=False)
         batch_op.create_index(batch_op.f('ix_dashboard_sessions_expires_at'), ['expires_at'], unique=False)
+    with op.batch_alter_table('events', schema=None) as batch_op:
+        batch_op.create_index('ix_events_account_type_order', ['account_id', 'type', 'created_at'], unique=False)
 
 
 def downgrade():
+    with op.batch_alter_table('events', schema=None) as batch_op:
+        batch_op.drop_index('ix_events_account_type_order')
     with op.batch_alter_table('dashboard_sessions', schema=None) as batch_op:
         batch_op.drop_index(batch_op.f('ix_dashboard_sessions_expires_at'))
         batch_op.drop_index(batch_op.f('ix_dashboard_sessions_api_key_id'))
