@@ -9,11 +9,11 @@ from app.api.limits import limit_unauthenticated
 from app.dashboard import (LOGIN_CSRF_COOKIE, SESSION_COOKIE, account_id, bp, check_login_csrf, new_login_csrf,
                            notify, render, safe_next)
 from app.dashboard.presenters import change_rows, events_chart, parse_body
-from app.errors import NotFound, ServiceError, Unauthorized
+from app.errors import NotFound, ServiceError, Unauthorized, ValidationFailed
 from app.schemas.account import ApiKeyCreateSchema
 from app.schemas.subscriptions import MetadataPatchSchema, SubscriptionCreateSchema, SubscriptionListQuerySchema
 from app.schemas.webhooks import RecoverSchema, WebhookConfigureSchema, WebhookUpdateSchema
-from app.services import (accounts, dashboard_sessions, events, importer, keys, outbox, overview, subscriptions,
+from app.services import (dashboard_sessions, events, importer, keys, outbox, overview, subscriptions,
                           webhooks)
 from app.services.transport import transport_for
 
@@ -36,12 +36,11 @@ def _back(endpoint, **values):
     return redirect(url_for(endpoint, **values))
 
 
-def _attempt(change, done_message, endpoint, **values):
-    """Run a change; its refusal becomes an error notice (an id of another account stays the 404 page).
-    Then back to the page it came from."""
+def _attempt(change, endpoint, **values):
+    """Run a change, which returns what to tell on success; its refusal becomes an error notice (an id of
+    another account stays the 404 page). Then back to the page it came from."""
     try:
-        change()
-        notify("success", done_message)
+        notify("success", change())
     except NotFound:
         raise
     except ServiceError as error:
@@ -112,15 +111,14 @@ def subscriptions_page():
 def add_subscription():
     """One profile by URL (or by id with its type), read like one row of an import."""
     row = {"url": request.form.get("url", "").strip(), "entity_type": request.form.get("entity_type", "")}
-
-    def create():
+    try:
         item = importer.item_for_row(row, importer.Plan("url", "entity_type"))
         subscription = subscriptions.create(account_id(), load(create_schema, item))
-        g.created_id = subscription.id
-    response = _attempt(create, f"Subscribed to {row['url']}.", "dashboard.subscriptions_page")
-    if g.get("created_id"):
-        return _back("dashboard.subscription_page", subscription_id=g.created_id)
-    return response
+    except ServiceError as error:
+        notify("error", error.message)
+        return _back("dashboard.subscriptions_page")
+    notify("success", f"Subscribed to {row['url']}.")
+    return _back("dashboard.subscription_page", subscription_id=subscription.id)
 
 
 @bp.post("/subscriptions/bulk")
@@ -170,8 +168,8 @@ def change_subscription(subscription_id, action):
             subscriptions.cancel(account_id(), subscription_id)
         else:
             subscriptions.set_status(account_id(), subscription_id, "paused" if action == "pause" else "active")
-    past = {"pause": "Paused", "resume": "Resumed", "cancel": "Cancelled"}[action]
-    return _attempt(change, f"{past}.", "dashboard.subscription_page", subscription_id=subscription_id)
+        return {"pause": "Paused.", "resume": "Resumed.", "cancel": "Cancelled."}[action]
+    return _attempt(change, "dashboard.subscription_page", subscription_id=subscription_id)
 
 
 @bp.post("/subscriptions/<subscription_id>/metadata")
@@ -180,10 +178,12 @@ def edit_metadata(subscription_id):
         try:
             value = json.loads(request.form.get("custom_metadata") or "{}")
         except ValueError:
-            raise ServiceError("Custom metadata must be a JSON object, e.g. {\"owner\": \"sam\"}.")
+            raise ValidationFailed("custom_metadata",
+                                   'Custom metadata must be a JSON object, e.g. {"owner": "sam"}.')
         body = load(metadata_schema, {"custom_metadata": value})
         subscriptions.update_metadata(account_id(), subscription_id, body["custom_metadata"])
-    return _attempt(change, "Custom metadata saved.", "dashboard.subscription_page", subscription_id=subscription_id)
+        return "Custom metadata saved."
+    return _attempt(change, "dashboard.subscription_page", subscription_id=subscription_id)
 
 
 # --- events and deliveries ----------------------------------------------------------------------
@@ -209,9 +209,10 @@ def event_page(event_id):
 
 @bp.post("/events/<event_id>/redeliver")
 def redeliver(event_id):
-    return _attempt(lambda: outbox.redeliver(account_id(), event_id),
-                    "Queued for delivery: the attempt appears below within a few seconds.",
-                    "dashboard.event_page", event_id=event_id)
+    def change():
+        outbox.redeliver(account_id(), event_id)
+        return "Queued for delivery: the attempt appears below within a few seconds."
+    return _attempt(change, "dashboard.event_page", event_id=event_id)
 
 
 @bp.get("/deliveries")
@@ -229,22 +230,16 @@ def recover():
         form = {name: request.form[name] for name in ("since", "until") if request.form.get(name)}
         body = load(recover_schema, {**form, "include_pending": request.form.get("include_pending") == "on"})
         queued = outbox.recover(account_id(), body["since"], body.get("until"), body["include_pending"])["queued"]
-        g.recover_message = f"{queued:,} events queued for delivery."
-    response = _attempt(change, "", "dashboard.deliveries_page")
-    if g.get("recover_message"):
-        notify("success", g.recover_message)
-    return response
+        return f"{queued:,} events queued for delivery."
+    return _attempt(change, "dashboard.deliveries_page")
 
 
 # --- webhook settings ---------------------------------------------------------------------------
 
 def _webhook_page(status=200, **context):
-    try:
-        config = webhooks.get(account_id())
-    except ServiceError:
-        config = None
-    return render("webhook.html", code=status, config=config, event_types=events.EVENT_TYPES,
-                  families=webhooks.EVENT_FAMILIES, choices=webhooks.INITIAL_WEBHOOK_CHOICES, **context)
+    return render("webhook.html", code=status, config=webhooks.get_or_none(account_id()),
+                  event_types=events.EVENT_TYPES, families=webhooks.EVENT_FAMILIES,
+                  choices=webhooks.INITIAL_WEBHOOK_CHOICES, **context)
 
 
 @bp.get("/webhook")
@@ -311,4 +306,7 @@ def create_key():
 
 @bp.post("/keys/<key_id>/revoke")
 def revoke_key(key_id):
-    return _attempt(lambda: keys.delete_key(account_id(), key_id), "Key revoked.", "dashboard.keys_page")
+    def change():
+        keys.delete_key(account_id(), key_id)
+        return "Key revoked."
+    return _attempt(change, "dashboard.keys_page")
