@@ -10,7 +10,7 @@ from app.common import utcnow
 from app.database import write_transaction
 from app.extensions import db
 from app.models import DashboardSession, Event
-from app.services import keys
+from app.services import keys, webhooks
 from tests.conftest import subscription_count
 from tests.dashboard_helpers import Browser, csrf_of, sign_in
 from tests.webhook_helpers import LOCAL_RECEIVER_CONFIG, Receiver, Reply, configure, record_events, subscribe
@@ -108,11 +108,13 @@ def test_sign_out_ends_the_session(browser):
     assert browser.get("/").status_code == 302
 
 
-def test_an_expired_session_is_refused(browser):
+def test_an_expired_session_is_refused_and_later_pruned(app, alice, browser):
     with write_transaction() as session:
         for row in session.scalars(select(DashboardSession)):
             row.expires_at = utcnow()
     assert browser.get("/").status_code == 302
+    sign_in(app.test_client(), alice.key)
+    assert len(session_rows()) == 1  # the expired one was deleted by the next sign-in
 
 
 def test_revoking_the_key_ends_its_sessions(app, alice, browser):
@@ -366,3 +368,13 @@ def test_the_overview_of_a_populated_account(browser, alice, ticking):
     assert "1,201" in page  # events in the chart's summary, with a thousands separator
     assert "<svg" in page and "contact.position_changed" in page
     assert "100.0%" in page and "Healthy." in page and "Last heartbeat" in page and "Trial" in page
+
+
+def test_a_switched_off_endpoint_is_shown_with_why(browser, alice):
+    configure(alice, "http://127.0.0.1:9/hook")
+    with write_transaction() as session:
+        config = webhooks.get(alice.account_id, session)
+        config.is_active, config.failing_since = False, utcnow()
+    overview = browser.text("/")
+    assert "Deactivated: deliveries are paused after failing since" in overview
+    assert "Deliveries are switched off: the endpoint kept failing" in browser.text("/webhook")
