@@ -228,6 +228,8 @@ def test_bulk_actions_on_the_selected(browser, alice):
     browser.post("/subscriptions/bulk", data={"ids": ids, "action": "cancel"})
     assert subscription_count(alice.account_id, status="cancelled") == 3
     assert "Cancel: 3 done." in browser.text("/subscriptions")
+    browser.post("/subscriptions/bulk", data={"ids": [f"sub_{index}" for index in range(101)], "action": "pause"})
+    assert "subscription_ids" in browser.text("/subscriptions")  # the API's cap of 100, same message
 
 
 def test_metadata_is_edited_as_json_and_bad_json_changes_nothing(browser, alice):

@@ -15,7 +15,7 @@ def parse_body(event) -> dict:
     return json.loads(event.body)
 
 
-def change_rows(event_type: str, envelope: dict) -> list:
+def change_rows(envelope: dict) -> list:
     """[(field, before, after)] of an event: `previous_X`/`current_X` pairs of its changes, the fields of an
     initial state (before: nothing), or the new activity."""
     data = envelope.get("data", {})

@@ -11,7 +11,8 @@ from app.dashboard import (LOGIN_CSRF_COOKIE, SESSION_COOKIE, account_id, bp, ch
 from app.dashboard.presenters import change_rows, events_chart, parse_body
 from app.errors import NotFound, ServiceError, Unauthorized, ValidationFailed
 from app.schemas.account import ApiKeyCreateSchema
-from app.schemas.subscriptions import MetadataPatchSchema, SubscriptionCreateSchema, SubscriptionListQuerySchema
+from app.schemas.subscriptions import (BulkIdsSchema, BulkStatusSchema, MetadataPatchSchema, SubscriptionCreateSchema,
+                                       SubscriptionListQuerySchema)
 from app.schemas.webhooks import RecoverSchema, WebhookConfigureSchema, WebhookUpdateSchema
 from app.services import (dashboard_sessions, events, importer, keys, outbox, overview, subscriptions,
                           webhooks)
@@ -21,6 +22,8 @@ PAGE_SIZE = 50
 create_schema = SubscriptionCreateSchema()
 list_query_schema = SubscriptionListQuerySchema()
 metadata_schema = MetadataPatchSchema()
+bulk_ids_schema = BulkIdsSchema()
+bulk_status_schema = BulkStatusSchema()
 configure_schema = WebhookConfigureSchema()
 update_schema = WebhookUpdateSchema()
 recover_schema = RecoverSchema()
@@ -30,6 +33,10 @@ key_create_schema = ApiKeyCreateSchema()
 def _page_number() -> int:
     value = request.args.get("page", "1")
     return max(1, int(value)) if value.isdigit() else 1
+
+
+def _page_count(total: int) -> int:
+    return max(1, -(-total // PAGE_SIZE))
 
 
 def _back(endpoint, **values):
@@ -104,7 +111,7 @@ def subscriptions_page():
         return _back("dashboard.subscriptions_page")
     rows, total = subscriptions.list_page(account_id(), **query)
     return render("subscriptions.html", rows=rows, total=total, filters=filters, page=page_number,
-                  pages=max(1, -(-total // PAGE_SIZE)))
+                  pages=_page_count(total))
 
 
 @bp.post("/subscriptions")
@@ -127,10 +134,17 @@ def bulk_action():
     if not ids or action not in ("pause", "resume", "cancel"):
         notify("error", "Select at least one subscription, then pause, resume or cancel.")
         return _back("dashboard.subscriptions_page")
-    if action == "cancel":
-        done, errors = subscriptions.bulk_cancel(account_id(), ids)
-    else:
-        done, errors = subscriptions.bulk_set_status(account_id(), ids, "paused" if action == "pause" else "active")
+    try:
+        if action == "cancel":
+            body = load(bulk_ids_schema, {"subscription_ids": ids})
+            done, errors = subscriptions.bulk_cancel(account_id(), body["subscription_ids"])
+        else:
+            body = load(bulk_status_schema, {"subscription_ids": ids,
+                                             "status": "paused" if action == "pause" else "active"})
+            done, errors = subscriptions.bulk_set_status(account_id(), body["subscription_ids"], body["status"])
+    except ServiceError as error:
+        notify("error", error.message)
+        return _back("dashboard.subscriptions_page")
     problems = "; ".join(error["error"] for error in errors)
     notify("error" if errors else "success", f"{action.capitalize()}: {len(done):,} done. {problems}".strip())
     return _back("dashboard.subscriptions_page")
@@ -155,8 +169,7 @@ def import_subscriptions():
 def subscription_page(subscription_id):
     subscription = subscriptions.get(account_id(), subscription_id)
     rows, total = events.list_page(account_id(), PAGE_SIZE, 0, subscription_id=subscription.id)
-    timeline = [{"event": row, "data": parse_body(row)["data"], "changes": change_rows(row.type, parse_body(row))}
-                for row in rows]
+    timeline = [{"event": row, "changes": change_rows(parse_body(row))} for row in rows]
     return render("subscription.html", subscription=subscription, timeline=timeline, total=total,
                   metadata=json.dumps(subscription.custom_metadata or {}, indent=2, ensure_ascii=False))
 
@@ -195,7 +208,7 @@ def events_page():
     page_number = _page_number()
     rows, total = events.list_page(account_id(), PAGE_SIZE, (page_number - 1) * PAGE_SIZE, event_type,
                                    delivery_status=status)
-    return render("events.html", rows=rows, total=total, page=page_number, pages=max(1, -(-total // PAGE_SIZE)),
+    return render("events.html", rows=rows, total=total, page=page_number, pages=_page_count(total),
                   event_type=event_type, status=status, event_types=events.EVENT_TYPES,
                   statuses=events.DELIVERY_STATUSES)
 
@@ -221,7 +234,7 @@ def deliveries_page():
     page_number = _page_number()
     rows, total = outbox.attempts_page(account_id(), PAGE_SIZE, (page_number - 1) * PAGE_SIZE, status=status)
     return render("deliveries.html", rows=rows, total=total, page=page_number, status=status,
-                  pages=max(1, -(-total // PAGE_SIZE)))
+                  pages=_page_count(total))
 
 
 @bp.post("/deliveries/recover")
