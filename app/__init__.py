@@ -82,8 +82,10 @@ def _register_request_hooks(app):
 def _register_blueprints(app):
     from app.api import account, events, keys, meta, metrics, subscriptions, webhooks
     from app.api.http import SubscriptionIdConverter
+    from app.dashboard import bp as dashboard_bp
     app.url_map.converters["subscription"] = SubscriptionIdConverter
     app.register_blueprint(meta.bp)
+    app.register_blueprint(dashboard_bp)
     metrics.register(app)
     keyed = [account.bp, keys.bp, subscriptions.bp, events.bp, webhooks.bp]
     for prefix in API_PREFIXES:

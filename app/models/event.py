@@ -24,6 +24,8 @@ class Event(db.Model):
     __table_args__ = (
         Index("ix_events_account_order", "account_id", "created_at", "id"),
         Index("ix_events_account_subscription", "account_id", "subscription_id"),
+        # The event list filtered by type, and (covering) the dashboard's events-per-day chart.
+        Index("ix_events_account_type_order", "account_id", "type", "created_at"),
     )
 
 

@@ -24,6 +24,8 @@ EVENT_TYPES = (
     "entity.unavailable",
 )
 
+DELIVERY_STATUSES = ("pending", "succeeded", "failed", "skipped")
+
 _new_delivery_listeners = []
 
 
@@ -118,9 +120,9 @@ def notify_new_deliveries():
         listener()
 
 
-def list_page(account_id, limit, offset, event_type=None, subscription_id=None):
+def list_page(account_id, limit, offset, event_type=None, subscription_id=None, delivery_status=None):
     return newest_first_page(Event, Event.created_at, limit, offset, account_id=account_id, type=event_type,
-                             subscription_id=subscription_id)
+                             subscription_id=subscription_id, delivery_status=delivery_status)
 
 
 def get(account_id, event_id) -> Event:

@@ -2,6 +2,7 @@
 and send the items in chunks through the bulk-create rules. Re-running is safe: what exists already is
 reported as present, not as a failure."""
 import csv
+import io
 import re
 from dataclasses import dataclass, field
 from itertools import islice
@@ -31,15 +32,34 @@ def header_key(name: str) -> str:
 def read_rows(path: str):
     """(header, rows as dicts) of a CSV file; the delimiter (`,`, `;` or tab) is detected, a BOM skipped."""
     with open(path, newline="", encoding="utf-8-sig") as file:
-        sample = file.read(64 * 1024)
-        file.seek(0)
-        try:
-            dialect = csv.Sniffer().sniff(sample, delimiters=DELIMITERS)
-        except csv.Error:
-            dialect = csv.excel
-        reader = csv.DictReader(file, dialect=dialect)
-        rows = list(reader)
-        return reader.fieldnames or [], rows
+        return _parse(file)
+
+
+def rows_from_text(text: str):
+    """(header, rows) of pasted or uploaded text: a CSV with a header, or a bare list of profile URLs or ids,
+    one a line (read as a `url` column)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise ImportRefused("Paste profile URLs (one a line) or a CSV with a header, or choose a file.")
+    if _looks_like_profile(lines[0]):
+        lines.insert(0, "url")
+    return _parse(io.StringIO("\n".join(lines)))
+
+
+def _looks_like_profile(line: str) -> bool:
+    return "/" in line and not any(delimiter in line for delimiter in DELIMITERS)
+
+
+def _parse(file):
+    sample = file.read(64 * 1024)
+    file.seek(0)
+    try:
+        dialect = csv.Sniffer().sniff(sample, delimiters=DELIMITERS)
+    except csv.Error:
+        dialect = csv.excel
+    reader = csv.DictReader(file, dialect=dialect)
+    rows = list(reader)
+    return reader.fieldnames or [], rows
 
 
 def _find(header, wanted: str, what: str):

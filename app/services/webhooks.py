@@ -116,6 +116,10 @@ def get(account_id: str, session=None) -> WebhookConfig:
     return config
 
 
+def get_or_none(account_id: str):
+    return events.webhook_config_for(db.session, account_id)
+
+
 def configure(account_id: str, body: dict):
     """Create the configuration or replace it (new secret, active, healthy). Returns (config, created)."""
     url = check_endpoint_url(body["endpoint_url"])

@@ -1,0 +1,114 @@
+"""The team's dashboard: HTML pages at `/`, another thin HTTP layer over app/services.
+
+A browser signs in with an API key once; from then on it holds only a server-side session's random token in
+an HttpOnly, SameSite=Strict cookie. Every POST carries the session's CSRF token (the sign-in form a
+double-submit one)."""
+import hmac
+import secrets
+from urllib.parse import urlsplit
+
+from flask import Blueprint, abort, g, make_response, redirect, render_template, request, url_for
+from markupsafe import Markup
+from werkzeug.exceptions import HTTPException
+
+from app.common import isoformat
+from app.errors import ServiceError
+from app.services import accounts, dashboard_sessions
+
+SESSION_COOKIE = "em_session"
+LOGIN_CSRF_COOKIE = "em_login_csrf"
+PUBLIC_ENDPOINTS = ("dashboard.login", "dashboard.static")
+
+bp = Blueprint("dashboard", __name__, template_folder="templates", static_folder="static",
+               static_url_path="/assets")
+
+
+@bp.before_request
+def require_session():
+    g.dashboard_session = dashboard_sessions.find(request.cookies.get(SESSION_COOKIE))
+    if request.endpoint in PUBLIC_ENDPOINTS:
+        return None
+    if g.dashboard_session is None:
+        return redirect(url_for("dashboard.login", next=request.full_path.rstrip("?")))
+    if request.method == "POST" and not _same_token(request.form.get("csrf_token"), g.dashboard_session.csrf_token):
+        abort(403, "This form is missing its security token or it has expired. Reload the page and try again.")
+    g.account = accounts.get_account(g.dashboard_session.account_id)
+    return None
+
+
+def _same_token(sent, expected) -> bool:
+    return bool(sent) and bool(expected) and hmac.compare_digest(sent.encode(), expected.encode())
+
+
+def check_login_csrf():
+    if not _same_token(request.form.get("csrf_token"), request.cookies.get(LOGIN_CSRF_COOKIE)):
+        abort(403, "The sign-in form has expired. Reload the page and try again.")
+
+
+def new_login_csrf() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def safe_next(target) -> str:
+    """Only a path of this site: `next` must never send a signed-in browser elsewhere."""
+    parts = urlsplit(target or "")
+    if parts.scheme or parts.netloc or not (target or "").startswith("/") or target.startswith("//"):
+        return url_for("dashboard.overview_page")
+    return target
+
+
+def account_id() -> str:
+    return g.dashboard_session.account_id
+
+
+def render(template, code=200, **context):
+    """A page with the session's pending notice; never cached (pages can show a secret once)."""
+    notice = dashboard_sessions.pop_notice(g.dashboard_session) if g.get("dashboard_session") else None
+    response = make_response(render_template(template, notice=notice, **context), code)
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def notify(kind: str, message: str) -> None:
+    dashboard_sessions.set_notice(g.dashboard_session, kind, message)
+
+
+@bp.app_template_global()
+def csrf_token() -> str:
+    return g.dashboard_session.csrf_token if g.get("dashboard_session") else ""
+
+
+@bp.errorhandler(ServiceError)
+def service_error(error):
+    response = render("error.html", code=error.status, title=_title_for(error.status), message=error.message)
+    for name, value in (getattr(error, "headers", None) or {}).items():
+        response.headers[name] = value
+    return response
+
+
+@bp.errorhandler(HTTPException)
+def http_error(error):
+    return render("error.html", code=error.code, title=_title_for(error.code), message=error.description)
+
+
+def _title_for(status) -> str:
+    return {403: "Not allowed", 404: "Not found", 409: "Not possible now", 429: "Too many attempts"}.get(
+        status, "Something went wrong")
+
+
+
+@bp.app_template_filter("when")
+def when(moment):
+    """A <time> the page's script shows in the browser's zone; the UTC value stays in its tooltip."""
+    if moment is None:
+        return Markup('<span class="muted">never</span>')
+    stamp = isoformat(moment)
+    return Markup(f'<time datetime="{stamp}" title="{stamp}">{moment:%Y-%m-%d %H:%M} UTC</time>')
+
+
+@bp.app_template_filter("thousands")
+def thousands(number):
+    return "—" if number is None else f"{number:,}"
+
+
+from app.dashboard import views  # noqa: E402,F401 - registers the routes on `bp`

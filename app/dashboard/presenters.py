@@ -1,0 +1,74 @@
+"""Turning stored rows into what a page shows: diffs of an event, the events chart as inline SVG."""
+import json
+from datetime import date, timedelta
+
+from markupsafe import Markup, escape
+
+from app.common import utcnow
+
+CHART_WIDTH, CHART_HEIGHT, CHART_TOP = 720, 160, 10
+PALETTE = ("#2f6fdf", "#d9622b", "#2a9d5c", "#8e44ad", "#c0392b", "#16a2b8", "#b8860b", "#6c757d", "#e83e8c",
+           "#20c997", "#343a40")
+
+
+def parse_body(event) -> dict:
+    return json.loads(event.body)
+
+
+def change_rows(envelope: dict) -> list:
+    """[(field, before, after)] of an event: `previous_X`/`current_X` pairs of its changes, the fields of an
+    initial state (before: nothing), or the new activity."""
+    data = envelope.get("data", {})
+    if "changes" in data:
+        changes = data["changes"]
+        names = [key[len("current_"):] for key in changes if key.startswith("current_")]
+        return [(name.replace("_", " "), changes.get(f"previous_{name}"), changes.get(f"current_{name}"))
+                for name in names]
+    if "state" in data:
+        return [(name.replace("_", " "), None, value) for name, value in data["state"].items()
+                if not isinstance(value, (dict, list))]
+    if "activity" in data:
+        return [(data["activity"].get("kind", "activity"), None, data["activity"].get("text")
+                 or data["activity"].get("url"))]
+    if "reason" in data:
+        return [("availability", "available", data["reason"])]
+    return []
+
+
+def events_chart(per_day: dict, days: int = 30) -> Markup:
+    """Stacked bars, one per UTC day of the window, one colour per event type, with a legend; accessible
+    through its title and a text summary."""
+    today = utcnow().date()
+    day_list = [(today - timedelta(days=offset)).isoformat() for offset in range(days - 1, -1, -1)]
+    types = sorted({event_type for _day, event_type in per_day})
+    totals = [sum(per_day.get((day, event_type), 0) for event_type in types) for day in day_list]
+    peak = max(totals + [1])
+    bar_width = CHART_WIDTH / days
+    parts = []
+    for index, day in enumerate(day_list):
+        y = CHART_TOP + CHART_HEIGHT
+        for colour, event_type in zip(PALETTE * 2, types):
+            count = per_day.get((day, event_type), 0)
+            if not count:
+                continue
+            height = CHART_HEIGHT * count / peak
+            y -= height
+            parts.append(f'<rect x="{index * bar_width + 1:.1f}" y="{y:.1f}" width="{bar_width - 2:.1f}" '
+                         f'height="{height:.1f}" fill="{colour}"><title>{escape(day)}: {count:,} '
+                         f'{escape(event_type)}</title></rect>')
+    label = f"Events per day over {days} days, {sum(totals):,} in all; busiest day {peak if any(totals) else 0:,}"
+    svg = (f'<svg class="chart" viewBox="0 0 {CHART_WIDTH} {CHART_HEIGHT + CHART_TOP + 20}" role="img" '
+           f'aria-label="{escape(label)}"><title>{escape(label)}</title>'
+           f'<line x1="0" y1="{CHART_TOP + CHART_HEIGHT}" x2="{CHART_WIDTH}" y2="{CHART_TOP + CHART_HEIGHT}" '
+           f'stroke="#999"/>{"".join(parts)}'
+           f'<text x="0" y="{CHART_HEIGHT + CHART_TOP + 16}" font-size="12">{_short(day_list[0])}</text>'
+           f'<text x="{CHART_WIDTH}" y="{CHART_HEIGHT + CHART_TOP + 16}" font-size="12" text-anchor="end">'
+           f'{_short(day_list[-1])}</text><text x="{CHART_WIDTH}" y="{CHART_TOP + 2}" font-size="12" '
+           f'text-anchor="end">{peak:,} / day</text></svg>')
+    legend = "".join(f'<li><span class="swatch" style="background:{colour}"></span>{escape(event_type)}</li>'
+                     for colour, event_type in zip(PALETTE * 2, types))
+    return Markup(svg + (f'<ul class="legend">{legend}</ul>' if types else ""))
+
+
+def _short(iso_day: str) -> str:
+    return date.fromisoformat(iso_day).strftime("%d %b")

@@ -1,0 +1,325 @@
+"""The dashboard's pages. Each view reads or changes through app/services and renders a template; a
+refused change comes back as a notice on the page it was made from."""
+import json
+
+from flask import current_app, g, redirect, request, url_for
+
+from app.api.http import load
+from app.api.limits import limit_unauthenticated
+from app.dashboard import (LOGIN_CSRF_COOKIE, SESSION_COOKIE, account_id, bp, check_login_csrf, new_login_csrf,
+                           notify, render, safe_next)
+from app.dashboard.presenters import change_rows, events_chart, parse_body
+from app.errors import NotFound, ServiceError, Unauthorized, ValidationFailed
+from app.schemas.account import ApiKeyCreateSchema
+from app.schemas.subscriptions import (BulkIdsSchema, BulkStatusSchema, MetadataPatchSchema, SubscriptionCreateSchema,
+                                       SubscriptionListQuerySchema)
+from app.schemas.webhooks import RecoverSchema, WebhookConfigureSchema, WebhookUpdateSchema
+from app.services import (dashboard_sessions, events, importer, keys, outbox, overview, subscriptions,
+                          webhooks)
+from app.services.transport import transport_for
+
+PAGE_SIZE = 50
+create_schema = SubscriptionCreateSchema()
+list_query_schema = SubscriptionListQuerySchema()
+metadata_schema = MetadataPatchSchema()
+bulk_ids_schema = BulkIdsSchema()
+bulk_status_schema = BulkStatusSchema()
+configure_schema = WebhookConfigureSchema()
+update_schema = WebhookUpdateSchema()
+recover_schema = RecoverSchema()
+key_create_schema = ApiKeyCreateSchema()
+
+
+def _page_number() -> int:
+    value = request.args.get("page", "1")
+    return max(1, int(value)) if value.isdigit() else 1
+
+
+def _page_count(total: int) -> int:
+    return max(1, -(-total // PAGE_SIZE))
+
+
+def _back(endpoint, **values):
+    return redirect(url_for(endpoint, **values))
+
+
+def _attempt(change, endpoint, **values):
+    """Run a change, which returns what to tell on success; its refusal becomes an error notice (an id of
+    another account stays the 404 page). Then back to the page it came from."""
+    try:
+        notify("success", change())
+    except NotFound:
+        raise
+    except ServiceError as error:
+        notify("error", error.message)
+    return _back(endpoint, **values)
+
+
+# --- signing in and out -------------------------------------------------------------------------
+
+@bp.route("/login", methods=["GET", "POST"])
+def login():
+    if request.method == "GET":
+        return _login_page(signed_out=request.args.get("signed_out") == "1")
+    check_login_csrf()
+    try:
+        token, row = dashboard_sessions.open_session(request.form.get("api_key", "").strip())
+    except Unauthorized as error:
+        limit_unauthenticated()  # the same per-address budget as API calls without a valid key
+        return _login_page(error=error.message, status=401)
+    response = redirect(safe_next(request.args.get("next")))
+    response.set_cookie(SESSION_COOKIE, token, max_age=int(dashboard_sessions.LIFETIME.total_seconds()),
+                        httponly=True, secure=request.is_secure, samesite="Strict")
+    response.delete_cookie(LOGIN_CSRF_COOKIE)
+    return response
+
+
+def _login_page(status=200, **context):
+    token = new_login_csrf()
+    response = render("login.html", code=status, login_csrf=token, **context)
+    response.set_cookie(LOGIN_CSRF_COOKIE, token, httponly=True, secure=request.is_secure, samesite="Strict")
+    return response
+
+
+@bp.post("/logout")
+def logout():
+    dashboard_sessions.close(request.cookies.get(SESSION_COOKIE))
+    response = _back("dashboard.login", signed_out="1")
+    response.delete_cookie(SESSION_COOKIE)
+    return response
+
+
+# --- overview -----------------------------------------------------------------------------------
+
+@bp.get("/")
+def overview_page():
+    summary = overview.summary(g.account)
+    return render("overview.html", summary=summary, chart=events_chart(summary["events_per_day"]))
+
+
+# --- subscriptions ------------------------------------------------------------------------------
+
+@bp.get("/subscriptions")
+def subscriptions_page():
+    filters = {name: request.args[name] for name in ("search", "status", "entity_type") if request.args.get(name)}
+    page_number = _page_number()
+    try:
+        query = load(list_query_schema, {**filters, "limit": str(PAGE_SIZE),
+                                         "offset": str((page_number - 1) * PAGE_SIZE)})
+    except ServiceError as error:
+        notify("error", error.message)
+        return _back("dashboard.subscriptions_page")
+    rows, total = subscriptions.list_page(account_id(), **query)
+    return render("subscriptions.html", rows=rows, total=total, filters=filters, page=page_number,
+                  pages=_page_count(total))
+
+
+@bp.post("/subscriptions")
+def add_subscription():
+    """One profile by URL (or by id with its type), read like one row of an import."""
+    row = {"url": request.form.get("url", "").strip(), "entity_type": request.form.get("entity_type", "")}
+    try:
+        item = importer.item_for_row(row, importer.Plan("url", "entity_type"))
+        subscription = subscriptions.create(account_id(), load(create_schema, item))
+    except ServiceError as error:
+        notify("error", error.message)
+        return _back("dashboard.subscriptions_page")
+    notify("success", f"Subscribed to {row['url']}.")
+    return _back("dashboard.subscription_page", subscription_id=subscription.id)
+
+
+@bp.post("/subscriptions/bulk")
+def bulk_action():
+    ids, action = request.form.getlist("ids"), request.form.get("action")
+    if not ids or action not in ("pause", "resume", "cancel"):
+        notify("error", "Select at least one subscription, then pause, resume or cancel.")
+        return _back("dashboard.subscriptions_page")
+    try:
+        if action == "cancel":
+            body = load(bulk_ids_schema, {"subscription_ids": ids})
+            done, errors = subscriptions.bulk_cancel(account_id(), body["subscription_ids"])
+        else:
+            body = load(bulk_status_schema, {"subscription_ids": ids,
+                                             "status": "paused" if action == "pause" else "active"})
+            done, errors = subscriptions.bulk_set_status(account_id(), body["subscription_ids"], body["status"])
+    except ServiceError as error:
+        notify("error", error.message)
+        return _back("dashboard.subscriptions_page")
+    problems = "; ".join(error["error"] for error in errors)
+    notify("error" if errors else "success", f"{action.capitalize()}: {len(done):,} done. {problems}".strip())
+    return _back("dashboard.subscriptions_page")
+
+
+@bp.post("/subscriptions/import")
+def import_subscriptions():
+    upload = request.files.get("file")
+    text = upload.read().decode("utf-8-sig", errors="replace") if upload and upload.filename else ""
+    text = text or request.form.get("rows", "")
+    try:
+        header, rows = importer.rows_from_text(text)
+        report = importer.import_rows(account_id(), rows, importer.Plan.for_header(header),
+                                      lambda raw: load(create_schema, raw))
+    except ServiceError as error:
+        notify("error", error.message)
+        return _back("dashboard.subscriptions_page")
+    return render("import_result.html", report=report)
+
+
+@bp.get("/subscriptions/<subscription_id>")
+def subscription_page(subscription_id):
+    subscription = subscriptions.get(account_id(), subscription_id)
+    rows, total = events.list_page(account_id(), PAGE_SIZE, 0, subscription_id=subscription.id)
+    timeline = [{"event": row, "changes": change_rows(parse_body(row))} for row in rows]
+    return render("subscription.html", subscription=subscription, timeline=timeline, total=total,
+                  metadata=json.dumps(subscription.custom_metadata or {}, indent=2, ensure_ascii=False))
+
+
+@bp.post("/subscriptions/<subscription_id>/<any(pause, resume, cancel):action>")
+def change_subscription(subscription_id, action):
+    def change():
+        if action == "cancel":
+            subscriptions.cancel(account_id(), subscription_id)
+        else:
+            subscriptions.set_status(account_id(), subscription_id, "paused" if action == "pause" else "active")
+        return {"pause": "Paused.", "resume": "Resumed.", "cancel": "Cancelled."}[action]
+    return _attempt(change, "dashboard.subscription_page", subscription_id=subscription_id)
+
+
+@bp.post("/subscriptions/<subscription_id>/metadata")
+def edit_metadata(subscription_id):
+    def change():
+        try:
+            value = json.loads(request.form.get("custom_metadata") or "{}")
+        except ValueError:
+            raise ValidationFailed("custom_metadata",
+                                   'Custom metadata must be a JSON object, e.g. {"owner": "sam"}.')
+        body = load(metadata_schema, {"custom_metadata": value})
+        subscriptions.update_metadata(account_id(), subscription_id, body["custom_metadata"])
+        return "Custom metadata saved."
+    return _attempt(change, "dashboard.subscription_page", subscription_id=subscription_id)
+
+
+# --- events and deliveries ----------------------------------------------------------------------
+
+@bp.get("/events")
+def events_page():
+    event_type = request.args.get("type") if request.args.get("type") in events.EVENT_TYPES else None
+    status = request.args.get("status") if request.args.get("status") in events.DELIVERY_STATUSES else None
+    page_number = _page_number()
+    rows, total = events.list_page(account_id(), PAGE_SIZE, (page_number - 1) * PAGE_SIZE, event_type,
+                                   delivery_status=status)
+    return render("events.html", rows=rows, total=total, page=page_number, pages=_page_count(total),
+                  event_type=event_type, status=status, event_types=events.EVENT_TYPES,
+                  statuses=events.DELIVERY_STATUSES)
+
+
+@bp.get("/events/<event_id>")
+def event_page(event_id):
+    event = events.get(account_id(), event_id)
+    return render("event.html", event=event, payload=json.dumps(parse_body(event), indent=2, ensure_ascii=False),
+                  attempts=events.attempts_of(event.id))
+
+
+@bp.post("/events/<event_id>/redeliver")
+def redeliver(event_id):
+    def change():
+        outbox.redeliver(account_id(), event_id)
+        return "Queued for delivery: the attempt appears below within a few seconds."
+    return _attempt(change, "dashboard.event_page", event_id=event_id)
+
+
+@bp.get("/deliveries")
+def deliveries_page():
+    status = request.args.get("status") if request.args.get("status") in ("succeeded", "failed") else None
+    page_number = _page_number()
+    rows, total = outbox.attempts_page(account_id(), PAGE_SIZE, (page_number - 1) * PAGE_SIZE, status=status)
+    return render("deliveries.html", rows=rows, total=total, page=page_number, status=status,
+                  pages=_page_count(total))
+
+
+@bp.post("/deliveries/recover")
+def recover():
+    def change():
+        form = {name: request.form[name] for name in ("since", "until") if request.form.get(name)}
+        body = load(recover_schema, {**form, "include_pending": request.form.get("include_pending") == "on"})
+        queued = outbox.recover(account_id(), body["since"], body.get("until"), body["include_pending"])["queued"]
+        return f"{queued:,} events queued for delivery."
+    return _attempt(change, "dashboard.deliveries_page")
+
+
+# --- webhook settings ---------------------------------------------------------------------------
+
+def _webhook_page(status=200, **context):
+    return render("webhook.html", code=status, config=webhooks.get_or_none(account_id()),
+                  event_types=events.EVENT_TYPES, families=webhooks.EVENT_FAMILIES,
+                  choices=webhooks.INITIAL_WEBHOOK_CHOICES, **context)
+
+
+@bp.get("/webhook")
+def webhook_page():
+    return _webhook_page()
+
+
+@bp.post("/webhook")
+def save_webhook():
+    form = {"endpoint_url": request.form.get("endpoint_url", "").strip(),
+            "events": request.form.getlist("events") or ["*"],
+            "initial_webhook": request.form.get("initial_webhook", "latest")}
+    try:
+        if webhooks.get_or_none(account_id()) is None:
+            config, _created = webhooks.configure(account_id(), load(configure_schema, form))
+            return _webhook_page(secret=config.secret, status=201)
+        webhooks.update_config(account_id(), load(update_schema, {
+            **form, "is_active": request.form.get("is_active") == "on"}))
+    except ServiceError as error:
+        return _webhook_page(error=error.message, form=form, status=error.status)
+    notify("success", "Webhook settings saved.")
+    return _back("dashboard.webhook_page")
+
+
+@bp.post("/webhook/test")
+def send_test():
+    try:
+        result = outbox.send_test(account_id(), transport_for(current_app._get_current_object()))
+    except ServiceError as error:
+        return _webhook_page(error=error.message, status=error.status)
+    return _webhook_page(test_result=result)
+
+
+@bp.post("/webhook/rotate")
+def rotate_secret():
+    try:
+        rotated = webhooks.rotate_secret(account_id())
+    except ServiceError as error:
+        return _webhook_page(error=error.message, status=error.status)
+    return _webhook_page(secret=rotated["secret"], rotated=True)
+
+
+# --- API keys -----------------------------------------------------------------------------------
+
+def _keys_page(status=200, **context):
+    return render("keys.html", code=status, keys=keys.list_keys(account_id()),
+                  current_key_id=g.dashboard_session.api_key_id, **context)
+
+
+@bp.get("/keys")
+def keys_page():
+    return _keys_page()
+
+
+@bp.post("/keys")
+def create_key():
+    try:
+        body = load(key_create_schema, {"name": request.form.get("name", "").strip()})
+        key, plaintext = keys.create_key(account_id(), body["name"])
+    except ServiceError as error:
+        return _keys_page(error=error.message, status=error.status)
+    return _keys_page(created=key, plaintext=plaintext, status=201)
+
+
+@bp.post("/keys/<key_id>/revoke")
+def revoke_key(key_id):
+    def change():
+        keys.delete_key(account_id(), key_id)
+        return "Key revoked."
+    return _attempt(change, "dashboard.keys_page")

@@ -1,0 +1,63 @@
+"""The dashboard's server-side sessions: an API key is exchanged once for a random session token; the browser
+keeps only that token (in an HttpOnly cookie), the database only its SHA-256."""
+import secrets
+from datetime import timedelta
+
+from sqlalchemy import delete, select, update
+
+from app.common import utcnow
+from app.database import write_transaction
+from app.extensions import db
+from app.models import DashboardSession
+from app.services import keys
+
+LIFETIME = timedelta(hours=12)
+
+
+def open_session(api_key: str):
+    """(token, DashboardSession) for a valid key; Unauthorized with the API's messages otherwise."""
+    key, _tier = keys.authenticate(api_key)
+    token = secrets.token_urlsafe(32)
+    now = utcnow()
+    with write_transaction() as session:
+        session.execute(delete(DashboardSession).where(DashboardSession.expires_at <= now))
+        row = DashboardSession(token_hash=keys.hash_key(token), account_id=key.account_id, api_key_id=key.id,
+                               csrf_token=secrets.token_urlsafe(32), created_at=now, expires_at=now + LIFETIME)
+        session.add(row)
+    keys.last_used.record(key)
+    return token, row
+
+
+def find(token):
+    """The live session a cookie's token stands for, or None (unknown, expired, or its key revoked)."""
+    if not token:
+        return None
+    row = db.session.scalar(select(DashboardSession).where(DashboardSession.token_hash == keys.hash_key(token),
+                                                           DashboardSession.expires_at > utcnow()))
+    if row is not None:
+        db.session.expunge(row)  # a plain record for the request: later transactions never reload (or lose) it
+    return row
+
+
+def close(token) -> None:
+    with write_transaction() as session:
+        session.execute(delete(DashboardSession).where(DashboardSession.token_hash == keys.hash_key(token)))
+
+
+def set_notice(row: DashboardSession, kind: str, message: str) -> None:
+    """A message for the next page the browser shows (after a redirect)."""
+    _write_notice(row, {"kind": kind, "message": message})
+
+
+def pop_notice(row: DashboardSession):
+    notice = row.notice
+    if notice is not None:
+        _write_notice(row, None)
+    return notice
+
+
+def _write_notice(row, notice):
+    with write_transaction() as session:
+        session.execute(update(DashboardSession).where(DashboardSession.token_hash == row.token_hash)
+                        .values(notice=notice))
+    row.notice = notice

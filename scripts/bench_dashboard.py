@@ -1,0 +1,106 @@
+#!/usr/bin/env python
+"""Dashboard benchmark (issue 11 point 5): server time of every page for an account of 10,000 subscriptions,
+100,000 events and 20,000 delivery attempts, against the 100 ms budget.
+
+Usage: `.venv/bin/python scripts/bench_dashboard.py [--runs 20]` from the checkout.
+
+The app runs in-process on a temporary SQLite file built by the migrations; rows are filled through
+SQLAlchemy Core (the filling is not measured). Each page is requested through Flask's test client by a
+signed-in session, so the time is the server's alone: routing, queries, templates. Reported: p50, p90 and
+max per page; the script exits 1 when a page's p90 is over budget.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from datetime import timedelta
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from flask_migrate import upgrade  # noqa: E402
+from sqlalchemy import insert  # noqa: E402
+
+from app import create_app  # noqa: E402
+from app.common import new_id, utcnow  # noqa: E402
+from app.database import write_transaction  # noqa: E402
+from app.models import DeliveryAttempt, Event, Subscription  # noqa: E402
+from app.services import accounts  # noqa: E402
+from tests.dashboard_helpers import Browser  # noqa: E402
+
+SUBSCRIPTIONS, EVENTS, ATTEMPTS = 10_000, 100_000, 20_000
+BUDGET_MS = 100
+TYPES = ("contact.position_changed", "contact.headline_changed", "contact.post_created")
+
+
+def fill(account_id):
+    now = utcnow()
+    subscription_rows = [{"id": new_id("sub"), "account_id": account_id, "entity_type": "contact",
+                          "network_id": f"person-{index}", "network_url": f"https://www.linkedin.com/in/person-{index}",
+                          "status": ("active", "paused", "cancelled")[index % 3], "custom_metadata": {},
+                          "created_at": now - timedelta(seconds=index), "updated_at": now}
+                         for index in range(SUBSCRIPTIONS)]
+    event_rows = []
+    for index in range(EVENTS):
+        subscription = subscription_rows[index % SUBSCRIPTIONS]
+        event_id = f"evt_{index:024x}"
+        body = {"id": event_id, "type": TYPES[index % 3], "created": 0, "data": {"changes": {
+            "previous_title": "Engineer", "current_title": "CTO"}}}
+        event_rows.append({"id": event_id, "account_id": account_id, "subscription_id": subscription["id"],
+                           "type": TYPES[index % 3], "body": json.dumps(body),
+                           "created_at": now - timedelta(minutes=index % (30 * 24 * 60)),
+                           "delivery_status": "succeeded", "attempt_count": 1})
+    attempt_rows = [{"id": new_id("att"), "account_id": account_id, "event_id": event_rows[index]["id"],
+                     "event_type": event_rows[index]["type"], "attempt": 1,
+                     "status": "failed" if index % 10 == 0 else "succeeded", "response_status": 200,
+                     "duration_ms": 40, "attempted_at": event_rows[index]["created_at"]}
+                    for index in range(ATTEMPTS)]
+    with write_transaction() as session:
+        for model, rows in ((Subscription, subscription_rows), (Event, event_rows), (DeliveryAttempt, attempt_rows)):
+            for start in range(0, len(rows), 10_000):
+                session.execute(insert(model), rows[start:start + 10_000])
+    return subscription_rows[0]["id"], event_rows[0]["id"]
+
+
+def measure(browser, path, runs):
+    timings = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        response = browser.get(path)
+        timings.append((time.perf_counter() - started) * 1000)
+        assert response.status_code == 200, (path, response.status_code)
+    timings.sort()
+    return statistics.median(timings), timings[int(len(timings) * 0.9) - 1], timings[-1]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20)
+    runs = parser.parse_args().runs
+    with tempfile.TemporaryDirectory() as folder:
+        app = create_app({"SQLALCHEMY_DATABASE_URI": f"sqlite:///{folder}/bench.db", "SCHEDULER_ENABLED": False,
+                          "RATELIMIT_ENABLED": False, "LOG_LEVEL": "WARNING"})
+        with app.app_context():
+            upgrade()
+            account, key = accounts.create_account("Bench", "enterprise")
+            subscription_id, event_id = fill(account.id)
+            browser = Browser(app, key)
+            print(f"{SUBSCRIPTIONS:,} subscriptions, {EVENTS:,} events, {ATTEMPTS:,} attempts; {runs} runs a page")
+            print(f"{'page':48} {'p50 ms':>8} {'p90 ms':>8} {'max ms':>8}")
+            over = []
+            for path in ("/", "/subscriptions", "/subscriptions?search=person-99", "/subscriptions?status=paused",
+                         "/subscriptions?page=150", f"/subscriptions/{subscription_id}", "/events",
+                         "/events?type=contact.post_created", "/events?page=1000", f"/events/{event_id}",
+                         "/deliveries", "/deliveries?status=failed", "/webhook", "/keys"):
+                p50, p90, worst = measure(browser, path, runs)
+                print(f"{path:48} {p50:8.1f} {p90:8.1f} {worst:8.1f}")
+                if p90 > BUDGET_MS:
+                    over.append(path)
+            print("over budget: " + (", ".join(over) if over else f"none (p90 under {BUDGET_MS} ms everywhere)"))
+            return 1 if over else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

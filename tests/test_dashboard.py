@@ -1,0 +1,382 @@
+"""The dashboard through Flask's test client: sessions, CSRF, tenant isolation, and every page empty and
+populated."""
+import io
+import re
+
+import pytest
+from sqlalchemy import select
+
+from app.common import utcnow
+from app.database import write_transaction
+from app.extensions import db
+from app.models import DashboardSession, Event
+from app.services import keys, webhooks
+from tests.conftest import subscription_count
+from tests.dashboard_helpers import Browser, csrf_of, sign_in
+from tests.webhook_helpers import LOCAL_RECEIVER_CONFIG, Receiver, Reply, configure, record_events, subscribe
+
+PAGES = ("/", "/subscriptions", "/events", "/deliveries", "/webhook", "/keys")
+
+
+@pytest.fixture
+def app_config():
+    return LOCAL_RECEIVER_CONFIG
+
+
+@pytest.fixture
+def browser(app, alice):
+    return Browser(app, alice.key)
+
+
+def session_rows():
+    db.session.rollback()
+    return db.session.scalars(select(DashboardSession)).all()
+
+
+# --- signing in and out ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("path", PAGES + ("/subscriptions/sub_x",))
+def test_every_page_sends_a_stranger_to_sign_in(anon, path):
+    response = anon.client.get(path)
+    assert response.status_code == 302
+    assert response.headers["Location"].startswith("/login?next=")
+
+
+def test_signing_in_sets_a_strict_httponly_cookie_holding_no_key(app, alice):
+    client = app.test_client()
+    response = sign_in(client, alice.key)
+    assert response.status_code == 302 and response.headers["Location"] == "/"
+    cookie = next(value for value in response.headers.getlist("Set-Cookie") if value.startswith("em_session="))
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Secure" not in cookie
+    assert alice.key not in cookie and alice.key[-8:] not in cookie
+    [row] = session_rows()
+    token = cookie.split(";")[0].split("=", 1)[1]
+    assert row.token_hash == keys.hash_key(token) and row.account_id == alice.account_id
+    assert "Alice Inc" in client.get("/").get_data(as_text=True)
+
+
+def test_the_cookie_is_secure_over_https(app, alice):
+    client = app.test_client()
+    page = client.get("/login", base_url="https://localhost")
+    response = client.post("/login", base_url="https://localhost",
+                           data={"api_key": alice.key, "csrf_token": csrf_of(page.get_data(as_text=True))})
+    cookie = next(value for value in response.headers.getlist("Set-Cookie") if value.startswith("em_session="))
+    assert "Secure" in cookie
+
+
+def test_a_wrong_key_is_refused_with_the_apis_message_and_no_session(app, alice):
+    client = app.test_client()
+    response = sign_in(client, "lwa.sk_live_" + "x" * 32)
+    assert response.status_code == 401
+    assert keys.INVALID_MESSAGE in response.get_data(as_text=True)
+    assert session_rows() == []
+
+
+def test_sign_in_returns_to_the_page_asked_for_but_never_off_site(app, alice):
+    client = app.test_client()
+    page = client.get("/login?next=/events")
+    response = client.post("/login?next=/events", data={"api_key": alice.key,
+                                                         "csrf_token": csrf_of(page.get_data(as_text=True))})
+    assert response.headers["Location"] == "/events"
+    page = client.get("/login?next=//evil.example/x")
+    response = client.post("/login?next=//evil.example/x", data={
+        "api_key": alice.key, "csrf_token": csrf_of(page.get_data(as_text=True))})
+    assert response.headers["Location"] == "/"
+
+
+def test_the_sign_in_form_needs_its_csrf_token(app, alice):
+    client = app.test_client()
+    client.get("/login")
+    response = client.post("/login", data={"api_key": alice.key, "csrf_token": "forged"})
+    assert response.status_code == 403
+    assert session_rows() == []
+
+
+@pytest.mark.parametrize("app_config", [{**LOCAL_RECEIVER_CONFIG, "RATELIMIT_UNAUTHENTICATED": 3}])
+def test_failed_sign_ins_share_the_unauthenticated_limit(app, alice):
+    client = app.test_client()
+    statuses = [sign_in(client, "lwa.sk_live_" + "y" * 32).status_code for _ in range(4)]
+    assert statuses == [401, 401, 401, 429]
+    assert int(sign_in(client, "lwa.sk_live_" + "y" * 32).headers["Retry-After"]) >= 1
+    assert alice.get("/account").status_code == 200  # keyed API calls are not in that bucket
+
+
+def test_sign_out_ends_the_session(browser):
+    response = browser.post("/logout")
+    assert response.status_code == 302 and "signed_out=1" in response.headers["Location"]
+    assert session_rows() == []
+    assert browser.get("/").status_code == 302
+
+
+def test_an_expired_session_is_refused_and_later_pruned(app, alice, browser):
+    with write_transaction() as session:
+        for row in session.scalars(select(DashboardSession)):
+            row.expires_at = utcnow()
+    assert browser.get("/").status_code == 302
+    sign_in(app.test_client(), alice.key)
+    assert len(session_rows()) == 1  # the expired one was deleted by the next sign-in
+
+
+def test_revoking_the_key_ends_its_sessions(app, alice, browser):
+    browser.post("/keys", data={"name": "second"})
+    current = next(key for key in keys.list_keys(alice.account_id) if key.name != "second")
+    other = Browser(app, alice.key)
+    response = other.post(f"/keys/{current.id}/revoke")
+    assert response.status_code == 302
+    assert session_rows() == []
+    assert browser.get("/").status_code == 302
+
+
+# --- CSRF and isolation ----------------------------------------------------------------------------
+
+def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(browser, alice):
+    subscription = subscribe(alice.account_id)
+    response = browser.client.post(f"/subscriptions/{subscription.id}/cancel")
+    assert response.status_code == 403
+    assert "security token" in response.get_data(as_text=True)
+    response = browser.client.post(f"/subscriptions/{subscription.id}/cancel", data={"csrf_token": "x" * 43})
+    assert response.status_code == 403
+    assert subscription_count(alice.account_id, status="active") == 1
+
+
+def test_another_accounts_ids_are_404_pages(app, alice, bob, browser):
+    theirs = subscribe(bob.account_id, "bobs-person")
+    [event_id] = record_events(bob.account_id, subscription=theirs)
+    for path in (f"/subscriptions/{theirs.id}", f"/events/{event_id}"):
+        response = browser.get(path)
+        assert response.status_code == 404 and "Not found" in response.get_data(as_text=True)
+        assert "bobs-person" not in response.get_data(as_text=True)
+    for path in (f"/subscriptions/{theirs.id}/cancel", f"/subscriptions/{theirs.id}/metadata",
+                 f"/events/{event_id}/redeliver"):
+        assert browser.post(path, data={"custom_metadata": "{}"}).status_code == 404
+    bobs_key = keys.list_keys(bob.account_id)[0]
+    assert browser.post(f"/keys/{bobs_key.id}/revoke").status_code == 404
+    browser.post("/subscriptions/bulk", data={"ids": theirs.id, "action": "cancel"})
+    assert subscription_count(bob.account_id, status="active") == 1
+    assert "bobs-person" not in browser.text("/subscriptions") and event_id not in browser.text("/events")
+
+
+# --- pages, empty -------------------------------------------------------------------------------------
+
+def test_a_new_account_sees_what_to_do_first(browser):
+    overview = browser.text("/")
+    assert "Get started" in overview and "Set your webhook endpoint" in overview and "Add a subscription" in overview
+    assert "No subscriptions yet" in browser.text("/subscriptions")
+    assert "No events yet" in browser.text("/events")
+    assert "No delivery attempts yet" in browser.text("/deliveries")
+    assert "Set your endpoint" in browser.text("/webhook")
+    assert "Default key" in browser.text("/keys")
+
+
+@pytest.mark.parametrize("path", PAGES)
+def test_every_control_has_a_label(browser, path):
+    html = browser.text(path)
+    ids = set(re.findall(r'<(?:input|select|textarea)[^>]*\bid="([^"]+)"', html))
+    labelled = set(re.findall(r'<label for="([^"]+)"', html))
+    assert ids <= labelled
+    for control in re.findall(r'<(?:input|select|textarea)\b[^>]*>', html):
+        if 'type="hidden"' in control or "id=" in control or "aria-label=" in control:
+            continue
+        start = html.index(control)
+        assert html.rfind('<label class="inline">', 0, start) > html.rfind("</label>", 0, start), control
+
+
+# --- subscriptions --------------------------------------------------------------------------------------
+
+def test_add_by_url_then_pause_resume_cancel(browser, alice):
+    response = browser.post("/subscriptions", data={"url": "linkedin.com/in/jane-doe", "entity_type": ""})
+    assert response.status_code == 302 and "/subscriptions/sub_" in response.headers["Location"]
+    page = browser.text(response.headers["Location"])
+    assert "jane-doe" in page and "Subscribed to linkedin.com/in/jane-doe." in page
+    subscription_id = response.headers["Location"].rsplit("/", 1)[1]
+    browser.post(f"/subscriptions/{subscription_id}/pause")
+    assert subscription_count(alice.account_id, status="paused") == 1
+    browser.post(f"/subscriptions/{subscription_id}/resume")
+    assert subscription_count(alice.account_id, status="active") == 1
+    browser.post(f"/subscriptions/{subscription_id}/cancel")
+    assert subscription_count(alice.account_id, status="cancelled") == 1
+    assert "Cancelled." in browser.text(f"/subscriptions/{subscription_id}")
+
+
+def test_a_refused_add_says_why_and_creates_nothing(browser, alice):
+    subscribe(alice.account_id, "jane-doe")
+    response = browser.post("/subscriptions", data={"url": "https://www.linkedin.com/in/jane-doe"})
+    assert response.status_code == 302
+    assert "already exists" in browser.text("/subscriptions")
+    browser.post("/subscriptions", data={"url": "https://example.com/nothing"})
+    assert subscription_count(alice.account_id) == 1
+
+
+def test_search_filters_and_pages(browser, alice):
+    for index in range(55):
+        subscribe(alice.account_id, f"person-{index:02d}")
+    subscribe(alice.account_id, "acme", "company")
+    first = browser.text("/subscriptions")
+    assert "56 subscriptions" in first and "Page 1 of 2" in first
+    assert "person-54" in first and "person-00" not in first
+    assert "person-00" in browser.text("/subscriptions?page=2")
+    found = browser.text("/subscriptions?search=PERSON-1")
+    assert "10 subscriptions" in found
+    assert "1 subscription<" in browser.text("/subscriptions?entity_type=company")
+    assert "Nothing matches" in browser.text("/subscriptions?status=paused")
+
+
+def test_bulk_actions_on_the_selected(browser, alice):
+    ids = [subscribe(alice.account_id, f"p{index}").id for index in range(3)]
+    browser.post("/subscriptions/bulk", data={"ids": ids[:2], "action": "pause"})
+    assert subscription_count(alice.account_id, status="paused") == 2
+    browser.post("/subscriptions/bulk", data={"ids": ids, "action": "cancel"})
+    assert subscription_count(alice.account_id, status="cancelled") == 3
+    assert "Cancel: 3 done." in browser.text("/subscriptions")
+    browser.post("/subscriptions/bulk", data={"ids": [f"sub_{index}" for index in range(101)], "action": "pause"})
+    assert "subscription_ids" in browser.text("/subscriptions")  # the API's cap of 100, same message
+
+
+def test_metadata_is_edited_as_json_and_bad_json_changes_nothing(browser, alice):
+    subscription = subscribe(alice.account_id)
+    browser.post(f"/subscriptions/{subscription.id}/metadata", data={"custom_metadata": '{"owner": "sam"}'})
+    assert "&#34;owner&#34;: &#34;sam&#34;" in browser.text(f"/subscriptions/{subscription.id}")
+    browser.post(f"/subscriptions/{subscription.id}/metadata", data={"custom_metadata": "[1, 2"})
+    page = browser.text(f"/subscriptions/{subscription.id}")
+    assert "must be a JSON object" in page and "&#34;sam&#34;" in page
+
+
+def test_import_a_pasted_list_reports_each_refused_row(browser, alice):
+    subscribe(alice.account_id, "already")
+    pasted = "\n".join(["https://www.linkedin.com/in/one", "linkedin.com/company/acme",
+                        "https://www.linkedin.com/in/already", "https://example.com/not-a-profile"])
+    page = browser.post("/subscriptions/import", data={"rows": pasted}).get_data(as_text=True)
+    assert "4 rows read" in page and "2 subscribed" in page and "1 already present" in page
+    assert "example.com/not-a-profile" in page
+    assert subscription_count(alice.account_id) == 3
+
+
+def test_import_an_uploaded_csv(browser, alice):
+    upload = (io.BytesIO(b"Name;LinkedIn URL\nJane;https://www.linkedin.com/in/jane\nAl;linkedin.com/in/al\n"),
+              "crm.csv")
+    page = browser.post("/subscriptions/import", data={"file": upload},
+                        content_type="multipart/form-data").get_data(as_text=True)
+    assert "2 subscribed" in page and subscription_count(alice.account_id) == 2
+
+
+# --- a subscription's timeline, events, deliveries ------------------------------------------------------
+
+def test_the_timeline_shows_before_and_after(browser, alice):
+    subscription = subscribe(alice.account_id)
+    record_events(alice.account_id, subscription=subscription)
+    page = browser.text(f"/subscriptions/{subscription.id}")
+    assert "contact.position_changed" in page
+    assert '<td class="before">Engineer</td><td class="after">CTO</td>' in page
+
+
+def test_events_filter_and_show_attempts_and_redeliver(browser, alice):
+    with Receiver(Reply(status=500)) as receiver:
+        configure(alice, receiver.url)
+        [failed] = record_events(alice.account_id)
+        record_events(alice.account_id, event_type="contact.headline_changed",
+                      data={"changes": {"previous_headline": "a", "current_headline": "b"}})
+        result = browser.post("/webhook/test").get_data(as_text=True)
+        assert "Not delivered" in result and "500" in result
+        assert "1 event." in browser.text("/events?type=contact.headline_changed")
+        assert "1 event." in browser.text("/events?type=test&status=failed")
+        test_event = db.session.scalar(select(Event).where(Event.type == "test"))
+        page = browser.text(f"/events/{test_event.id}")
+        assert "failed" in page and "500" in page and f"X-Webhook-Id: {test_event.id}" in page
+        deliveries = browser.text("/deliveries?status=failed")
+        assert "1 attempt," in deliveries and test_event.id in deliveries
+        response = browser.post(f"/events/{failed}/redeliver")
+        assert response.status_code == 302
+        assert "Queued for delivery" in browser.text(f"/events/{failed}")
+
+
+def test_redeliver_to_an_inactive_endpoint_says_why(browser, alice):
+    configure(alice, "http://127.0.0.1:9/hook")
+    alice.put("/webhooks/configure", json={"is_active": False})
+    [event_id] = record_events(alice.account_id)
+    browser.post(f"/events/{event_id}/redeliver")
+    assert "inactive" in browser.text(f"/events/{event_id}")
+
+
+def test_recover_a_window(browser, alice):
+    configure(alice, "http://127.0.0.1:9/hook")
+    alice.put("/webhooks/configure", json={"is_active": False})
+    record_events(alice.account_id, count=2)
+    alice.put("/webhooks/configure", json={"is_active": True})
+    response = browser.post("/deliveries/recover", data={"since": "2000-01-01T00:00"})
+    assert response.status_code == 302
+    assert "2 events queued for delivery." in browser.text("/deliveries")
+
+
+# --- webhook settings and keys -------------------------------------------------------------------------
+
+def test_configure_shows_the_secret_once_then_test_and_rotate(browser, alice):
+    with Receiver() as receiver:
+        page = browser.post("/webhook", data={"endpoint_url": receiver.url, "events": ["contact.*"],
+                                              "initial_webhook": "none"}).get_data(as_text=True)
+        secret = alice.get("/webhooks/configure").json  # the API never shows it again either
+        assert "shown only this once" in page and "whsec_" in page and "secret" not in secret
+        assert secret["events"] == ["contact.*"] and secret["initial_webhook"] == "none"
+        assert "whsec_" not in browser.text("/webhook")
+        result = browser.post("/webhook/test").get_data(as_text=True)
+        assert "Delivered: your endpoint answered 200" in result
+        rotated = browser.post("/webhook/rotate").get_data(as_text=True)
+        new_secret = rotated.split('id="secret">')[1].split("<")[0]
+        assert new_secret.startswith("whsec_") and new_secret not in page
+        assert "hmac.compare_digest" in rotated
+
+
+def test_a_bad_endpoint_is_refused_and_nothing_saved(browser, alice):
+    page = browser.post("/webhook", data={"endpoint_url": "ftp://example.com/x"}).get_data(as_text=True)
+    assert "endpoint_url" in page and "whsec_" not in page
+    assert alice.get("/webhooks/configure").status_code == 404
+
+
+def test_switching_deliveries_off_and_on(browser, alice):
+    configure(alice, "http://127.0.0.1:9/hook")
+    browser.post("/webhook", data={"endpoint_url": "http://127.0.0.1:9/hook", "events": ["*"],
+                                   "initial_webhook": "latest"})
+    assert alice.get("/webhooks/configure").json["is_active"] is False
+    browser.post("/webhook", data={"endpoint_url": "http://127.0.0.1:9/hook", "events": ["*"],
+                                   "initial_webhook": "latest", "is_active": "on"})
+    assert alice.get("/webhooks/configure").json["is_active"] is True
+
+
+def test_keys_are_created_shown_once_listed_and_revoked(browser, alice):
+    page = browser.post("/keys", data={"name": "CRM sync"}).get_data(as_text=True)
+    plaintext = page.split('id="new-key">')[1].split("<")[0]
+    assert keys.KEY_PATTERN.match(plaintext)
+    listing = browser.text("/keys")
+    assert "<td>CRM sync</td>" in listing and plaintext not in listing and plaintext[-4:] in listing
+    new_key = next(key for key in keys.list_keys(alice.account_id) if key.name == "CRM sync")
+    browser.post(f"/keys/{new_key.id}/revoke")
+    assert "<td>CRM sync</td>" not in browser.text("/keys")
+    refused = browser.post("/keys", data={"name": ""})
+    assert refused.status_code == 400 and "name:" in refused.get_data(as_text=True)
+    assert len(keys.list_keys(alice.account_id)) == 1
+
+
+# --- overview --------------------------------------------------------------------------------------------
+
+def test_the_overview_of_a_populated_account(browser, alice, ticking):
+    for index in range(3):
+        subscribe(alice.account_id, f"p{index}")
+    with Receiver() as receiver:
+        configure(alice, receiver.url)
+        browser.post("/webhook/test")
+    record_events(alice.account_id, count=1200)
+    page = browser.text("/")
+    assert "Get started" not in page
+    assert "4 active" in page  # record_events subscribed one more
+    assert "1,201" in page  # events in the chart's summary, with a thousands separator
+    assert "<svg" in page and "contact.position_changed" in page
+    assert "100.0%" in page and "Healthy." in page and "Last heartbeat" in page and "Trial" in page
+
+
+def test_a_switched_off_endpoint_is_shown_with_why(browser, alice):
+    configure(alice, "http://127.0.0.1:9/hook")
+    with write_transaction() as session:
+        config = webhooks.get(alice.account_id, session)
+        config.is_active, config.failing_since = False, utcnow()
+    overview = browser.text("/")
+    assert "Deactivated: deliveries are paused after failing since" in overview
+    assert "Deliveries are switched off: the endpoint kept failing" in browser.text("/webhook")

@@ -1,0 +1,166 @@
+"""The dashboard in a real browser (Playwright driving Debian's Chromium) against the service started as the
+README starts it (`entity-monitor serve`, scheduler included). Screenshots of each page go to
+tests/screenshots/ for a reviewer. Skipped where Chromium or the playwright package is missing."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.served import _free_port, _wait_until_serving
+from tests.webhook_helpers import Receiver, Reply
+
+sync_api = pytest.importorskip("playwright.sync_api")
+CHROMIUM = "/usr/bin/chromium"
+if not os.path.exists(CHROMIUM):
+    pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)", allow_module_level=True)
+
+ROOT = Path(__file__).resolve().parent.parent
+SCREENSHOTS = ROOT / "tests" / "screenshots"
+BIN = Path(sys.executable).parent
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def _cli(env, *args) -> str:
+    return subprocess.run([str(BIN / "entity-monitor"), *args], env=env, cwd=ROOT, check=True,
+                          capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def server(tmp_path, migrated_template):
+    """`entity-monitor serve` on a fresh database, the development relaxations on (a local receiver)."""
+    database = tmp_path / "monitor.db"
+    shutil.copy(migrated_template, database)
+    port = _free_port()
+    env = {**os.environ, "INSTANCE_PATH": str(tmp_path / "instance"), "DATABASE_URL": f"sqlite:///{database}",
+           "BIND": f"127.0.0.1:{port}", "WEBHOOK_ALLOW_HTTP": "1", "WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "1",
+           "CHECK_INITIAL_DELAY_SECONDS": "3600", "WEBHOOK_RETRY_SCHEDULE": "3600"}
+    log = open(tmp_path / "serve.log", "w")
+    process = subprocess.Popen([str(BIN / "entity-monitor"), "serve"], cwd=ROOT, env=env, stdout=log,
+                               stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        _wait_until_serving(base, process)
+        yield base, env
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        log.close()
+
+
+@pytest.fixture
+def page():
+    SCREENSHOTS.mkdir(exist_ok=True)
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1280, "height": 800})
+        context.set_default_timeout(60_000)
+        page = context.new_page()
+        page.on("dialog", lambda dialog: dialog.accept())
+        yield page
+        browser.close()
+
+
+def shot(page, name):
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+
+def reload_until(page, text, deadline_seconds=60):
+    """Reload until `text` shows (the scheduler works in the background); fails with the page when it never does."""
+    deadline = time.monotonic() + deadline_seconds
+    while text not in page.content():
+        assert time.monotonic() < deadline, f"{text!r} never appeared on {page.url}"
+        time.sleep(0.5)
+        page.reload()
+
+
+def new_account(env, name):
+    created = json.loads(_cli(env, "accounts", "create", "--name", name, "--json"))
+    return created["api_key"]
+
+
+def test_find_why_an_event_was_not_delivered_and_fix_it(server, page):
+    base, env = server
+    key = new_account(env, "Sales Ops")
+    with Receiver() as receiver:
+        page.goto(base + "/")
+        assert "/login" in page.url
+        shot(page, "01-sign-in")
+        page.get_by_label("API key").fill(key)
+        page.get_by_role("button", name="Sign in").click()
+        assert "Get started" in page.content()
+        shot(page, "02-overview-new-account")
+
+        page.get_by_role("link", name="Set your webhook endpoint").click()
+        page.get_by_label("Endpoint URL").fill(receiver.url)
+        page.get_by_role("button", name="Save and show the secret").click()
+        assert page.locator("#secret").inner_text().startswith("whsec_")
+        shot(page, "03-webhook-secret-shown-once")
+
+        page.get_by_role("link", name="Subscriptions").click()
+        page.get_by_label("Profile URL or id").fill("https://www.linkedin.com/in/jane-doe")
+        page.get_by_role("button", name="Subscribe").click()
+        subscription_id = page.url.rsplit("/", 1)[1]
+        assert "No events yet" in page.content()
+
+        _cli(env, "checks", "run", subscription_id)
+        page.reload()
+        assert "subscription.initial_state" in page.content()
+        shot(page, "04-subscription-timeline")
+        reload_until(page, "succeeded")  # the scheduler delivered the initial state
+        assert len(receiver.requests) == 1
+
+        receiver.reply = Reply(status=500)  # the receiver breaks
+        page.get_by_role("link", name="subscription.initial_state").click()
+        event_url = page.url
+        page.get_by_role("button", name="Redeliver now").click()
+        reload_until(page, "<td>500</td>")
+        shot(page, "05-event-failed-attempt")
+        page.get_by_role("link", name="Deliveries").click()
+        page.get_by_label("Result").select_option("failed")
+        page.get_by_role("button", name="Filter").click()
+        assert "1 attempt," in page.content() and "500" in page.content()
+        shot(page, "06-deliveries-failed")
+
+        receiver.reply = Reply(status=200)  # fixed: send it again
+        page.goto(event_url)
+        page.get_by_role("button", name="Redeliver now").click()
+        reload_until(page, "<td>3</td>")
+        assert page.locator("tbody tr").last.inner_text().split("\t")[1].strip() == "succeeded"
+        assert len(receiver.requests) == 3
+
+        page.get_by_role("link", name="Webhook").click()
+        page.get_by_role("button", name="Send test").click()
+        assert "Delivered: your endpoint answered 200" in page.content()
+        page.get_by_role("button", name="Rotate secret").click()
+        assert "New signing secret" in page.content() and "hmac.compare_digest" in page.content()
+        shot(page, "07-webhook-rotated")
+
+        for name, path in (("08-overview", "/"), ("09-subscriptions", "/subscriptions"), ("10-events", "/events"),
+                           ("11-keys", "/keys")):
+            page.goto(base + path)
+            shot(page, name)
+        page.set_viewport_size({"width": 390, "height": 844})
+        page.goto(base + "/")
+        shot(page, "12-overview-phone")
+
+        refused = page.request.post(f"{base}/subscriptions/{subscription_id}/cancel", max_redirects=0)
+        assert refused.status == 403  # no CSRF token
+        page.goto(f"{base}/subscriptions/{subscription_id}")
+        assert "Cancel" in page.content() and ">active<" in page.content()
+
+        other_key = new_account(env, "Other team")
+        theirs = requests.post(f"{base}/api/v1/subscriptions", headers={"X-API-Key": other_key}, timeout=10,
+                               json={"entity_type": "company", "network_id": "acme"}).json()["id"]
+        response = page.goto(f"{base}/subscriptions/{theirs}")
+        assert response.status == 404 and "acme" not in page.content()
+
+        page.get_by_role("button", name="Sign out").click()
+        assert "You are signed out" in page.content()
+        assert "/login" in page.goto(base + "/subscriptions").url
