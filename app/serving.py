@@ -1,12 +1,14 @@
 """Loading the application in a serving process: configuration refused with one line, process models that
 would silently break (several processes sharing per-process state) refused with the fix, and the scheduler
 started. `app.wsgi` calls `load()`; so does the console script for its commands."""
+import atexit
 import sys
 
 from sqlalchemy.engine import make_url
 
 from app import create_app
 from app.config import ConfigError
+from app.services import usage
 from app.worker.scheduler import running_one_off_command, start_when_serving
 
 # gunicorn halts (instead of respawning workers forever) when a worker exits with its "app failed to load".
@@ -23,8 +25,16 @@ def load():
     except ConfigError as error:
         sys.stderr.write(f"entity-monitor: configuration refused: {error}\n")
         raise SystemExit(APP_LOAD_ERROR) from None
+    if not running_one_off_command():
+        atexit.register(_write_buffered_usage_counts, app)
     start_when_serving(app)
     return app
+
+
+def _write_buffered_usage_counts(app):
+    """Request counts wait in memory for a few seconds (app/services/usage.py): a stopping server writes them."""
+    with app.app_context():
+        usage.requests.flush()
 
 
 def web_process_count():

@@ -298,10 +298,12 @@ def test_several_gunicorn_workers_with_per_process_state_are_refused(service, en
     assert str(ROOT / "app") not in stderr
 
 
-def test_one_worker_with_threads_serves_and_writes_buffered_usage_counts_when_stopped(service):
+@pytest.mark.parametrize("scheduler_enabled", ["1", "0"])
+def test_one_worker_with_threads_serves_and_writes_buffered_usage_counts_when_stopped(service, scheduler_enabled):
     key = service.create_account()
     port = free_port()
-    with running(gunicorn(service, port, "-w", "1", "--threads", "4")) as server:
+    env = {"SCHEDULER_ENABLED": scheduler_enabled}
+    with running(gunicorn(service, port, "-w", "1", "--threads", "4", env=env)) as server:
         wait_until_serving(service, server, port)
         api = Api(port, key)
         for _ in range(3):

@@ -8,7 +8,7 @@ file beside it; a serving process that finds it taken waits on standby and takes
 on PostgreSQL any number share the work through the atomic claims.
 
 Stopping sets one Event: the steps finish the batch in hand, release what they had not started and claim
-nothing more; then buffered usage counts are written and the lock is freed.
+nothing more; then the lock is freed (the serving process writes its buffered usage counts at exit).
 """
 import atexit
 import logging
@@ -83,7 +83,7 @@ class Scheduler:
         deliveries.woken.set()
 
     def stop(self):
-        """Stop and wait: work in hand is recorded or released, usage counts written, the lock freed."""
+        """Stop and wait: work in hand is recorded or released, the lock freed."""
         with self._stop_lock:
             if self._stopped:
                 return
@@ -93,8 +93,6 @@ class Scheduler:
             self.apscheduler.shutdown(wait=True)
         if self.sender.is_alive():
             self.sender.join(SENDER_JOIN_SECONDS)
-        with self.app.app_context():
-            usage.requests.flush()
         if self.lock is not None and self.lock.is_locked:
             self.lock.release()
         log.info("scheduler %s stopped", self.id)
