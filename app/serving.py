@@ -1,12 +1,13 @@
 """Loading the application in a serving process: configuration refused with one line, process models that
 would silently break (several processes sharing per-process state) refused with the fix, and the scheduler
 started. `app.wsgi` calls `load()`; so does the console script for its commands."""
+import os
 import sys
 
 from sqlalchemy.engine import make_url
 
 from app import create_app
-from app.config import ConfigError
+from app.config import ConfigError, parse_whole_number
 from app.worker.scheduler import running_one_off_command, start_when_serving
 
 # gunicorn halts (instead of respawning workers forever) when a worker exits with its "app failed to load".
@@ -25,6 +26,17 @@ def load():
         raise SystemExit(APP_LOAD_ERROR) from None
     start_when_serving(app)
     return app
+
+
+def check_serve_settings(environ=os.environ) -> None:
+    """The process settings `entity-monitor serve` hands to gunicorn (app/gunicorn_conf.py), refused like any
+    other setting (ConfigError): gunicorn would otherwise listen with no worker (0), or end in a traceback."""
+    for name in ("WEB_CONCURRENCY", "GUNICORN_THREADS"):
+        raw = environ.get(name, "")
+        if raw.strip():
+            value = parse_whole_number(name, raw)
+            if value < 1:
+                raise ConfigError(f"{name}={value} is too small: the smallest accepted value is 1")
 
 
 def web_process_count():
