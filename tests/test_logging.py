@@ -111,3 +111,18 @@ def test_text_is_the_default_and_carries_the_ids(tmp_path):
 def test_an_unknown_log_format_is_refused(tmp_path):
     with pytest.raises(Exception, match="LOG_FORMAT"):  # ValueError here, ConfigError once validated at start-up
         create_app({"TESTING": True, "LOG_FORMAT": "xml", "SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp_path / 'x.db'}"})
+
+
+@pytest.mark.parametrize("log_format, accesslog", [("json", None), ("text", "-"), ("", "-")])
+def test_serve_leaves_gunicorns_text_access_log_off_when_logs_are_json(log_format, accesslog):
+    # `entity-monitor serve` used to add gunicorn's own text access line to every request, so LOG_FORMAT=json
+    # gave a stream mixing JSON objects with `127.0.0.1 "GET / HTTP/1.1" 200 …` lines a JSON shipper rejects;
+    # the app writes its own JSON access line, so gunicorn's stays off then.
+    import os
+    import subprocess
+    import sys
+    probe = "import app.gunicorn_conf as conf; print(repr(conf.accesslog))"
+    env = {**os.environ, "LOG_FORMAT": log_format}
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60,
+                          check=True)
+    assert done.stdout.strip() == repr(accesslog)
