@@ -159,7 +159,13 @@ def run_deliveries(once):
 def serve(gunicorn_args):
     """Serve the API with gunicorn and the in-process scheduler (BIND, WEB_CONCURRENCY, GUNICORN_THREADS;
     extra arguments go to gunicorn)."""
-    from app.serving import load
+    from app.config import ConfigError
+    from app.serving import APP_LOAD_ERROR, check_serve_settings, load
+    try:
+        check_serve_settings()
+    except ConfigError as error:
+        sys.stderr.write(f"entity-monitor: configuration refused: {error}\n")
+        raise SystemExit(APP_LOAD_ERROR) from None
     load()  # a bad setting is refused here, in one line, before gunicorn starts
     command = [sys.executable, "-m", "gunicorn", "-c", "python:app.gunicorn_conf", *gunicorn_args, "app.wsgi:app"]
     os.execv(sys.executable, command)

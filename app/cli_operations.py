@@ -155,7 +155,7 @@ def _write_rejected(path, header, rejected):
                                     "else the type is read from each URL).")
 @click.option("--metadata", default="", help="Columns kept as custom_metadata, comma-separated.")
 @click.option("--rejected", "rejected_path", type=click.Path(dir_okay=False),
-              help="Where rejected rows go, with the reason (default: FILE.rejected.csv).")
+              help="Where rejected rows go, with the reason (default: beside FILE, crm.csv -> crm.rejected.csv).")
 @click.option("--dry-run", is_flag=True, help="Apply every rule, create nothing.")
 def import_subscriptions(file, account_id, column, type_column, metadata, rejected_path, dry_run):
     """Subscribe to every profile of a CSV exported from a CRM; safe to re-run."""

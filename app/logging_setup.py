@@ -58,7 +58,9 @@ def configure_logging(app) -> None:
         root.removeHandler(existing)
     root.addHandler(handler)
     root.setLevel(logging.INFO)
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per job run is noise
+    # one line per job run is noise, and so are its warnings: a check loop outlasting its 2 s poll ("maximum
+    # number of running instances reached"), a coalesced run ("was missed by"); a job that raises is an ERROR
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)
     app.before_request(_start_clock)
     app.after_request(_log_access)
 

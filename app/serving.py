@@ -2,12 +2,13 @@
 would silently break (several processes sharing per-process state) refused with the fix, and the scheduler
 started. `app.wsgi` calls `load()`; so does the console script for its commands."""
 import atexit
+import os
 import sys
 
 from sqlalchemy.engine import make_url
 
 from app import create_app
-from app.config import ConfigError
+from app.config import ConfigError, parse_whole_number
 from app.services import usage
 from app.worker.scheduler import running_one_off_command, start_when_serving
 
@@ -21,7 +22,7 @@ def load():
     try:
         app = create_app()
         if not running_one_off_command():
-            refuse_unsafe_process_model(app.config, web_process_count())
+            refuse_unsafe_process_model(app.config, gunicorn_settings())
     except ConfigError as error:
         sys.stderr.write(f"entity-monitor: configuration refused: {error}\n")
         raise SystemExit(APP_LOAD_ERROR) from None
@@ -37,20 +38,39 @@ def _write_buffered_usage_counts(app):
         usage.requests.flush()
 
 
-def web_process_count():
-    """How many worker processes the gunicorn serving this process runs; None under any other server."""
+def check_serve_settings(environ=os.environ) -> None:
+    """The process settings `entity-monitor serve` hands to gunicorn (app/gunicorn_conf.py), refused like any
+    other setting (ConfigError): gunicorn would otherwise listen with no worker (0), or end in a traceback."""
+    for name in ("WEB_CONCURRENCY", "GUNICORN_THREADS"):
+        raw = environ.get(name, "")
+        if raw.strip():
+            value = parse_whole_number(name, raw)
+            if value < 1:
+                raise ConfigError(f"{name}={value} is too small: the smallest accepted value is 1")
+
+
+def gunicorn_settings():
+    """The settings of the gunicorn serving this process (its own reading of its argv, config file and
+    environment); None under any other server."""
     if "gunicorn.arbiter" not in sys.modules:
         return None
     try:
         from gunicorn.app.wsgiapp import WSGIApplication
-        return WSGIApplication().cfg.workers  # gunicorn's own reading of its argv, config file and environment
+        return WSGIApplication().cfg
     except (Exception, SystemExit):  # noqa: BLE001 - an unreadable command line is gunicorn's to report
         return None
 
 
-def refuse_unsafe_process_model(config, processes) -> None:
-    """Several web processes silently break per-process state: refuse them with the fix (ConfigError)."""
-    if not processes or processes <= 1:
+def refuse_unsafe_process_model(config, gunicorn) -> None:
+    """`--preload` (the scheduler would start in gunicorn's master, before the fork) and several web processes
+    sharing per-process state silently break: refuse them with the fix (ConfigError)."""
+    if gunicorn is None:
+        return
+    if gunicorn.preload_app:
+        raise ConfigError("gunicorn --preload is not supported: the scheduler would start in gunicorn's master "
+                          "process; serve without --preload")
+    processes = gunicorn.workers
+    if processes <= 1:
         return
     if config["RATELIMIT_ENABLED"] and config["RATELIMIT_STORAGE_URI"].startswith("memory"):
         raise ConfigError(f"{processes} worker processes with RATELIMIT_STORAGE_URI=memory:// would multiply every "

@@ -142,6 +142,16 @@ def test_column_type_column_and_semicolons(runner, alice, tmp_path):
     assert "entity_type" in reasons["r2-d2"]
 
 
+def test_rejected_rows_keep_the_order_of_the_file(runner, alice, tmp_path):
+    # Rows refused by the import (a bare id without a type) used to come before rows refused by the bulk
+    # rules (an unknown type) in the rejected file, whatever their order in the CRM export.
+    path = _write_csv(tmp_path / "ids.csv", ["type", "linkedin_id"],
+                      [("robot", "r2-d2"), ("contact", "jane-doe"), ("", "no-type"), ("person", "c-3po")])
+    output = _ok(runner, "subscriptions", "import", path, "--account", alice.account_id)
+    assert "created=1 already_present=0 rejected=3" in output
+    assert [row["linkedin_id"] for row in _rejected(tmp_path / "ids.rejected.csv")] == ["r2-d2", "no-type", "c-3po"]
+
+
 def test_chunks_of_one_hundred_and_the_tier_cap(runner, alice, tmp_path):
     rows = [(f"https://www.linkedin.com/in/person-{number}",) for number in range(130)]
     path = _write_csv(tmp_path / "many.csv", ["network_url"], rows)

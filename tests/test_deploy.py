@@ -36,6 +36,17 @@ def test_the_units_run_commands_the_console_script_has(tmp_path):
                 assert done.returncode == 0, (line, done.stderr)
 
 
+@pytest.mark.parametrize("unit", ["entity-monitor.service", "entity-monitor-scheduler.service"])
+def test_a_refused_configuration_is_not_restarted_forever(unit):
+    # Every command exits 4 on a bad setting (README, Configuration); with Restart=always alone systemd
+    # restarted the service every 2 s, printing the same refusal line forever instead of staying failed.
+    lines = (DEPLOY / unit).read_text().splitlines()
+    assert "Restart=always" in lines and "RestartPreventExitStatus=4" in lines
+    # ...nor when the ExecStartPre migration is what refuses it: the start limit ends the loop.
+    unit_section = lines[lines.index("[Unit]"):lines.index("[Service]")]
+    assert "StartLimitIntervalSec=60" in unit_section and "StartLimitBurst=5" in unit_section
+
+
 @pytest.mark.skipif(shutil.which("nginx") is None or shutil.which("openssl") is None,
                     reason="nginx or openssl is not installed")
 def test_the_nginx_site_passes_nginx_t_once_its_certificate_placeholders_are_filled(tmp_path):

@@ -15,8 +15,12 @@ CONFIG = Path(__file__).resolve().parent / "fuzz" / "schemathesis.toml"
 
 
 def test_every_operation_survives_schemathesis_with_all_checks(served):
+    # All checks but use_after_free: DELETE of a subscription cancels it (a soft delete, contract §3), so it
+    # stays readable and its metadata editable. `--checks all` overrides the config file's switches, and the
+    # stateful phase ignored a per-operation one; the hard deletes (API keys, the webhook configuration) have
+    # tests of their own that the id answers 404 afterwards.
     command = [str(Path(sys.executable).parent / "st"), "--config-file", str(CONFIG), "--no-color", "run",
-               f"{served.base}/api/v1/openapi.json", "--checks", "all",
+               f"{served.base}/api/v1/openapi.json", "--checks", "all", "--exclude-checks", "use_after_free",
                "--max-examples", os.environ.get("FUZZ_EXAMPLES", "25"), "--seed", os.environ.get("FUZZ_SEED", "1"),
                "--workers", "1", "--header", f"X-API-Key: {served.key}"]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)

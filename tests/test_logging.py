@@ -111,3 +111,30 @@ def test_text_is_the_default_and_carries_the_ids(tmp_path):
 def test_an_unknown_log_format_is_refused(tmp_path):
     with pytest.raises(Exception, match="LOG_FORMAT"):  # ValueError here, ConfigError once validated at start-up
         create_app({"TESTING": True, "LOG_FORMAT": "xml", "SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp_path / 'x.db'}"})
+
+
+@pytest.mark.parametrize("log_format, accesslog", [("json", None), ("text", "-"), ("", "-")])
+def test_serve_leaves_gunicorns_text_access_log_off_when_logs_are_json(log_format, accesslog):
+    # `entity-monitor serve` used to add gunicorn's own text access line to every request, so LOG_FORMAT=json
+    # gave a stream mixing JSON objects with `127.0.0.1 "GET / HTTP/1.1" 200 …` lines a JSON shipper rejects;
+    # the app writes its own JSON access line, so gunicorn's stays off then.
+    import os
+    import subprocess
+    import sys
+    probe = "import app.gunicorn_conf as conf; print(repr(conf.accesslog))"
+    env = {**os.environ, "LOG_FORMAT": log_format}
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60,
+                          check=True)
+    assert done.stdout.strip() == repr(accesslog)
+
+
+def test_a_check_loop_longer_than_its_poll_interval_does_not_warn_every_two_seconds(app, log_lines):
+    # A batch of checks against a slow vendor outlasts the 2 s poll: APScheduler then warned "skipped: maximum
+    # number of running instances reached" at every tick (and "was missed by" after a standby took over),
+    # although nothing is wrong; the README promises warnings only for failed attempts, deactivations and
+    # provider failures. A job that raises still reaches the log.
+    logging.getLogger("apscheduler.scheduler").warning(
+        'Execution of job "Scheduler.run_step" skipped: maximum number of running instances reached (1)')
+    logging.getLogger("apscheduler.executors.default").warning('Run time of job "x" was missed by 0:00:10')
+    logging.getLogger("apscheduler.executors.default").error('Job "Scheduler.run_step" raised an exception')
+    assert [line["message"] for line in log_lines()] == ['Job "Scheduler.run_step" raised an exception']

@@ -270,6 +270,24 @@ def test_a_bad_setting_is_refused_with_one_line_naming_it(service, name, value, 
     assert says in lines[0] and "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("name, value, says", [
+    ("WEB_CONCURRENCY", "0", "WEB_CONCURRENCY=0 is too small: the smallest accepted value is 1"),
+    ("GUNICORN_THREADS", "0", "GUNICORN_THREADS=0 is too small: the smallest accepted value is 1"),
+    ("GUNICORN_THREADS", "eight", "GUNICORN_THREADS='eight' is not a whole number"),
+    ("WEB_CONCURRENCY", "2x", "WEB_CONCURRENCY='2x' is not a whole number"),
+])
+def test_serve_refuses_a_bad_process_setting_with_one_line_naming_it(service, name, value, says):
+    # WEB_CONCURRENCY=0 used to listen forever with no worker to answer; the others ended in a traceback or
+    # in "invalid literal for int()" without the variable's name, and never with the documented exit code 4.
+    service.create_account()
+    env = {**service.env, "BIND": f"127.0.0.1:{free_port()}", name: value}
+    done = subprocess.run([str(BIN / "entity-monitor"), "serve"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 4, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"entity-monitor: configuration refused: {says}")
+
+
 def test_the_http_provider_without_its_url_is_refused_before_anything_is_claimed(service):
     seed_busy_database(service, None, subscriptions=5)
     port = free_port()
@@ -278,6 +296,15 @@ def test_the_http_provider_without_its_url_is_refused_before_anything_is_claimed
         stderr = server.stderr.read()
     assert "PROVIDER_HTTP_URL='' must be an http:// or https:// URL" in stderr and "Traceback" not in stderr
     assert service.sql("SELECT count(*) FROM subscriptions WHERE claim_token IS NOT NULL") == [(0,)]
+
+
+def test_gunicorn_preload_is_refused_with_one_line(service):
+    service.create_account()
+    with running(gunicorn(service, free_port(), "--preload")) as server:
+        assert server.wait(60) != 0
+        stderr = server.stderr.read()
+    assert "entity-monitor: configuration refused: gunicorn --preload is not supported" in stderr
+    assert str(ROOT / "app") not in stderr
 
 
 @pytest.mark.parametrize("env, says", [

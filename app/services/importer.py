@@ -149,20 +149,21 @@ def import_rows(account_id: str, rows, plan: Plan, load_item, dry_run=False, on_
 
 
 def _import_chunk(account_id, chunk, plan, load_item, dry_run, report):
-    items, sources = [], []
-    for row in chunk:
+    items, sources, rejected = [], [], []  # sources and rejected: (position in the chunk, row)
+    for position, row in enumerate(chunk):
         try:
             items.append(item_for_row(row, plan))
-            sources.append(row)
+            sources.append((position, row))
         except ServiceError as error:
-            report.rejected.append((row, error.message))
+            rejected.append((position, row, error.message))
     report.rows += len(chunk)
-    if not items:
-        return
-    result = subscriptions.bulk_create(account_id, items, load_item, dry_run=dry_run)
-    report.created += len(result.created)
-    for error in result.errors:
-        if error["code"] == DuplicateSubscription.code:
-            report.present += 1
-        else:
-            report.rejected.append((sources[error["index"]], error["error"]))
+    if items:
+        result = subscriptions.bulk_create(account_id, items, load_item, dry_run=dry_run)
+        report.created += len(result.created)
+        for error in result.errors:
+            if error["code"] == DuplicateSubscription.code:
+                report.present += 1
+            else:
+                rejected.append((*sources[error["index"]], error["error"]))
+    # in the order of the file, whichever rule refused each row
+    report.rejected.extend((row, reason) for _, row, reason in sorted(rejected, key=lambda entry: entry[0]))
