@@ -82,9 +82,11 @@ def parse_network_url(url: str, domain: str, field="network_url"):
     if parts.scheme.lower() not in ("http", "https"):
         raise invalid("it must start with https://.")
     host = (parts.hostname or "").lower()
-    if not _network_host(host, domain) or port is not None or parts.username:
+    if not _network_host(host, domain):
         raise invalid(f"the host must be {domain}, www.{domain} or a country or mobile subdomain "
                       f"such as uk.{domain} or m.{domain}.")
+    if port is not None or parts.username is not None:
+        raise invalid(f"it must name no port and no user (https://www.{domain}/in/<id>).")
     segments = [segment for segment in parts.path.split("/") if segment]
     if segments and segments[0].lower() == MOBILE_PREFIX:
         segments = segments[1:]
