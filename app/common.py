@@ -26,6 +26,11 @@ def random_alphanumeric(length: int) -> str:
     return "".join(secrets.choice(_ALPHANUMERIC) for _ in range(length))
 
 
+def always() -> bool:
+    """The `keep_going` of work that nothing stops early (a command in the foreground, a test)."""
+    return True
+
+
 def utcnow() -> datetime:
     """Naive UTC, the form every timestamp column stores."""
     return datetime.now(timezone.utc).replace(tzinfo=None)

@@ -6,7 +6,7 @@ from datetime import timedelta, timezone
 import pytest
 from sqlalchemy import select
 
-from app.common import isoformat, utcnow
+from app.common import always, isoformat, utcnow
 from app.extensions import db
 from app.models import DeliveryAttempt, Event, OutboxDelivery, WebhookConfig
 from app.services import outbox
@@ -451,6 +451,6 @@ def test_a_batch_the_pool_refuses_is_given_back(alice, app):
     pool = deliveries._sender_pool(app)
     pool.shutdown()
     with pytest.raises(RuntimeError):
-        deliveries._claim_and_send(app, pool, deliveries.always)
+        deliveries._claim_and_send(app, pool, always)
     db.session.remove()
     assert all(row.claim_token is None for row in db.session.scalars(select(OutboxDelivery)))

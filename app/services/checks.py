@@ -18,7 +18,7 @@ from datetime import timedelta
 from flask import current_app
 from sqlalchemy import and_, bindparam, or_, select, update
 
-from app.common import new_id, utcnow
+from app.common import always, new_id, utcnow
 from app.database import write_transaction
 from app.models import Account, Subscription
 from app.providers import (Answers, EntityUnavailable, ProviderError, QuotaExhausted, current_provider, fetch_many,
@@ -181,7 +181,7 @@ def _pause_for(name: str, answer) -> None:
         provider_limits.pause(name, provider_limits.RATE_LIMITED, until, str(answer) or "throttled")
 
 
-def fetch_all(provider, claimed: list, deadline: float = None, keep_going=lambda: True) -> list:
+def fetch_all(provider, claimed: list, deadline: float = None, keep_going=always) -> list:
     """Ask the provider about every claimed subscription, outside any transaction: in calls of its batch
     size, at most `concurrency` at once, each call taken from the shared rate budget first. Once the
     provider is paused (here or by another process), `deadline` (a time.time(); default half the lease)
@@ -368,7 +368,7 @@ def new_claim_token() -> str:
     return new_id("claim")
 
 
-def run_claimed(claimed: list, token: str, keep_going=lambda: True) -> Summary:
+def run_claimed(claimed: list, token: str, keep_going=always) -> Summary:
     """Fetch and record a claimed batch; what was not fetched (stopping, half the lease gone, the provider
     paused) is recorded as deferred: released untouched, so a claim never outlives its lease."""
     return record_outcomes(token, fetch_all(current_provider(), claimed, keep_going=keep_going))

@@ -5,13 +5,10 @@ import time
 from flask import current_app
 
 from app import metrics
+from app.common import always
 from app.services import checks
 
 STEP_BUDGET_SECONDS = 30
-
-
-def always():
-    return True
 
 
 def run_due_batch(keep_going=always) -> checks.Summary:

@@ -5,8 +5,10 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+
 from flask import current_app
 
+from app.common import always
 from app.services import events, outbox
 from app.services.transport import transport_for
 
@@ -22,10 +24,6 @@ class InFlight:
     token: str
     batch: list
     futures: list
-
-
-def always():
-    return True
 
 
 def _claim_and_send(app, pool, keep_going) -> InFlight:
