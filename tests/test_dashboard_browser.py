@@ -94,18 +94,21 @@ def test_find_why_an_event_was_not_delivered_and_fix_it(server, page):
         shot(page, "01-sign-in")
         page.get_by_label("API key").fill(key)
         page.get_by_role("button", name="Sign in").click()
+        page.wait_for_load_state()  # the form's answer page, loaded before it is read
         assert "Get started" in page.content()
         shot(page, "02-overview-new-account")
 
         page.get_by_role("link", name="Set your webhook endpoint").click()
         page.get_by_label("Endpoint URL").fill(receiver.url)
         page.get_by_role("button", name="Save and show the secret").click()
+        page.wait_for_load_state()  # the form's answer page, loaded before it is read
         assert page.locator("#secret").inner_text().startswith("whsec_")
         shot(page, "03-webhook-secret-shown-once")
 
         page.get_by_role("link", name="Subscriptions").click()
         page.get_by_label("Profile URL or id").fill("https://www.linkedin.com/in/jane-doe")
         page.get_by_role("button", name="Subscribe").click()
+        page.wait_for_load_state()  # the form's answer page, loaded before it is read
         subscription_id = page.url.rsplit("/", 1)[1]
         assert "No events yet" in page.content()
 
@@ -125,6 +128,7 @@ def test_find_why_an_event_was_not_delivered_and_fix_it(server, page):
         page.get_by_role("link", name="Deliveries").click()
         page.get_by_label("Result").select_option("failed")
         page.get_by_role("button", name="Filter").click()
+        page.wait_for_load_state()  # the form's answer page, loaded before it is read
         assert "1 attempt," in page.content() and "500" in page.content()
         shot(page, "06-deliveries-failed")
 
@@ -137,8 +141,10 @@ def test_find_why_an_event_was_not_delivered_and_fix_it(server, page):
 
         page.get_by_role("link", name="Webhook").click()
         page.get_by_role("button", name="Send test").click()
+        page.wait_for_load_state()  # the form's answer page, loaded before it is read
         assert "Delivered: your endpoint answered 200" in page.content()
         page.get_by_role("button", name="Rotate secret").click()
+        page.wait_for_load_state()  # the form's answer page, loaded before it is read
         assert "New signing secret" in page.content() and "hmac.compare_digest" in page.content()
         shot(page, "07-webhook-rotated")
 
