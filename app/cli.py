@@ -86,6 +86,10 @@ def run_checks(subscription_id, check_all, due):
     totals = {name: sum(getattr(summary, name) for summary in summaries)
               for name in ("checked", "changes", "unavailable", "failed", "skipped", "deferred")}
     click.echo(" ".join(f"{name}={count}" for name, count in totals.items()))
+    if totals["deferred"]:
+        raise click.ClickException(
+            f"{totals['deferred']} checks were deferred: the provider is paused or its rate budget is spent "
+            "(`providers status` tells); they keep their place and run when it allows.")
 
 
 scheduler_cli = AppGroup("scheduler", help="The scheduler as its own process.")

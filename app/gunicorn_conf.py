@@ -12,11 +12,9 @@ graceful_timeout = 30  # a stopping scheduler finishes its batch in hand in well
 # gunicorn 27's control socket defaults to one path per user (~/.gunicorn/gunicorn.ctl): two services on
 # one host would fight over it, and nothing here uses it.
 control_socket_disable = True
-# The app writes its own access line per request (app.access); with LOG_FORMAT=json gunicorn's text one would
-# break the one-JSON-object-per-line stream, so it stays off then.
-accesslog = None if os.environ.get("LOG_FORMAT", "").strip() == "json" else "-"
-# Never log the X-API-Key header: the access log format names no request headers.
-access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(D)sus'
+# The app writes its own access line per request (app.access, with the request id, in LOG_FORMAT's form);
+# gunicorn's would log every request a second time, and as text in a JSON stream.
+accesslog = None
 
 # Limits, JSON answers to what gunicorn refuses itself, and no secret in its log (app/gunicorn_limits.py)
 from app import gunicorn_limits  # noqa: E402

@@ -379,8 +379,8 @@ def test_a_wheel_installed_in_a_fresh_venv_outside_the_checkout_migrates_creates
         def healthy():
             assert server.poll() is None, server.stderr.read()
             try:
-                return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200
-            except requests.ConnectionError:
+                return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=10).status_code == 200
+            except (requests.ConnectionError, requests.Timeout):
                 return False
         deadline = time.monotonic() + 60
         while not healthy():

@@ -167,6 +167,16 @@ def test_a_paused_provider_is_not_called_by_check_one_either(alice, vendor):
     assert row(subscription_id).claim_token is None
 
 
+def test_checks_run_says_and_fails_when_a_pause_deferred_its_checks(alice, vendor, runner):
+    subscription_id = subscribe(alice, "jane")
+    provider_limits.pause("batchvendor", provider_limits.RATE_LIMITED, utcnow() + timedelta(minutes=5), "429")
+    result = runner.invoke(args=["checks", "run", subscription_id])
+    assert result.exit_code == 1
+    assert "checked=0" in result.output and "deferred=1" in result.output
+    assert "1 checks were deferred" in result.output and "providers status" in result.output
+    assert vendor.calls == [] and row(subscription_id).check_count == 0
+
+
 def test_quota_exhausted_pauses_until_an_operator_resumes(alice, vendor, runner, caplog):
     ids = [subscribe(alice, f"p{number}") for number in range(4)]
     make_due(ids)
