@@ -8,6 +8,7 @@ reaches 127.0.0.1 only with WEBHOOK_TEST_ALLOW_LOOPBACK, both refused outside TE
 import socket
 import ssl
 import subprocess
+import threading
 from dataclasses import dataclass
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -54,6 +55,8 @@ class TLSServer(ThreadingHTTPServer):
     def __init__(self, address, handler_class, certificates: Certificates):
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.context.load_cert_chain(certificates.cert_file, certificates.key_file)
+        self.handshakes = 0  # connections that completed a TLS handshake: with keep-alive, far fewer than requests
+        self._count_lock = threading.Lock()
         super().__init__(address, handler_class)
 
     def finish_request(self, request, client_address):
@@ -62,6 +65,8 @@ class TLSServer(ThreadingHTTPServer):
             connection = self.context.wrap_socket(request, server_side=True)
         except OSError:  # the client refused our certificate (what some tests expect) or went away
             return
+        with self._count_lock:
+            self.handshakes += 1
         with connection:
             super().finish_request(connection, client_address)
 

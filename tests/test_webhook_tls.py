@@ -1,6 +1,7 @@
 """Deliveries over TLS to a local receiver (scripts/tls_receiver.py): the certificate is verified against
 the test-only CA setting, the address guard and its pinning still run, and neither test setting can
 switch verification off or reach a production configuration."""
+import shutil
 import socket
 
 import pytest
@@ -17,6 +18,7 @@ from scripts.tls_receiver import RECEIVER_HOST, StaticResolver, make_certificate
 from tests.conftest import BASE_CONFIG
 from tests.webhook_helpers import Receiver, configure, record_events
 
+pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl command makes the test CA")
 OTHER_HOST = "other.test"  # also 127.0.0.1, but not the name on the receiver's certificate
 
 
@@ -66,6 +68,14 @@ def test_a_delivery_over_tls_is_verified_with_the_test_ca_and_signed(alice, cert
     [received] = receiver.requests
     assert received.headers["Host"] == f"{RECEIVER_HOST}:{receiver.port}"
     assert verify(received.headers, received.body, [secret])["id"] == event.id
+
+
+def test_deliveries_to_one_endpoint_reuse_the_pinned_tls_connection(alice, certificates, resolver):
+    with Receiver(certificates=certificates) as receiver:
+        configure(alice, receiver.url)
+        outcomes = [deliver_one(alice.account_id)[1].status for _ in range(3)]
+    assert outcomes == ["succeeded"] * 3 and len(receiver.requests) == 3
+    assert receiver.server.handshakes == 1
 
 
 def test_without_the_test_ca_the_certificate_is_refused_and_the_try_retried(app, alice, certificates, resolver):
