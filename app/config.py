@@ -4,6 +4,7 @@ Every environment variable is parsed strictly and the merged configuration is va
 a bad value raises ConfigError, whose message is one line naming the variable and what it accepts.
 """
 import os
+import ssl
 from urllib.parse import urlsplit
 
 from sqlalchemy.engine import make_url
@@ -88,6 +89,10 @@ class Defaults:
     WEBHOOK_DISABLE_AFTER_SECONDS = 5 * 86400
     WEBHOOK_SECRET_OVERLAP_SECONDS = 86400
     WEBHOOK_RECOVER_MAX_DAYS = 14
+    # Tests and the delivery benchmark only (refused unless TESTING; never read from the environment): trust
+    # this CA bundle (PEM) instead of the system's, and let a receiver on a loopback address pass the guards
+    WEBHOOK_TEST_CA_BUNDLE = None
+    WEBHOOK_TEST_ALLOW_LOOPBACK = False
 
     LOG_FORMAT = "text"  # or "json": one JSON object per line
     METRICS_ENABLED = True  # GET /metrics
@@ -196,6 +201,7 @@ def validate(config) -> None:
     _validate_database_url(config["SQLALCHEMY_DATABASE_URI"])
     _validate_ratelimit_storage(config["RATELIMIT_STORAGE_URI"])
     _validate_provider(config)
+    _validate_webhook_test_settings(config)
 
 
 def _validate_database_url(url):
@@ -222,3 +228,22 @@ def _validate_provider(config):
         load_provider(config)
     except ValueError as error:
         raise ConfigError(str(error)) from None
+
+
+def _validate_webhook_test_settings(config):
+    """The test-only settings exist for a local receiver with a throw-away CA: refused in a service that is
+    not under test, and the bundle must hold a certificate (it chooses what to trust, never whether to verify)."""
+    bundle, loopback = config["WEBHOOK_TEST_CA_BUNDLE"], config["WEBHOOK_TEST_ALLOW_LOOPBACK"]
+    for name, value in (("WEBHOOK_TEST_CA_BUNDLE", bundle is not None), ("WEBHOOK_TEST_ALLOW_LOOPBACK", loopback)):
+        if value and not config.get("TESTING"):
+            raise ConfigError(f"{name} is a test setting: it is refused unless TESTING is on")
+    if not isinstance(loopback, bool):
+        raise ConfigError(f"WEBHOOK_TEST_ALLOW_LOOPBACK={loopback!r} is not a boolean")
+    if bundle is None:
+        return
+    if not isinstance(bundle, str) or not os.path.isfile(bundle):
+        raise ConfigError(f"WEBHOOK_TEST_CA_BUNDLE={bundle!r} is not the path of a CA certificate file (PEM)")
+    try:
+        ssl.create_default_context(cafile=bundle)
+    except ssl.SSLError:
+        raise ConfigError(f"WEBHOOK_TEST_CA_BUNDLE={bundle!r} holds no CA certificate (PEM)") from None

@@ -9,6 +9,7 @@ from sqlalchemy import select
 from app.extensions import db
 from app.models import DeliveryAttempt
 from app.worker.deliveries import deliver_due
+from scripts.tls_receiver import StaticResolver
 from tests.webhook_helpers import LOCAL_RECEIVER_CONFIG, Receiver, configure, record_events
 
 PUBLIC_ADDRESS = "93.184.216.34"
@@ -43,27 +44,9 @@ def literal_host(address):
     return f"[{address}]" if ":" in address else address
 
 
-class FakeDns:
-    """socket.getaddrinfo answering from a table, so names can be pointed anywhere without a network."""
-
-    def __init__(self, real):
-        self.real = real
-        self.table = {}
-
-    def __call__(self, host, port, family=0, type=0, proto=0, flags=0):
-        if host not in self.table:
-            return self.real(host, port, family, type, proto, flags)
-        address = self.table[host]
-        if address is None:
-            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-        if ":" in address:
-            return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", (address, port or 443, 0, 0))]
-        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port or 443))]
-
-
 @pytest.fixture
 def dns(monkeypatch):
-    fake = FakeDns(socket.getaddrinfo)
+    fake = StaticResolver(socket.getaddrinfo)  # names pointed anywhere without a network
     monkeypatch.setattr(socket, "getaddrinfo", fake)
     return fake
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from app.common import utcnow
 from app.database import write_transaction
 from app.services import events, subscriptions
+from scripts.tls_receiver import RECEIVER_HOST, TLSServer
 from tests.fake_vendors import BackloggedHTTPServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,19 +40,28 @@ class Reply:
 
 class Receiver:
     """`with Receiver() as receiver:` serves on 127.0.0.1 until the block ends; `receiver.reply` decides
-    the answer to every request (a Reply, or a callable taking the Received)."""
+    the answer to every request (a Reply, or a callable taking the Received). With `certificates`
+    (scripts/tls_receiver.py) it serves HTTPS as `receiver.test`, a name the test points at 127.0.0.1."""
 
-    def __init__(self, reply=None):
+    def __init__(self, reply=None, certificates=None):
         self.reply = reply or Reply()
         self.requests = []
         self._lock = threading.Lock()
-        self.server = BackloggedHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self.tls = certificates is not None
+        if self.tls:
+            self.server = TLSServer(("127.0.0.1", 0), self._handler_class(), certificates)
+        else:
+            self.server = BackloggedHTTPServer(("127.0.0.1", 0), self._handler_class())
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
+    def port(self) -> int:
+        return self.server.server_address[1]
+
+    @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        return f"https://{RECEIVER_HOST}:{self.port}/hook" if self.tls else f"http://127.0.0.1:{self.port}/hook"
 
     @property
     def event_ids(self) -> list:

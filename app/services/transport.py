@@ -74,11 +74,14 @@ def parse_endpoint(url: str) -> Endpoint:
     return Endpoint(scheme, (parts.host or "").strip("[]").lower(), port)
 
 
-def is_forbidden_address(address) -> bool:
+def is_forbidden_address(address, allow_loopback=False) -> bool:
     """Anything not globally routable (loopback, private, CGNAT, link-local incl. cloud metadata, site-local,
-    multicast, reserved, unspecified), looking through IPv4-mapped IPv6 forms."""
+    multicast, reserved, unspecified), looking through IPv4-mapped IPv6 forms. `allow_loopback` is the
+    test-only exception (WEBHOOK_TEST_ALLOW_LOOPBACK) for a receiver on this machine."""
     if address.version == 6 and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
+    if allow_loopback and address.is_loopback:
+        return False
     return (not address.is_global or address.is_multicast or address.is_reserved
             or getattr(address, "is_site_local", False)
             or any(address in network for network in EXTRA_BLOCKED_NET_RANGES))
@@ -89,10 +92,14 @@ class PublicOnlyAdapter(IPFilterAdapter):
     address (SNI and certificate checks keep the hostname); this applies our stricter definition of
     "not public" to that pinned address too, so configure time and send time refuse the same things."""
 
+    def __init__(self, is_https_proto: bool, allow_loopback: bool):
+        super().__init__(is_https_proto=is_https_proto, allow_loopback=allow_loopback)
+        self.allow_loopback = allow_loopback
+
     def build_connection_pool_key_attributes(self, request, verify, cert=None):
         host_params, pool_kwargs = super().build_connection_pool_key_attributes(request, verify, cert)
         address = ipaddress.ip_address(host_params["host"].strip("[]"))
-        if is_forbidden_address(address):
+        if is_forbidden_address(address, self.allow_loopback):
             raise InvalidIPAddress(address)
         return host_params, pool_kwargs
 
@@ -141,12 +148,14 @@ class Transport:
     """Sends tries over one pooled session per endpoint host, with the SSRF guard pinned per connection."""
 
     def __init__(self, *, workers: int, timeout: float, max_response_bytes: int, allow_http: bool,
-                 allow_private: bool):
+                 allow_private: bool, allow_loopback: bool = False, ca_bundle: Optional[str] = None):
         self.workers = workers
         self.timeout = timeout
         self.max_response_bytes = max_response_bytes
         self.schemes = allowed_schemes(allow_http)
         self.allow_private = allow_private
+        self.allow_loopback = allow_loopback
+        self.verify = ca_bundle or True  # a bundle replaces the trusted CAs; certificates are always verified
         self._sessions = OrderedDict()
         self._lock = threading.Lock()
 
@@ -155,7 +164,8 @@ class Transport:
         return cls(workers=config["WEBHOOK_WORKERS"], timeout=config["WEBHOOK_TIMEOUT_SECONDS"],
                    max_response_bytes=config["WEBHOOK_MAX_RESPONSE_BYTES"],
                    allow_http=config["WEBHOOK_ALLOW_HTTP"],
-                   allow_private=config["WEBHOOK_ALLOW_PRIVATE_ADDRESSES"])
+                   allow_private=config["WEBHOOK_ALLOW_PRIVATE_ADDRESSES"],
+                   allow_loopback=config["WEBHOOK_TEST_ALLOW_LOOPBACK"], ca_bundle=config["WEBHOOK_TEST_CA_BUNDLE"])
 
     def send(self, outgoing: Outgoing) -> Outcome:
         started = time.monotonic()
@@ -176,7 +186,7 @@ class Transport:
         try:
             response = self._session_for(endpoint).post(
                 outgoing.url, data=outgoing.body, headers=signed_headers(outgoing, timestamp_ms),
-                timeout=(self.timeout, self.timeout), allow_redirects=False, stream=True, verify=True)
+                timeout=(self.timeout, self.timeout), allow_redirects=False, stream=True, verify=self.verify)
             with response:
                 overran = self._drain(response, started)
         except InvalidIPAddress as error:
@@ -246,7 +256,7 @@ class Transport:
         if self.allow_private:
             return HTTPAdapter(pool_connections=4, pool_maxsize=self.workers)
         # The address checked is the address connected to, so DNS rebinding cannot slip between check and use.
-        adapter = PublicOnlyAdapter(is_https_proto=https, allow_loopback=False)
+        adapter = PublicOnlyAdapter(is_https_proto=https, allow_loopback=self.allow_loopback)
         adapter.init_poolmanager(4, self.workers)
         return adapter
 

@@ -93,7 +93,8 @@ def check_endpoint_url(url: str) -> str:
                                                "name (no trailing dot) or an IP address.", url)
     if host == "localhost" or host.endswith(".localhost"):
         raise _not_public(url)
-    if any(is_forbidden_address(address) for address in _resolved_addresses(host, port)):
+    allow_loopback = config["WEBHOOK_TEST_ALLOW_LOOPBACK"]
+    if any(is_forbidden_address(address, allow_loopback) for address in _resolved_addresses(host, port)):
         raise _not_public(url)
     return url
 
