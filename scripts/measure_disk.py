@@ -48,9 +48,9 @@ def object_bytes(db) -> dict:
     """{(table, table or index name): bytes} for every table and index, and the whole database under
     (None, None): pages in use (SQLite's dbstat after a WAL checkpoint; PostgreSQL's relation sizes after
     VACUUM, a table's TOAST counted with it)."""
+    db.session.remove()  # no open snapshot keeps dead rows from VACUUM
     with db.engine.connect() as connection:
         if db.engine.dialect.name == "postgresql":
-            connection.exec_driver_sql("COMMIT")
             connection.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("VACUUM")
             rows = connection.exec_driver_sql(
                 "SELECT coalesce(t.relname, c.relname), c.relname, "
