@@ -1,19 +1,15 @@
 """scripts/measure_disk.py: its projection is the arithmetic its docstring states, and a tiny run works end to end."""
 import argparse
-import importlib.util
 import re
 
 import pytest
 
-from tests.webhook_helpers import ROOT
+from tests.webhook_helpers import load_script
 
 
 @pytest.fixture(scope="module")
 def measure_disk():
-    spec = importlib.util.spec_from_file_location("measure_disk", ROOT / "scripts" / "measure_disk.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("measure_disk")
 
 
 def gigabytes(output, label):

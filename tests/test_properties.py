@@ -1,6 +1,5 @@
 """Property-based tests (hypothesis) of the pure rules: identity canonicalisation, change detection,
 webhook signatures and retry delays. Each property holds for every input, not only the examples we thought of."""
-import importlib.util
 import re
 from urllib.parse import quote, urlsplit
 
@@ -16,7 +15,7 @@ from app.services.entities import canonical_url, network_id_from_url, normalize_
 from app.services.outbox import retry_delay
 from app.services.transport import Outcome, Outgoing, sign, signed_headers
 from tests.conftest import BASE_CONFIG
-from tests.webhook_helpers import ROOT
+from tests.webhook_helpers import load_script
 
 DOMAIN = "linkedin.com"
 CANONICAL = re.compile(r"^(?:[a-z0-9_-]|%[0-9a-f]{2})+$")
@@ -197,10 +196,7 @@ def test_slim_snapshots_yield_the_same_events_as_full_ones(entity_type, steps):
 
 @pytest.fixture(scope="module")
 def receiver():
-    spec = importlib.util.spec_from_file_location("receiver_script", ROOT / "scripts" / "receiver.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("receiver")
 
 
 SECRETS = st.text(st.sampled_from("abcdefghijklmnopqrstuvwxyz0123456789"), min_size=32, max_size=32).map(
