@@ -362,7 +362,7 @@ def test_the_stored_snapshot_keeps_the_fields_and_activity_keys_not_the_activiti
     created = subscribe(alice)
     check(created["id"])
     stored = row(created["id"]).snapshot
-    assert set(stored) == {"name", "headline", "company", "title", "location", "seen_activities"}
+    assert set(stored) == {"network_id", "name", "headline", "company", "title", "location", "seen_activities"}
     assert "about p1" not in json.dumps(stored) and len(stored["seen_activities"]) == 16
 
 
@@ -375,8 +375,8 @@ def test_a_snapshot_stored_in_the_old_full_form_is_read_and_replaced_at_the_next
                            .values(snapshot=legacy, check_count=1))
     network.set("jane-doe", person(title="CTO", activities=[activity("p0"), activity("p1"), activity("p2")]))
     check(created["id"])
-    assert [(event["type"], event["data"].get("activity", {}).get("id")) for event in events_of(alice)] == [
-        ("contact.position_changed", None), ("contact.post_created", "p2")]
+    assert sorted((event["type"], event["data"].get("activity", {}).get("id", "")) for event in events_of(alice)) == [
+        ("contact.position_changed", ""), ("contact.post_created", "p2")]  # one batch: no order between them
     assert "activities" not in row(created["id"]).snapshot and "seen_activity_ids" not in row(created["id"]).snapshot
 
 

@@ -59,8 +59,9 @@ def test_the_initial_state_is_the_providers_answer_and_the_stored_snapshot_only_
                                        "company": "Acme", "title": None, "location": "Berlin",
                                        "activities": [{**post("p1"), "target_url": None, "reaction_type": None}],
                                        "followers": 10}
-    assert detection.snapshot == {"name": "Jane", "headline": "Engineer at Acme", "company": "Acme",
-                                  "title": None, "location": "Berlin", SEEN_KEY: activity_key("p1")}
+    assert detection.snapshot == {"network_id": "jane", "name": "Jane", "headline": "Engineer at Acme",
+                                  "company": "Acme", "title": None, "location": "Berlin",
+                                  SEEN_KEY: activity_key("p1")}
 
 
 def test_no_activity_text_is_stored():
@@ -312,7 +313,7 @@ def test_a_legacy_snapshot_is_compared_like_a_slim_one_and_replaced_by_the_slim_
     assert [(change.type, change.data.get("activity", {}).get("id")) for change in detection.changes] == [
         ("contact.headline_changed", None), ("contact.post_created", "p3")]
     assert detection.changes[0].data["changes"]["previous_headline"] == "Engineer at Acme"
-    assert set(detection.snapshot) == {"name", "headline", "company", "title", "location", SEEN_KEY}
+    assert set(detection.snapshot) == {"network_id", "name", "headline", "company", "title", "location", SEEN_KEY}
     assert detection.snapshot[SEEN_KEY] == "".join(activity_key(f"p{number}") for number in range(4))
 
 

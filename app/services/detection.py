@@ -5,7 +5,7 @@ change: the stored snapshot keeps the last known value, so known → unknown →
 reported once, as known → other value. Activities are tracked by id.
 
 The stored snapshot holds only what detection needs: the entity's fields of contract §7 (without
-`network_id`, which the subscription has, and without `activities`) and `seen_activities`, one string
+`activities`) and `seen_activities`, one string
 of 8-character keys, each 48 bits of BLAKE2b of an activity id. It keeps the keys of every activity in
 the provider's last answer plus the most recent others, up to SEEN_ACTIVITIES_KEPT in all: providers
 answer with recent activities only, so an activity is only re-reported if it vanishes from the answers
@@ -25,8 +25,7 @@ SEEN_ACTIVITIES_KEPT = 32
 SEEN_KEY = "seen_activities"
 LEGACY_SEEN_KEY = "seen_activity_ids"
 KEY_LENGTH = 8  # base64 characters of a 6-byte digest
-STATE_FIELDS = {entity_type: tuple(name for name in fields if name != "network_id")
-                for entity_type, fields in (("contact", CONTACT_FIELDS), ("company", COMPANY_FIELDS))}
+STATE_FIELDS = {"contact": CONTACT_FIELDS, "company": COMPANY_FIELDS}
 ACTIVITY_EVENTS = {
     ("contact", "post"): "contact.post_created",
     ("company", "post"): "company.post_created",
