@@ -1,13 +1,32 @@
 #!/usr/bin/env python
-"""How much disk a month of monitoring costs (issue 9, retention): N subscriptions (default 10,000)
-checked once a day for D simulated days (default 7) against the simulated network at its default pace,
-every account with a webhook configuration, every event delivered at the first try (one outbox row and
-one delivery-attempt row per event, as in production; no HTTP is sent).
+"""How big the database gets (issue 12, point 2): measure a sample, project to 1,000,000 subscriptions after
+30 days of daily checks.
 
-Reports the SQLite size after the first checks (snapshots, initial states) and the growth per day, then
-projects a month (30 days) of events, outbox rows and attempts: what EVENT_RETENTION_DAYS keeps per month.
+What it measures: N subscriptions (default 100,000; two thirds contacts, one third companies, over a few
+enterprise accounts, each with a webhook configuration for every event type) checked once a day for D
+simulated days (default 3) against the simulated network at its default pace and rates (SIMULATED_RATES,
+`realistic`: a day per epoch), after their first check. Every event is delivered at its first try, recorded
+exactly as the sender records it (one outbox row and one delivery-attempt row per event; no HTTP is sent).
+Sizes are the pages each table and its indexes hold: SQLite's dbstat (after a WAL checkpoint), or on
+PostgreSQL pg_total_relation_size (table, indexes and TOAST, after VACUUM).
 
-    python scripts/measure_disk.py [--subscriptions 10000] [--days 7]
+How it projects, linearly, to P subscriptions (default 1,000,000) after T days (default 30):
+  subscriptions  = P x (bytes per subscription after the D days + 8 bytes per new activity over the T - D
+                   days left, at most SEEN_ACTIVITIES_KEPT of them): the subscriptions table and its indexes;
+                   a snapshot grows only by the 8-character keys of the activities it has seen, up to a bound
+                   (change events per subscription-day count as new activities: an upper bound)
+  initial states = P x bytes per `subscription.initial_state` event, with its outbox row and attempt
+                   (kept while T < EVENT_RETENTION_DAYS)
+  change events  = P x events per subscription-day x min(T, EVENT_RETENTION_DAYS) x bytes per change event,
+                   with its outbox row and attempt
+Other tables (accounts, keys, usage counters…) do not grow with subscriptions and are left out.
+
+    python scripts/measure_disk.py [--subscriptions 100000] [--days 3] [--project-subscriptions 1000000]
+                                   [--project-days 30]
+
+With DATABASE_URL set it measures that database (it must be empty: the migrations create the schema),
+e.g. DATABASE_URL=postgresql://postgres@127.0.0.1:5432/measure; otherwise a temporary SQLite file, deleted
+afterwards. `--subscriptions 1000000 --days 30` measures the real thing instead of projecting it.
 """
 import argparse
 import os
@@ -21,17 +40,42 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench_checks import ACCOUNTS, insert_subscriptions, make_all_due  # noqa: E402
 
-MONTH_DAYS = 30
+SUBSCRIPTION_TABLES = ("subscriptions",)
+EVENT_TABLES = ("events", "outbox", "delivery_attempts")
 
 
-def database_bytes(db) -> int:
-    """Bytes the tables hold (pages in use, after the WAL is checkpointed into the file)."""
+def object_bytes(db) -> dict:
+    """{(table, table or index name): bytes} for every table and index, and the whole database under
+    (None, None): pages in use (SQLite's dbstat after a WAL checkpoint; PostgreSQL's relation sizes after
+    VACUUM, a table's TOAST counted with it)."""
+    db.session.remove()  # no open snapshot keeps dead rows from VACUUM
     with db.engine.connect() as connection:
+        if db.engine.dialect.name == "postgresql":
+            connection.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("VACUUM")
+            rows = connection.exec_driver_sql(
+                "SELECT coalesce(t.relname, c.relname), c.relname, "
+                "CASE WHEN c.relkind = 'r' THEN pg_table_size(c.oid) ELSE pg_relation_size(c.oid) END "
+                "FROM pg_class c LEFT JOIN pg_index i ON i.indexrelid = c.oid "
+                "LEFT JOIN pg_class t ON t.oid = i.indrelid "
+                "WHERE c.relkind IN ('r', 'i') AND c.relnamespace = to_regnamespace(current_schema())").all()
+            sizes = {(table, name): size for table, name, size in rows}
+            sizes[None, None] = connection.exec_driver_sql("SELECT pg_database_size(current_database())").scalar()
+            return sizes
         connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        owners = dict(connection.exec_driver_sql(
+            "SELECT name, tbl_name FROM sqlite_master WHERE type IN ('table', 'index')").all())
+        sizes = {(owners.get(name, name), name): size
+                 for name, size in connection.exec_driver_sql("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name")}
+        page_size = connection.exec_driver_sql("PRAGMA page_size").scalar()
         pages = connection.exec_driver_sql("PRAGMA page_count").scalar()
         free = connection.exec_driver_sql("PRAGMA freelist_count").scalar()
-        size = connection.exec_driver_sql("PRAGMA page_size").scalar()
-    return (pages - free) * size
+        sizes[None, None] = (pages - free) * page_size
+        return sizes
+
+
+def part(sizes: dict, tables) -> int:
+    """Bytes of these tables with their indexes."""
+    return sum(size for (table, _name), size in sizes.items() if table in tables)
 
 
 def deliver_everything_at_once():
@@ -61,29 +105,60 @@ def deliver_everything_at_once():
         outbox.record_results(token, results)
 
 
+def event_count(db) -> int:
+    from sqlalchemy import func, select
+
+    from app.models import Event
+    count = db.session.scalar(select(func.count()).select_from(Event))
+    db.session.rollback()
+    return count
+
+
+def print_breakdown(sizes: dict, rows: dict):
+    print(f"  {'table / index':<40}      MB  bytes/row")
+    for table in SUBSCRIPTION_TABLES + EVENT_TABLES:
+        for (owner, name), size in sorted(sizes.items(), key=lambda item: (item[0][1] != table, str(item[0][1]))):
+            if owner == table:
+                label = name if name == table else f"  {name}"
+                print(f"  {label:<40}{size / 1e6:8,.1f}  {size / max(rows[table], 1):8,.0f}")
+    print(f"  {'whole database':<40}{sizes[None, None] / 1e6:8,.1f}")
+
+
+def row_counts(db) -> dict:
+    from sqlalchemy import text
+    counts = {table: db.session.scalar(text(f"SELECT count(*) FROM {table}"))
+              for table in SUBSCRIPTION_TABLES + EVENT_TABLES}
+    db.session.rollback()
+    return counts
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--subscriptions", type=int, default=10_000)
-    parser.add_argument("--days", type=int, default=7)
+    parser.add_argument("--subscriptions", type=int, default=100_000)
+    parser.add_argument("--days", type=int, default=3, help="daily checks after the first one")
+    parser.add_argument("--project-subscriptions", type=int, default=1_000_000)
+    parser.add_argument("--project-days", type=int, default=30)
     args = parser.parse_args(argv)
 
     import logging
 
     from flask_migrate import upgrade
-    from sqlalchemy import func, select
 
     from app import create_app
     from app.common import utcnow
     from app.extensions import db
-    from app.models import DeliveryAttempt, Event
     from app.providers.simulated import SimulatedProvider
     from app.services import accounts, webhooks
     from app.worker import checks as worker
 
-    directory = tempfile.mkdtemp(prefix="measure-disk-")
-    database = os.path.join(directory, "disk.db")
-    app = create_app({"SQLALCHEMY_DATABASE_URI": f"sqlite:///{database}", "SCHEDULER_ENABLED": False,
-                      "RATELIMIT_ENABLED": False, "WEBHOOK_ALLOW_PRIVATE_ADDRESSES": True})
+    directory = None
+    url = os.environ.get("DATABASE_URL")
+    if not url:
+        directory = tempfile.mkdtemp(prefix="measure-disk-")
+        url = f"sqlite:///{os.path.join(directory, 'disk.db')}"
+    app = create_app({"SQLALCHEMY_DATABASE_URI": url, "SCHEDULER_ENABLED": False, "RATELIMIT_ENABLED": False,
+                      "WEBHOOK_ALLOW_PRIVATE_ADDRESSES": True})
+    config = app.config
     try:
         with app.app_context():
             upgrade()
@@ -96,31 +171,60 @@ def main(argv=None):
             insert_subscriptions(args.subscriptions, account_ids, utcnow())
             moment = [time.time()]
             app.extensions["provider"] = SimulatedProvider(
-                app.config["SIMULATED_SEED"], app.config["SIMULATED_PACE_SECONDS"], app.config["NETWORK_DOMAIN"],
-                clock=lambda: moment[0])
+                config["SIMULATED_SEED"], config["SIMULATED_PACE_SECONDS"], config["NETWORK_DOMAIN"],
+                clock=lambda: moment[0], rates=config["SIMULATED_RATES"])
+            print(f"measuring {args.subscriptions:,} subscriptions on {db.engine.dialect.name}, simulated network "
+                  f"at {config['SIMULATED_PACE_SECONDS']} s per epoch, {config['SIMULATED_RATES']} rates; "
+                  f"EVENT_RETENTION_DAYS={config['EVENT_RETENTION_DAYS']}")
+            started = time.perf_counter()
             worker.run_due()
             deliver_everything_at_once()
-            start = database_bytes(db)
-            events_before = db.session.scalar(select(func.count()).select_from(Event))
-            print(f"{args.subscriptions:,} subscriptions after their first checks: {start / 1e6:,.1f} MB")
-            for _day in range(args.days):
-                moment[0] += app.config["SIMULATED_PACE_SECONDS"]
+            first, initial_events = object_bytes(db), event_count(db)
+            print(f"after the first checks ({time.perf_counter() - started:,.0f} s): {initial_events:,} events")
+            print_breakdown(first, row_counts(db))
+            for day in range(args.days):
+                started = time.perf_counter()
+                moment[0] += config["SIMULATED_PACE_SECONDS"]
                 make_all_due()
                 worker.run_due()
                 deliver_everything_at_once()
-            grown = database_bytes(db) - start
-            events = db.session.scalar(select(func.count()).select_from(Event)) - events_before
-            attempts = db.session.scalar(select(func.count()).select_from(DeliveryAttempt))
-            per_day = grown / args.days
-            print(f"{args.days} daily checks: {events:,} events ({events / args.days / args.subscriptions:.2f} per "
-                  f"check), {attempts:,} attempts in all; growth {grown / 1e6:,.1f} MB, "
-                  f"{grown / max(events, 1):,.0f} bytes per event with its outbox row and attempt")
-            print(f"a month ({MONTH_DAYS} days) of events for {args.subscriptions:,} subscriptions checked daily: "
-                  f"{per_day * MONTH_DAYS * 10_000 / args.subscriptions / 1e6:,.0f} MB per 10,000 subscriptions")
+                print(f"day {day + 1} checked and delivered in {time.perf_counter() - started:,.0f} s")
+            last, change_events = object_bytes(db), event_count(db) - initial_events
+            print(f"after {args.days} daily checks: {change_events:,} more events")
+            print_breakdown(last, row_counts(db))
+            project(args, config["EVENT_RETENTION_DAYS"], first, last, initial_events, change_events)
             db.engine.dispose()
     finally:
-        shutil.rmtree(directory, ignore_errors=True)
+        if directory:
+            shutil.rmtree(directory, ignore_errors=True)
     return 0
+
+
+def project(args, retention_days, first, last, initial_events, change_events):
+    from app.services.detection import KEY_LENGTH, SEEN_ACTIVITIES_KEPT
+
+    count, days = args.subscriptions, max(args.days, 1)
+    per_subscription = part(last, SUBSCRIPTION_TABLES) / count
+    per_initial = part(first, EVENT_TABLES) / max(initial_events, 1)
+    per_change = (part(last, EVENT_TABLES) - part(first, EVENT_TABLES)) / max(change_events, 1)
+    rate = change_events / count / days
+    target, horizon = args.project_subscriptions, args.project_days
+    kept_days = min(horizon, retention_days)
+    growth = min(rate * max(horizon - args.days, 0), SEEN_ACTIVITIES_KEPT) * KEY_LENGTH
+    subscriptions = target * (per_subscription + growth)
+    initial = target * per_initial if horizon < retention_days else 0
+    changes = target * rate * kept_days * per_change
+    total = subscriptions + initial + changes
+    print(f"measured: {part(first, SUBSCRIPTION_TABLES) / count:,.0f} bytes per subscription after its first "
+          f"check, {per_subscription:,.0f} after {args.days} days (+ at most {growth:,.0f} by day {horizon}); "
+          f"{per_initial:,.0f} bytes per initial_state event and {per_change:,.0f} per change event (each with "
+          f"its outbox row and attempt); {rate:.3f} change events per subscription-day")
+    print(f"projected for {target:,} subscriptions after {horizon} days of daily checks "
+          f"({kept_days} days of events kept):")
+    print(f"  subscriptions  {subscriptions / 1e9:8.2f} GB")
+    print(f"  initial states {initial / 1e9:8.2f} GB")
+    print(f"  change events  {changes / 1e9:8.2f} GB ({target * rate * kept_days:,.0f} events)")
+    print(f"  total          {total / 1e9:8.2f} GB")
 
 
 if __name__ == "__main__":

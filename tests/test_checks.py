@@ -357,6 +357,29 @@ def test_initial_state_only_once(alice, network):
     assert [event["type"] for event in events_of(alice, created["id"])] == ["subscription.initial_state"]
 
 
+def test_the_stored_snapshot_keeps_the_fields_and_activity_keys_not_the_activities(alice, network):
+    network.set("jane-doe", person(activities=[activity("p1"), activity("c1", "comment")], followers=12))
+    created = subscribe(alice)
+    check(created["id"])
+    stored = row(created["id"]).snapshot
+    assert set(stored) == {"network_id", "name", "headline", "company", "title", "location", "seen_activities"}
+    assert "about p1" not in json.dumps(stored) and len(stored["seen_activities"]) == 16
+
+
+def test_a_snapshot_stored_in_the_old_full_form_is_read_and_replaced_at_the_next_check(alice, network):
+    network.set("jane-doe", person())
+    created = subscribe(alice)
+    legacy = {**person(activities=[activity("p1")]), "followers": 3, "seen_activity_ids": ["p0", "p1"]}
+    with write_transaction():
+        db.session.execute(update(Subscription).where(Subscription.id == created["id"])
+                           .values(snapshot=legacy, check_count=1))
+    network.set("jane-doe", person(title="CTO", activities=[activity("p0"), activity("p1"), activity("p2")]))
+    check(created["id"])
+    assert sorted((event["type"], event["data"].get("activity", {}).get("id", "")) for event in events_of(alice)) == [
+        ("contact.position_changed", ""), ("contact.post_created", "p2")]  # one batch: no order between them
+    assert "activities" not in row(created["id"]).snapshot and "seen_activity_ids" not in row(created["id"]).snapshot
+
+
 # --- the event log and deliveries ---------------------------------------------------------------------
 
 def test_every_event_is_recorded_skipped_without_a_configuration(alice, network):

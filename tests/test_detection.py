@@ -1,8 +1,10 @@
 """Change detection as pure functions (contract §6): each change type, the unknown-value rule, activities."""
+import json
+
 import pytest
 
 from app.providers.base import normalize_snapshot
-from app.services.detection import SEEN_ACTIVITIES_KEPT, detect, is_unknown, public_state
+from app.services.detection import SEEN_ACTIVITIES_KEPT, SEEN_KEY, activity_key, detect, is_unknown
 
 
 def contact(**fields):
@@ -47,15 +49,31 @@ def test_first_check_is_state_not_change_and_lists_present_activities():
     assert detection.changes == []
     assert [change.type for change in detection.present_activities] == ["contact.post_created",
                                                                       "contact.comment_created"]
-    assert detection.snapshot["seen_activity_ids"] == ["a1", "c1"]
+    assert detection.snapshot[SEEN_KEY] == activity_key("a1") + activity_key("c1")
 
 
-def test_public_state_is_the_snapshot_without_bookkeeping():
-    detection = detect("company", None, company())
-    state = public_state(detection.snapshot)
-    assert "seen_activity_ids" not in state
-    assert state == {"network_id": "acme", "name": "Acme", "headcount": 100, "description": "Makes anvils.",
-                     "industry": "Manufacturing", "website": "https://acme.example", "activities": []}
+def test_the_initial_state_is_the_providers_answer_and_the_stored_snapshot_only_what_detection_needs():
+    answer = contact(title="unknown", activities=[post("p1")], followers=10)
+    detection = detect("contact", None, answer)
+    assert detection.initial_state == {"network_id": "jane", "name": "Jane", "headline": "Engineer at Acme",
+                                       "company": "Acme", "title": None, "location": "Berlin",
+                                       "activities": [{**post("p1"), "target_url": None, "reaction_type": None}],
+                                       "followers": 10}
+    assert detection.snapshot == {"network_id": "jane", "name": "Jane", "headline": "Engineer at Acme",
+                                  "company": "Acme", "title": None, "location": "Berlin",
+                                  SEEN_KEY: activity_key("p1")}
+
+
+def test_no_activity_text_is_stored():
+    detection = detect("contact", None, contact(activities=[post(f"p{number}") for number in range(10)]))
+    assert "text of" not in json.dumps(detection.snapshot)
+    assert len(detection.snapshot[SEEN_KEY]) == 10 * 8
+
+
+def test_activity_keys_tell_a_string_id_from_an_integer_one():
+    assert activity_key("7") != activity_key(7)
+    [step] = run("contact", contact(activities=[post("7")]), contact(activities=[post("7"), {**post(7), "id": 7}]))
+    assert [data["activity"]["id"] for _, data in step] == [7]
 
 
 def test_first_check_with_unknown_fields_stores_null_not_the_word_unknown():
@@ -134,13 +152,15 @@ def test_position_change_while_the_company_is_unknown_reports_the_last_known_com
                                      "current_company": "Acme", "current_title": "CTO"}
 
 
-def test_unknown_extra_fields_are_kept_but_ignored():
+def test_unknown_extra_fields_are_kept_in_the_initial_state_but_ignored_and_not_stored():
     first = normalize_snapshot("contact", {**contact(), "followers": 10, "skills": ["x"]})
     second = normalize_snapshot("contact", {**contact(), "followers": 99, "skills": ["y"], "new": 1})
     assert first["followers"] == 10 and first["skills"] == ["x"]
     assert run("contact", first, second) == [[]]
-    detection = detect("contact", detect("contact", None, first).snapshot, second)
-    assert detection.snapshot["followers"] == 99 and detection.snapshot["new"] == 1
+    initial = detect("contact", None, first)
+    assert initial.initial_state["followers"] == 10 and initial.initial_state["skills"] == ["x"]
+    detection = detect("contact", initial.snapshot, second)
+    assert "followers" not in detection.snapshot and "new" not in detection.snapshot
 
 
 def test_unknown_activity_fields_are_kept_in_the_state_but_not_in_events():
@@ -266,11 +286,43 @@ def test_activities_without_a_usable_id_are_ignored():
     assert reported == [("contact.post_created", 7)]
 
 
-def test_the_seen_activity_list_is_bounded():
+def test_the_seen_activities_are_bounded_but_keep_every_activity_of_the_last_answer():
+    stored = detect("contact", None, contact(activities=[post("p0")])).snapshot
+    for number in range(1, SEEN_ACTIVITIES_KEPT + 50):  # one new activity per check, the answer holds 3
+        answer = contact(activities=[post(f"p{old}") for old in range(max(0, number - 2), number + 1)])
+        stored = detect("contact", stored, answer).snapshot
+    assert len(stored[SEEN_KEY]) == SEEN_ACTIVITIES_KEPT * 8
+    assert stored[SEEN_KEY].endswith(activity_key(f"p{SEEN_ACTIVITIES_KEPT + 49}"))
     many = [post(f"p{number}") for number in range(SEEN_ACTIVITIES_KEPT + 50)]
-    detection = detect("contact", None, contact(activities=many))
-    assert len(detection.snapshot["seen_activity_ids"]) == SEEN_ACTIVITIES_KEPT
-    assert detection.snapshot["seen_activity_ids"][-1] == f"p{SEEN_ACTIVITIES_KEPT + 49}"
+    stored = detect("contact", None, contact(activities=many)).snapshot
+    assert len(stored[SEEN_KEY]) == (SEEN_ACTIVITIES_KEPT + 50) * 8  # a long answer is kept whole
+    assert detect("contact", stored, contact(activities=many)).changes == []
+
+
+# --- snapshots stored before the slim form -----------------------------------------------------------
+
+def legacy_snapshot(**fields):
+    """What a check stored before: every field, the activities with their text, the ids seen."""
+    state = {**contact(activities=[post("p1"), post("p2")]), "followers": 10, **fields}
+    return {**state, "seen_activity_ids": ["p0", "p1", "p2"]}
+
+
+def test_a_legacy_snapshot_is_compared_like_a_slim_one_and_replaced_by_the_slim_form():
+    answer = contact(headline="CTO at Acme", activities=[post("p1"), post("p2"), post("p3")])
+    detection = detect("contact", legacy_snapshot(), answer)
+    assert [(change.type, change.data.get("activity", {}).get("id")) for change in detection.changes] == [
+        ("contact.headline_changed", None), ("contact.post_created", "p3")]
+    assert detection.changes[0].data["changes"]["previous_headline"] == "Engineer at Acme"
+    assert set(detection.snapshot) == {"network_id", "name", "headline", "company", "title", "location", SEEN_KEY}
+    assert detection.snapshot[SEEN_KEY] == "".join(activity_key(f"p{number}") for number in range(4))
+
+
+def test_a_legacy_snapshot_without_its_activities_still_knows_what_it_has_seen():
+    """The migration strips the activities (and their text) from stored snapshots and keeps the ids."""
+    stored = {name: value for name, value in legacy_snapshot().items() if name != "activities"}
+    assert detect("contact", stored, contact(activities=[post("p0"), post("p2")])).changes == []
+    assert detect("contact", stored, contact(activities=None)).snapshot[SEEN_KEY] == "".join(
+        activity_key(f"p{number}") for number in range(3))
 
 
 def test_is_unknown():

@@ -1,6 +1,5 @@
 """Property-based tests (hypothesis) of the pure rules: identity canonicalisation, change detection,
 webhook signatures and retry delays. Each property holds for every input, not only the examples we thought of."""
-import importlib.util
 import re
 from urllib.parse import quote, urlsplit
 
@@ -10,12 +9,13 @@ from hypothesis import strategies as st
 
 from app import create_app
 from app.errors import ValidationFailed
-from app.services.detection import detect
+from app.providers.base import normalize_snapshot
+from app.services.detection import detect, is_unknown
 from app.services.entities import canonical_url, network_id_from_url, normalize_network_id
 from app.services.outbox import retry_delay
 from app.services.transport import Outcome, Outgoing, sign, signed_headers
 from tests.conftest import BASE_CONFIG
-from tests.webhook_helpers import ROOT
+from tests.webhook_helpers import load_script
 
 DOMAIN = "linkedin.com"
 CANONICAL = re.compile(r"^(?:[a-z0-9_-]|%[0-9a-f]{2})+$")
@@ -134,14 +134,69 @@ def test_headcount_unknown_in_between_reports_the_known_difference_once(before, 
                                                                              else [])
 
 
+# Slim snapshots against full ones: a sequence of provider answers, each showing some of the most recent
+# activities (as providers do), yields the same events whether the stored snapshot is the slim one (fields
+# detection compares, bounded hashes of activity ids) or a full one that remembers every field and every id.
+RECENT = 15  # activities a provider answer may show: the simulated network shows 5 of each of 3 kinds
+SOME_TEXT = st.one_of(UNKNOWN, st.sampled_from(["Acme", "Globex", "CTO", "Engineer", "Makes anvils."]))
+answer_steps = st.lists(st.tuples(
+    st.integers(0, 6),  # new activities since the previous answer
+    st.none() | st.lists(st.booleans(), min_size=RECENT, max_size=RECENT),  # which recent ones it shows
+    st.fixed_dictionaries({"company": SOME_TEXT, "title": SOME_TEXT, "headline": SOME_TEXT,
+                           "description": SOME_TEXT, "headcount": st.one_of(UNKNOWN, st.integers(0, 20))}),
+), min_size=1, max_size=40)
+
+
+def _activity(number):
+    activity_id = number if number % 5 == 0 else f"act-{number}"
+    kind = ("post", "comment", "reaction")[number % 3]
+    return {"id": activity_id, "kind": kind, "url": f"https://www.linkedin.com/feed/update/{number}",
+            "text": f"text {number}", "created_at": "2026-11-20T10:00:00Z"}
+
+
+def _answers(entity_type, steps):
+    published, answers = 0, []
+    for new, shown, fields in steps:
+        published += new
+        recent = list(range(max(0, published - RECENT), published))
+        activities = None if shown is None else [_activity(number) for number, show in zip(recent, shown) if show]
+        answers.append(normalize_snapshot(entity_type, {"network_id": "x", "activities": activities, **fields}))
+    return answers
+
+
+def _full_snapshot(previous, answer, seen_ids):
+    """The reference: every field's last known value, the current activities, every id ever seen."""
+    fields = {name: value for name, value in answer.items() if name != "activities" and not is_unknown(value)}
+    return {**(previous or {}), **fields, "activities": answer["activities"], "seen_activity_ids": list(seen_ids)}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(["contact", "company"]), answer_steps)
+def test_slim_snapshots_yield_the_same_events_as_full_ones(entity_type, steps):
+    answers = _answers(entity_type, steps)
+    slim = detect(entity_type, None, answers[0]).snapshot
+    seen_ids = [item["id"] for item in answers[0]["activities"] or []]
+    full = _full_snapshot(None, answers[0], seen_ids)
+    for answer in answers[1:]:
+        from_slim, from_full = detect(entity_type, slim, answer), detect(entity_type, full, answer)
+        assert from_slim.changes == from_full.changes
+        new_ids = [item["id"] for item in answer["activities"] or [] if item["id"] not in seen_ids]
+        reported = [change.data["activity"]["id"] for change in from_slim.changes if "activity" in change.data]
+        expected = [activity_id for activity_id in dict.fromkeys(new_ids)
+                    if entity_type == "contact" or _activity(int(str(activity_id).split("-")[-1]))["kind"] == "post"]
+        assert reported == expected  # each activity once, the first time a provider shows it
+        seen_ids += [activity_id for activity_id in dict.fromkeys(new_ids)]
+        slim = from_slim.snapshot
+        full = _full_snapshot({name: value for name, value in full.items()
+                               if name not in ("activities", "seen_activity_ids")}, answer, seen_ids)
+        assert "activities" not in slim and all("text" not in str(value) for value in slim.values())
+
+
 # --- signatures -----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def receiver():
-    spec = importlib.util.spec_from_file_location("receiver_script", ROOT / "scripts" / "receiver.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("receiver")
 
 
 SECRETS = st.text(st.sampled_from("abcdefghijklmnopqrstuvwxyz0123456789"), min_size=32, max_size=32).map(

@@ -1,7 +1,6 @@
 """Signatures as the spec states them, checked against an independent HMAC written here from RFC 2104
 (no `hmac` module), on the raw bytes the receiver got; rotation overlap headers."""
 import hashlib
-import importlib.util
 import json
 import re
 import subprocess
@@ -15,7 +14,7 @@ from app.models import Event
 from app.services import outbox
 from app.worker.deliveries import deliver_due
 from app.services.transport import Outgoing, sign, signed_headers
-from tests.webhook_helpers import (LOCAL_RECEIVER_CONFIG, ROOT, Clock, Receiver, Reply, configure,
+from tests.webhook_helpers import (LOCAL_RECEIVER_CONFIG, ROOT, Clock, Receiver, Reply, configure, load_script,
                                   record_events)
 
 
@@ -148,15 +147,8 @@ def test_the_test_send_is_signed_too(alice):
     assert request.headers["X-Webhook-Id"].startswith("evt_test_")
 
 
-def load_receiver_script():
-    spec = importlib.util.spec_from_file_location("receiver_script", ROOT / "scripts" / "receiver.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_receiver_script_accepts_fresh_signed_bodies_and_rejects_the_rest():
-    receiver = load_receiver_script()
+    receiver = load_script("receiver")
     body, now_ms = b'{"id":"evt_1","type":"test"}', 1_800_000_000_000
 
     def headers(timestamp, secret="whsec_a", name="X-Webhook-Signature"):

@@ -1,5 +1,6 @@
 """Shared by the webhook tests: a programmable receiver on 127.0.0.1, events made through the real
 events.record, and a clock the outbox can be moved along (time travel instead of sleeping)."""
+import importlib.util
 import json
 import threading
 import time
@@ -16,6 +17,14 @@ from tests.fake_vendors import BackloggedHTTPServer
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL_RECEIVER_CONFIG = {"WEBHOOK_ALLOW_HTTP": True, "WEBHOOK_ALLOW_PRIVATE_ADDRESSES": True}
+
+
+def load_script(name: str):
+    """A script of scripts/ (not a package) as a module, e.g. load_script("receiver")."""
+    spec = importlib.util.spec_from_file_location(f"{name}_script", ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @dataclass

@@ -140,7 +140,7 @@ RESERVED_FIELDS = ("seen_activity_ids",)
 
 def normalize_snapshot(entity_type: str, raw: dict) -> dict:
     """The fields of contract §7 first (missing ones are None), then any unknown fields, which are kept
-    (the stored state and `subscription.initial_state` show them) but never compared. Activities
+    (`subscription.initial_state` shows them) but never compared nor stored. Activities
     without a usable id are dropped; `activities` stays None when the provider did not send a list."""
     fields = CONTACT_FIELDS if entity_type == "contact" else COMPANY_FIELDS
     snapshot = {name: raw.get(name) for name in fields}

@@ -25,7 +25,7 @@ from app.providers import (Answers, EntityUnavailable, ProviderError, QuotaExhau
                            traits)
 from app.providers.base import is_provider_wide, normalize_snapshot
 from app.services import events, provider_limits, usage
-from app.services.detection import detect, public_state
+from app.services.detection import detect
 from app.services.scheduling import next_regular_check_at, retry_check_at
 
 log = logging.getLogger(__name__)
@@ -242,7 +242,7 @@ def _apply_snapshot(built, subscription, detection, config, now, summary):
         initial = config.initial_webhook if config is not None else "latest"
         if initial != "none":
             _record_event(built, subscription, config, "subscription.initial_state",
-                          {"state": public_state(detection.snapshot)}, now, summary)
+                          {"state": detection.initial_state}, now, summary)
         if initial == "all":
             for change in detection.present_activities:
                 _record_event(built, subscription, config, change.type, change.data, now, summary)
@@ -252,7 +252,8 @@ def _apply_snapshot(built, subscription, detection, config, now, summary):
         subscription.change_count += len(detection.changes)
         subscription.last_change_at = now
         summary.changes += len(detection.changes)
-    subscription.snapshot = detection.snapshot
+    if detection.snapshot != subscription.snapshot:  # an unchanged snapshot is not written back
+        subscription.snapshot = detection.snapshot
     subscription.last_check_status = "ok"
     subscription.unavailable_reason = None
 
