@@ -12,6 +12,7 @@ from app.extensions import db
 from app.models import DashboardSession, Event
 from app.services import keys, webhooks
 from tests.conftest import subscription_count
+from app.worker.deliveries import deliver_due
 from tests.dashboard_helpers import Browser, csrf_of, sign_in
 from tests.webhook_helpers import LOCAL_RECEIVER_CONFIG, Receiver, Reply, configure, record_events, subscribe
 
@@ -287,6 +288,33 @@ def test_events_filter_and_show_attempts_and_redeliver(browser, alice):
         response = browser.post(f"/events/{failed}/redeliver")
         assert response.status_code == 302
         assert "Queued for delivery" in browser.text(f"/events/{failed}")
+
+
+def test_the_event_page_shows_the_body_once_and_each_tries_headers_as_sent(browser, alice):
+    with Receiver(Reply(status=500)) as receiver:
+        configure(alice, receiver.url)
+        [event_id] = record_events(alice.account_id)
+        deliver_due()
+        receiver.reply = Reply(status=200)
+        browser.post(f"/events/{event_id}/redeliver")
+        deliver_due()
+    page = browser.text(f"/events/{event_id}")
+    assert len(receiver.requests) == 2 and page.count('aria-label="Body as sent"') == 1
+    for number, request in enumerate(receiver.requests, start=1):
+        assert f'aria-label="Headers of try {number}"' in page
+        for name in ("X-Webhook-Attempt", "X-Webhook-Timestamp", "X-Webhook-Signature", "User-Agent"):
+            assert f"{name}: {request.headers[name]}" in page
+    assert "whsec_" not in page
+
+
+def test_a_try_refused_before_sending_says_no_headers_were_kept(browser, alice, app):
+    configure(alice, "http://127.0.0.1:9/hook")
+    app.config["WEBHOOK_ALLOW_HTTP"] = False
+    app.extensions.pop("webhook_transport", None)
+    [event_id] = record_events(alice.account_id)
+    deliver_due()
+    page = browser.text(f"/events/{event_id}")
+    assert "No headers kept: no request was made (refused: http:// endpoints are not allowed)" in page
 
 
 def test_redeliver_to_an_inactive_endpoint_says_why(browser, alice):
