@@ -184,6 +184,7 @@ def import_rows(account_id: str, rows: list, plan: Plan, load_item, dry_run=Fals
 
 
 def _import_chunk(account_id, chunk, first_row, plan, load_item, dry_run, report) -> list:
+    """The outcomes of one chunk's rows in file order (added to `report` too), whichever rule decided each."""
     outcomes, items, positions = {}, [], []  # outcomes and positions: by position in the chunk
     for position, row in enumerate(chunk):
         try:
