@@ -139,14 +139,6 @@ class Progress:
         self.done = report.rows
 
 
-def _write_rejected(path, header, rejected):
-    with open(path, "w", newline="", encoding="utf-8") as file:
-        writer = csv.DictWriter(file, fieldnames=[*header, "reason"], extrasaction="ignore")
-        writer.writeheader()
-        for row, reason in rejected:
-            writer.writerow({**row, "reason": reason})
-
-
 @subscriptions_cli.command("import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--account", "account_id", required=True, help="Account id (acct_…).")
@@ -172,10 +164,11 @@ def import_subscriptions(file, account_id, column, type_column, metadata, reject
         fail(error)
     verb = "would be created" if dry_run else "created"
     click.echo(f"rows={report.rows} {verb}={report.created} already_present={report.present} "
-               f"rejected={len(report.rejected)}")
-    if report.rejected:
+               f"rejected={len(report.refused)}")
+    if report.refused:
         rejected_path = rejected_path or f"{os.path.splitext(file)[0]}.rejected.csv"
-        _write_rejected(rejected_path, header, report.rejected)
+        with open(rejected_path, "w", newline="", encoding="utf-8") as rejected_file:
+            importer.write_outcomes(rejected_file, header, report.refused, ("reason",))
         click.echo(f"rejected rows and their reasons: {rejected_path}")
 
 

@@ -28,11 +28,17 @@ from app.common import new_id, utcnow  # noqa: E402
 from app.database import write_transaction  # noqa: E402
 from app.models import DeliveryAttempt, Event, Subscription  # noqa: E402
 from app.services import accounts  # noqa: E402
+from app.services.transport import Outgoing, signed_headers  # noqa: E402
 from tests.dashboard_helpers import Browser  # noqa: E402
 
 SUBSCRIPTIONS, EVENTS, ATTEMPTS = 10_000, 100_000, 20_000
 BUDGET_MS = 100
 TYPES = ("contact.position_changed", "contact.headline_changed", "contact.post_created")
+
+
+def sent_headers(event_id) -> dict:
+    return signed_headers(Outgoing(event_id, "https://receiver.example/", b"{}", 1, "whsec_bench"),
+                          int(time.time() * 1000))
 
 
 def fill(account_id):
@@ -55,7 +61,8 @@ def fill(account_id):
     attempt_rows = [{"id": new_id("att"), "account_id": account_id, "event_id": event_rows[index]["id"],
                      "event_type": event_rows[index]["type"], "attempt": 1,
                      "status": "failed" if index % 10 == 0 else "succeeded", "response_status": 200,
-                     "duration_ms": 40, "attempted_at": event_rows[index]["created_at"]}
+                     "duration_ms": 40, "attempted_at": event_rows[index]["created_at"],
+                     "request_headers": sent_headers(event_rows[index]["id"])}
                     for index in range(ATTEMPTS)]
     with write_transaction() as session:
         for model, rows in ((Subscription, subscription_rows), (Event, event_rows), (DeliveryAttempt, attempt_rows)):

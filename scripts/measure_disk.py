@@ -86,7 +86,7 @@ def deliver_everything_at_once():
     from app.extensions import db
     from app.models import Event, OutboxDelivery
     from app.services import outbox
-    from app.services.transport import Outcome
+    from app.services.transport import Outcome, signed_headers
 
     while True:
         rows = db.session.execute(select(OutboxDelivery.id, OutboxDelivery.event_id, OutboxDelivery.account_id,
@@ -99,10 +99,13 @@ def deliver_everything_at_once():
         with write_transaction() as session:
             session.execute(OutboxDelivery.__table__.update()
                                .where(OutboxDelivery.id.in_([row.id for row in rows])).values(claim_token=token))
-        results = [(outbox.Claimed(row.id, row.account_id, row.type, 0,
-                                   outbox.Outgoing(row.event_id, "https://receiver.example/", b"", 1, "s", None)),
-                    Outcome(succeeded=True, status_code=200, duration_ms=40)) for row in rows]
-        outbox.record_results(token, results)
+        now_ms = int(time.time() * 1000)
+        claimed = [outbox.Claimed(row.id, row.account_id, row.type, 0,
+                                  outbox.Outgoing(row.event_id, "https://receiver.example/", b"", 1, "s", None))
+                   for row in rows]
+        outbox.record_results(token, [(item, Outcome(succeeded=True, status_code=200, duration_ms=40,
+                                                     request_headers=signed_headers(item.outgoing, now_ms)))
+                                      for item in claimed])
 
 
 def event_count(db) -> int:

@@ -130,6 +130,20 @@ def test_dry_run_creates_nothing(runner, alice, crm_file):
     assert subscription_count(alice.account_id) == 0
 
 
+def test_the_report_has_an_outcome_per_row_in_file_order_and_a_dry_run_names_no_new_ids(alice):
+    rows = [{"url": "https://www.linkedin.com/in/kim"}, {"url": ""}, {"url": "linkedin.com/in/kim"}]
+    plan = importer.Plan("url")
+    dry = importer.import_rows(alice.account_id, rows, plan, cli_operations._load_item, dry_run=True)
+    assert [(o.row, o.result, o.subscription_id) for o in dry.outcomes][:2] == [(1, "created", None),
+                                                                               (2, "refused", None)]
+    report = importer.import_rows(alice.account_id, rows, plan, cli_operations._load_item)
+    kim, blank, again = report.outcomes
+    assert kim.result == "created" and kim.subscription_id.startswith("sub_")
+    assert (blank.result, blank.code, blank.values) == ("refused", "VALIDATION_ERROR", {"url": ""})
+    assert (again.row, again.result, again.subscription_id) == (3, "present", kim.subscription_id)
+    assert (report.rows, report.created, report.present, len(report.refused)) == (3, 1, 1, 1)
+
+
 def test_column_type_column_and_semicolons(runner, alice, tmp_path):
     path = _write_csv(tmp_path / "ids.csv", ["kind", "handle", "crm"],
                       [("company", "acme", "1"), ("contact", "jane-doe", "2"), ("", "no-type", "3"),

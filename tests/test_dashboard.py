@@ -1,7 +1,10 @@
 """The dashboard through Flask's test client: sessions, CSRF, tenant isolation, and every page empty and
 populated."""
+import csv
 import io
 import re
+from datetime import timedelta
+from urllib.parse import unquote
 
 import pytest
 from sqlalchemy import select
@@ -9,9 +12,11 @@ from sqlalchemy import select
 from app.common import utcnow
 from app.database import write_transaction
 from app.extensions import db
-from app.models import DashboardSession, Event
+from app.dashboard import views
+from app.models import Account, DashboardSession, Event, Subscription
 from app.services import keys, webhooks
-from tests.conftest import subscription_count
+from tests.conftest import make_tenant, subscription_count
+from app.worker.deliveries import deliver_due
 from tests.dashboard_helpers import Browser, csrf_of, sign_in
 from tests.webhook_helpers import LOCAL_RECEIVER_CONFIG, Receiver, Reply, configure, record_events, subscribe
 
@@ -259,6 +264,69 @@ def test_import_an_uploaded_csv(browser, alice):
     assert "2 subscribed" in page and subscription_count(alice.account_id) == 2
 
 
+def progress_of(page) -> list:
+    """(value, max) of every progress bar the streamed import page sent, in order."""
+    return [(int(value), int(top)) for value, top in re.findall(r'<progress value="(\d+)" max="(\d+)"', page)]
+
+
+def result_rows(page) -> dict:
+    """{row number: (result class, row text)} of the import page's tables."""
+    return {int(number): (result, " ".join(re.sub(r"<[^>]+>", " ", rest).split()))
+            for result, number, rest in re.findall(r'<tr class="(\w+)"><td>([\d,]+)</td>(.*?)</tr>', page, re.S)}
+
+
+def test_an_import_lists_every_rows_outcome_and_offers_them_as_csv(browser, alice):
+    existing = subscribe(alice.account_id, "already")
+    upload = (io.BytesIO(b"Name,LinkedIn URL\nJane,https://www.linkedin.com/in/jane\nAl,linkedin.com/in/already\n"
+                         b"Bad,https://example.com/x\nJane again,https://www.linkedin.com/in/jane\n"), "crm.csv")
+    response = browser.post("/subscriptions/import", data={"file": upload}, content_type="multipart/form-data")
+    assert response.is_streamed and response.headers["X-Accel-Buffering"] == "no"
+    page = response.get_data(as_text=True)
+    jane = db.session.scalar(select(Subscription.id).where(Subscription.network_id == "jane"))
+    rows = result_rows(page)
+    assert rows[1] == ("created", f"Jane, https://www.linkedin.com/in/jane subscribed {jane}")
+    assert rows[2] == ("present", f"Al, linkedin.com/in/already already present {existing.id}")
+    assert rows[3][0] == "refused" and "VALIDATION_ERROR" in rows[3][1] and "example.com/x" in rows[3][1]
+    assert rows[4] == ("present", f"Jane again, https://www.linkedin.com/in/jane already present {jane}")
+    assert f'href="/subscriptions/{jane}"' in page
+    assert progress_of(page) == [(4, 4)] and "4 of 4 rows (100%)" in page
+    assert "Done</strong>: 4 rows read" in page and "1 subscribed" in page and "2 already present" in page
+    results = unquote(re.search(r'href="data:text/csv;charset=utf-8,([^"]+)" download', page).group(1))
+    header, *lines = csv.reader(io.StringIO(results))
+    assert header == ["Name", "LinkedIn URL", "row", "result", "subscription_id", "code", "reason"]
+    assert [line[:6] for line in lines] == [
+        ["Jane", "https://www.linkedin.com/in/jane", "1", "created", jane, ""],
+        ["Al", "linkedin.com/in/already", "2", "present", existing.id, ""],
+        ["Bad", "https://example.com/x", "3", "refused", "", "VALIDATION_ERROR"],
+        ["Jane again", "https://www.linkedin.com/in/jane", "4", "present", jane, ""]]
+    assert lines[2][6].startswith("Invalid network_url") and lines[0][6] == ""
+
+
+def test_a_long_import_shows_progress_per_chunk_and_lists_refused_rows_past_the_cap(app, monkeypatch):
+    monkeypatch.setattr(views, "IMPORT_ROWS_LISTED", 150)
+    big = make_tenant(app, "Big Co", "enterprise")
+    browser = Browser(app, big.key)
+    lines = [f"https://www.linkedin.com/in/person-{number}" for number in range(1, 251)]
+    lines[199] = "https://example.com/row-200"
+    page = browser.post("/subscriptions/import", data={"rows": "\n".join(lines)}).get_data(as_text=True)
+    assert progress_of(page) == [(100, 250), (200, 250), (250, 250)]
+    rows = result_rows(page)
+    assert sorted(rows) == [*range(1, 151), 200]  # past the cap only the row not created is listed
+    assert rows[200][0] == "refused" and "Rows 101–200" in page
+    assert "Rows past 150 are listed below only when they were not subscribed." in page
+    assert subscription_count(big.account_id) == 249
+
+
+def test_an_import_refused_as_a_whole_says_where_it_stopped(browser, alice):
+    with write_transaction() as session:
+        session.get(Account, alice.account_id).trial_ends_at = utcnow() - timedelta(days=1)
+    page = browser.post("/subscriptions/import", data={"rows": "https://www.linkedin.com/in/jane"}).get_data(
+        as_text=True)
+    assert "Stopped after 0 rows: The account&#39;s free trial has ended" in page
+    assert "<strong>Stopped</strong> after 0 of 1 rows" in page and progress_of(page) == [(0, 1)]
+    assert subscription_count(alice.account_id) == 0
+
+
 # --- a subscription's timeline, events, deliveries ------------------------------------------------------
 
 def test_the_timeline_shows_before_and_after(browser, alice):
@@ -287,6 +355,33 @@ def test_events_filter_and_show_attempts_and_redeliver(browser, alice):
         response = browser.post(f"/events/{failed}/redeliver")
         assert response.status_code == 302
         assert "Queued for delivery" in browser.text(f"/events/{failed}")
+
+
+def test_the_event_page_shows_the_body_once_and_each_tries_headers_as_sent(browser, alice):
+    with Receiver(Reply(status=500)) as receiver:
+        configure(alice, receiver.url)
+        [event_id] = record_events(alice.account_id)
+        deliver_due()
+        receiver.reply = Reply(status=200)
+        browser.post(f"/events/{event_id}/redeliver")
+        deliver_due()
+    page = browser.text(f"/events/{event_id}")
+    assert len(receiver.requests) == 2 and page.count('aria-label="Body as sent"') == 1
+    for number, request in enumerate(receiver.requests, start=1):
+        assert f'aria-label="Headers of try {number}"' in page
+        for name in ("X-Webhook-Attempt", "X-Webhook-Timestamp", "X-Webhook-Signature", "User-Agent"):
+            assert f"{name}: {request.headers[name]}" in page
+    assert "whsec_" not in page
+
+
+def test_a_try_refused_before_sending_says_no_headers_were_kept(browser, alice, app):
+    configure(alice, "http://127.0.0.1:9/hook")
+    app.config["WEBHOOK_ALLOW_HTTP"] = False
+    app.extensions.pop("webhook_transport", None)
+    [event_id] = record_events(alice.account_id)
+    deliver_due()
+    page = browser.text(f"/events/{event_id}")
+    assert "No headers kept: no request was made (refused: http:// endpoints are not allowed)" in page
 
 
 def test_redeliver_to_an_inactive_endpoint_says_why(browser, alice):

@@ -124,6 +124,10 @@ def test_find_why_an_event_was_not_delivered_and_fix_it(server, page):
         event_url = page.url
         page.get_by_role("button", name="Redeliver now").click()
         reload_until(page, "<td>500</td>")
+        sent = receiver.requests[1].headers  # the failed try's headers are shown as the receiver got them
+        headers_shown = page.get_by_label("Headers of try 2").inner_text()
+        for name in ("X-Webhook-Attempt", "X-Webhook-Timestamp", "X-Webhook-Signature"):
+            assert f"{name}: {sent[name]}" in headers_shown
         shot(page, "05-event-failed-attempt")
         page.get_by_role("link", name="Deliveries").click()
         page.get_by_label("Result").select_option("failed")
@@ -170,3 +174,29 @@ def test_find_why_an_event_was_not_delivered_and_fix_it(server, page):
         page.get_by_role("button", name="Sign out").click()
         assert "You are signed out" in page.content()
         assert "/login" in page.goto(base + "/subscriptions").url
+
+
+def test_import_a_csv_shows_every_rows_outcome_and_the_progress_reaching_100(server, page, tmp_path):
+    base, env = server
+    key = new_account(env, "Data team")
+    requests.post(f"{base}/api/v1/subscriptions", headers={"X-API-Key": key}, timeout=10,
+                  json={"entity_type": "contact", "network_id": "already"}).raise_for_status()
+    export = tmp_path / "crm.csv"
+    export.write_text("Name,LinkedIn URL\nJane,https://www.linkedin.com/in/jane\nAl,linkedin.com/in/already\n"
+                      "Bad,https://example.com/x\nJane again,https://www.linkedin.com/in/jane\n")
+    page.goto(base + "/subscriptions")
+    page.get_by_label("API key").fill(key)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_load_state()  # back on the subscriptions page, signed in
+    page.get_by_label("upload a CSV export").set_input_files(str(export))
+    page.get_by_role("button", name="Import").click()
+    page.wait_for_load_state()  # the streamed result page, loaded to its end
+    progress = page.get_by_label("Rows imported")
+    assert progress.is_visible() and progress.get_attribute("value") == progress.get_attribute("max") == "4"
+    assert "4 of 4 rows (100%)" in page.content()
+    rows = page.locator(".import-log tbody tr")
+    assert [rows.nth(index).locator("td").nth(2).inner_text() for index in range(rows.count())] == [
+        "subscribed", "already present", "refused", "already present"]
+    assert "example.com/x" in rows.nth(2).inner_text() and "VALIDATION_ERROR" in rows.nth(2).inner_text()
+    assert page.get_by_role("link", name="Download every row's result (CSV)").is_visible()
+    shot(page, "13-import-result")

@@ -153,3 +153,11 @@ def test_timestamps_that_may_be_unset_are_nullable(document):
 
 def test_configure_documents_both_create_and_replace(document):
     assert {"200", "201"} <= set(document["paths"]["/webhooks/configure"]["post"]["responses"])
+
+
+def test_an_attempt_keeps_the_contracts_fields_and_adds_the_headers_it_was_sent_with(document):
+    attempt = document["components"]["schemas"]["DeliveryAttempt"]["properties"]
+    assert {"id", "event_id", "event_type", "attempt", "status", "response_status", "duration_ms", "error",
+            "attempted_at", "next_attempt_at"} < set(attempt)
+    headers = attempt["request_headers"]
+    assert "null" in headers["type"] and headers["additionalProperties"] == {"type": "string"}

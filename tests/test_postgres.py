@@ -10,9 +10,11 @@ from sqlalchemy import func, select, text, update
 
 from app import create_app
 from app.extensions import db
-from app.models import Event, Subscription
-from app.services import accounts, checks, subscriptions
+from app.models import DeliveryAttempt, Event, Subscription
+from app.services import accounts, checks, subscriptions, webhooks
+from app.worker.deliveries import deliver_due
 from tests.conftest import BASE_CONFIG
+from tests.webhook_helpers import LOCAL_RECEIVER_CONFIG, Receiver, record_events
 
 POSTGRES_URL = os.environ.get("TEST_POSTGRES_URL")
 pytestmark = pytest.mark.skipif(not POSTGRES_URL, reason="TEST_POSTGRES_URL is not set")
@@ -107,3 +109,16 @@ def test_concurrent_bulk_creates_of_the_same_entities_report_duplicates_not_erro
     assert sum(len(result.created) for result in results) == 60
     assert {error["code"] for result in results for error in result.errors} <= {"DUPLICATE_SUBSCRIPTION"}
     assert db.session.scalar(select(func.count()).select_from(Subscription)) == 60
+
+
+def test_a_delivery_attempt_keeps_its_headers_in_order_on_postgres(pg_app):
+    pg_app.config.update(LOCAL_RECEIVER_CONFIG)
+    account, _key = accounts.create_account("Scale", "enterprise")
+    with Receiver() as receiver:
+        webhooks.configure(account.id, {"endpoint_url": receiver.url, "events": ["*"],
+                                        "initial_webhook": "latest"})
+        record_events(account.id)
+        assert deliver_due() == 1
+    kept = db.session.scalar(select(DeliveryAttempt.request_headers))
+    assert kept == {name: receiver.requests[0].headers[name] for name in kept}
+    assert list(kept)[:3] == ["User-Agent", "Content-Type", "X-Webhook-Id"]

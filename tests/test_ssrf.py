@@ -112,6 +112,7 @@ def test_dns_rebinding_to_every_non_public_class_is_refused_at_send_time(alice, 
     assert attempt.status == "failed" and attempt.response_status is None
     assert attempt.error.startswith("refused:") and "not a public address" in attempt.error
     assert attempt.next_attempt_at is not None  # an ordinary failure: retried, then failed
+    assert attempt.request_headers is None  # nothing was sent
 
 
 def test_rebinding_to_a_live_loopback_receiver_never_reaches_it(alice, app, dns):
@@ -134,7 +135,7 @@ def test_a_plain_http_url_stored_earlier_is_refused_at_send_time(alice, app):
     [event_id] = record_events(alice.account_id)
     deliver_due()
     attempt = db.session.scalar(select(DeliveryAttempt).where(DeliveryAttempt.event_id == event_id))
-    assert attempt.error == "refused: http:// endpoints are not allowed"
+    assert attempt.error == "refused: http:// endpoints are not allowed" and attempt.request_headers is None
 
 
 class TestDevelopmentSettings:

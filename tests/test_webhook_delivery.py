@@ -10,6 +10,7 @@ from app.common import always, isoformat, utcnow
 from app.extensions import db
 from app.models import DeliveryAttempt, Event, OutboxDelivery, WebhookConfig
 from app.services import outbox
+from app.services.transport import sign
 from app.worker import deliveries
 from app.worker.deliveries import deliver_due
 from tests.webhook_helpers import LOCAL_RECEIVER_CONFIG, Clock, Receiver, Reply, configure, record_events
@@ -67,6 +68,27 @@ def test_a_due_event_is_delivered_once_and_logged(alice):
         "response_status": 200, "error": None, "next_attempt_at": None}
     assert item["duration_ms"] >= 0 and item["attempted_at"].endswith("Z")
     assert alice.get(f"/events/{event_id}").json["attempts"][0]["id"] == item["id"]
+
+
+def test_every_attempt_keeps_the_headers_it_was_sent_with_and_never_the_secret(alice):
+    with Receiver(Reply(status=500)) as receiver:
+        secret = configure(alice, receiver.url)["secret"]
+        [event_id] = record_events(alice.account_id)
+        deliver_due()
+        receiver.reply = Reply(status=200)
+        alice.post(f"/events/{event_id}/redeliver")
+        deliver_due()
+    attempts = attempts_of(event_id)
+    assert [attempt.status for attempt in attempts] == ["failed", "succeeded"]
+    for attempt, request in zip(attempts, receiver.requests, strict=True):
+        kept = attempt.request_headers
+        assert kept == {name: request.headers[name] for name in kept}
+        assert kept["X-Webhook-Attempt"] == str(attempt.attempt) and kept["X-Webhook-Id"] == event_id
+        assert kept["X-Webhook-Signature"] == sign(secret, int(kept["X-Webhook-Timestamp"]), request.body)
+        assert secret not in str(kept)
+    shown = alice.get(f"/events/{event_id}").json["attempts"]
+    assert [attempt["request_headers"] for attempt in shown] == [attempt.request_headers for attempt in attempts]
+    assert alice.get("/webhooks/deliveries").json["data"][0]["request_headers"] == attempts[1].request_headers
 
 
 def test_a_receiver_down_for_the_whole_schedule_ends_failed_then_redelivery_succeeds(alice, clock):
@@ -154,7 +176,7 @@ def test_a_huge_answer_is_read_only_up_to_the_cap(alice, app):
     assert attempt.status == "succeeded" and attempt.duration_ms < 1500  # never waited for the stalled rest
 
 
-def test_a_timeout_waits_at_least_a_minute(alice, app):
+def test_a_timeout_waits_at_least_a_minute_and_keeps_the_headers_it_sent(alice, app):
     app.config["WEBHOOK_TIMEOUT_SECONDS"] = 0.3
     with Receiver(Reply(delay=1.0)) as receiver:
         configure(alice, receiver.url)
@@ -163,6 +185,7 @@ def test_a_timeout_waits_at_least_a_minute(alice, app):
     [attempt] = attempts_of(event_id)
     assert attempt.status == "failed" and attempt.response_status is None
     assert attempt.error.startswith("timeout")
+    assert attempt.request_headers["X-Webhook-Signature"] == receiver.requests[0].headers["X-Webhook-Signature"]
     assert delay_after(attempt) == 60
 
 

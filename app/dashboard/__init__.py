@@ -7,7 +7,8 @@ import hmac
 import secrets
 from urllib.parse import urlsplit
 
-from flask import Blueprint, abort, g, make_response, redirect, render_template, request, url_for
+from flask import (Blueprint, Response, abort, g, make_response, redirect, render_template, request,
+                   stream_template, url_for)
 from markupsafe import Markup
 from werkzeug.exceptions import HTTPException
 
@@ -66,6 +67,15 @@ def render(template, code=200, **context):
     notice = dashboard_sessions.pop_notice(g.dashboard_session) if g.get("dashboard_session") else None
     response = make_response(render_template(template, notice=notice, **context), code)
     response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def stream(template, **context):
+    """A page sent as it renders, so a long import shows its progress; never cached, and a proxy is asked
+    not to buffer it."""
+    response = Response(stream_template(template, notice=None, **context))
+    response.headers["Cache-Control"] = "no-store"
+    response.headers["X-Accel-Buffering"] = "no"
     return response
 
 

@@ -1,10 +1,15 @@
-"""Turning stored rows into what a page shows: diffs of an event, the events chart as inline SVG."""
+"""Turning stored rows into what a page shows: diffs of an event, the events chart as inline SVG, an
+import's progress and results."""
+import io
 import json
 from datetime import date, timedelta
+from urllib.parse import quote
 
 from markupsafe import Markup, escape
 
 from app.common import utcnow
+from app.errors import ServiceError
+from app.services import importer
 
 CHART_WIDTH, CHART_HEIGHT, CHART_TOP = 720, 160, 10
 PALETTE = ("#2f6fdf", "#d9622b", "#2a9d5c", "#8e44ad", "#c0392b", "#16a2b8", "#b8860b", "#6c757d", "#e83e8c",
@@ -33,6 +38,29 @@ def change_rows(envelope: dict) -> list:
     if "reason" in data:
         return [("availability", "available", data["reason"])]
     return []
+
+
+RESULT_COLUMNS = ("row", "result", "subscription_id", "code", "reason")
+
+
+def import_steps(chunks, listed: int):
+    """What the streamed import page shows after each chunk: its first and last row and the rows it lists
+    (past row `listed`, only those not created); a chunk refused as a whole (the trial ended) ends the
+    import with why."""
+    try:
+        for outcomes in chunks:
+            yield {"first": outcomes[0].row, "last": outcomes[-1].row, "error": None,
+                   "rows": [outcome for outcome in outcomes
+                            if outcome.result != "created" or outcome.row <= listed]}
+    except ServiceError as error:
+        yield {"first": None, "last": None, "rows": [], "error": error.message}
+
+
+def import_results_href(header, report) -> str:
+    """Every row done, as read, with its result: a data: URL the page links to for download."""
+    text = io.StringIO()
+    importer.write_outcomes(text, header, report.outcomes, RESULT_COLUMNS)
+    return "data:text/csv;charset=utf-8," + quote(text.getvalue())
 
 
 def events_chart(per_day: dict, days: int = 30) -> Markup:

@@ -7,8 +7,8 @@ from flask import current_app, g, redirect, request, url_for
 from app.api.http import load
 from app.api.limits import limit_unauthenticated
 from app.dashboard import (LOGIN_CSRF_COOKIE, SESSION_COOKIE, account_id, bp, check_login_csrf, new_login_csrf,
-                           notify, render, safe_next)
-from app.dashboard.presenters import change_rows, events_chart, parse_body
+                           notify, render, safe_next, stream)
+from app.dashboard.presenters import change_rows, events_chart, import_results_href, import_steps, parse_body
 from app.errors import NotFound, ServiceError, Unauthorized, ValidationFailed
 from app.schemas.account import ApiKeyCreateSchema
 from app.schemas.subscriptions import (BulkIdsSchema, BulkStatusSchema, MetadataPatchSchema, SubscriptionCreateSchema,
@@ -19,6 +19,7 @@ from app.services import (dashboard_sessions, events, importer, keys, outbox, ov
 from app.services.transport import transport_for
 
 PAGE_SIZE = 50
+IMPORT_ROWS_LISTED = 1_000  # past this row an import's page lists only the rows not created (its CSV has all)
 create_schema = SubscriptionCreateSchema()
 list_query_schema = SubscriptionListQuerySchema()
 metadata_schema = MetadataPatchSchema()
@@ -152,17 +153,20 @@ def bulk_action():
 
 @bp.post("/subscriptions/import")
 def import_subscriptions():
+    """The result page streams: each chunk's rows and the progress show as soon as the chunk is done."""
     upload = request.files.get("file")
     text = upload.read().decode("utf-8-sig", errors="replace") if upload and upload.filename else ""
     text = text or request.form.get("rows", "")
     try:
         header, rows = importer.rows_from_text(text)
-        report = importer.import_rows(account_id(), rows, importer.Plan.for_header(header),
-                                      lambda raw: load(create_schema, raw))
+        plan = importer.Plan.for_header(header)
     except ServiceError as error:
         notify("error", error.message)
         return _back("dashboard.subscriptions_page")
-    return render("import_result.html", report=report)
+    report = importer.ImportReport(total=len(rows))
+    chunks = importer.import_chunks(account_id(), rows, plan, lambda raw: load(create_schema, raw), report)
+    return stream("import_result.html", report=report, steps=import_steps(chunks, IMPORT_ROWS_LISTED),
+                  listed=IMPORT_ROWS_LISTED, results_href=lambda: import_results_href(header, report))
 
 
 @bp.get("/subscriptions/<subscription_id>")

@@ -1,7 +1,7 @@
 from datetime import datetime
 from typing import Optional
 
-from sqlalchemy import ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.common import utcnow
@@ -61,6 +61,9 @@ class DeliveryAttempt(db.Model):
     error: Mapped[Optional[str]] = mapped_column(String(500))
     attempted_at: Mapped[datetime] = mapped_column(default=utcnow)
     next_attempt_at: Mapped[Optional[datetime]]
+    # The headers of the request as sent (signature included, never a secret); null when the try was
+    # refused before a request was made, or was recorded before this column existed.
+    request_headers: Mapped[Optional[dict]] = mapped_column(JSON)
 
     __table_args__ = (
         Index("ix_delivery_attempts_account_order", "account_id", "attempted_at", "id"),

@@ -20,6 +20,10 @@ class DeliveryAttemptSchema(Schema):
     error = fields.Str(allow_none=True)
     attempted_at = Timestamp()
     next_attempt_at = Timestamp(allow_none=True)
+    request_headers = fields.Dict(keys=fields.Str(), values=fields.Str(), allow_none=True, metadata={
+        "description": "The headers this try was sent with (X-Webhook-Timestamp, X-Webhook-Signature, …); "
+                       "null when it was refused before any request was made, or was made before they were "
+                       "kept."})
 
 
 class EventSchema(Schema):

@@ -5,7 +5,6 @@ import csv
 import io
 import re
 from dataclasses import dataclass, field
-from itertools import islice
 
 from flask import current_app
 
@@ -124,46 +123,92 @@ def item_for_row(row: dict, plan: Plan) -> dict:
     return item
 
 
+@dataclass(frozen=True)
+class RowOutcome:
+    """What became of one row: `created` (with its new subscription's id, none on a dry run), `present`
+    (with the id of the live subscription it duplicates) or `refused` (with the API's error code and why)."""
+    row: int  # 1 for the first row under the header
+    values: dict  # the row as read
+    result: str
+    subscription_id: str = None
+    code: str = None
+    reason: str = None
+
+
 @dataclass
 class ImportReport:
-    rows: int = 0
-    created: int = 0
-    present: int = 0
-    rejected: list = field(default_factory=list)  # (row, reason)
+    total: int = 0  # rows to import
+    outcomes: list = field(default_factory=list)  # a RowOutcome per row done, in file order
+
+    @property
+    def rows(self) -> int:
+        return len(self.outcomes)
+
+    @property
+    def created(self) -> int:
+        return sum(outcome.result == "created" for outcome in self.outcomes)
+
+    @property
+    def present(self) -> int:
+        return sum(outcome.result == "present" for outcome in self.outcomes)
+
+    @property
+    def refused(self) -> list:
+        return [outcome for outcome in self.outcomes if outcome.result == "refused"]
 
 
-def _chunks(rows, size):
-    iterator = iter(rows)
-    while chunk := list(islice(iterator, size)):
-        yield chunk
+def write_outcomes(file, header, outcomes, columns) -> None:
+    """A CSV of the rows as read, each followed by the outcome's `columns` (RowOutcome fields)."""
+    writer = csv.DictWriter(file, fieldnames=[*header, *columns], extrasaction="ignore")
+    writer.writeheader()
+    for outcome in outcomes:
+        writer.writerow({**outcome.values, **{name: getattr(outcome, name) for name in columns}})
 
 
-def import_rows(account_id: str, rows, plan: Plan, load_item, dry_run=False, on_progress=None) -> ImportReport:
+def import_chunks(account_id: str, rows: list, plan: Plan, load_item, report: ImportReport, dry_run=False):
+    """Import `rows` in chunks of CHUNK_SIZE into `report`, yielding each chunk's outcomes once it is done
+    (a page can show progress between chunks). A refusal of a whole chunk (the trial ended) raises."""
+    for start in range(0, len(rows), CHUNK_SIZE):
+        yield _import_chunk(account_id, rows[start:start + CHUNK_SIZE], start + 1, plan, load_item, dry_run,
+                            report)
+
+
+def import_rows(account_id: str, rows: list, plan: Plan, load_item, dry_run=False,
+                on_progress=None) -> ImportReport:
     """Import `rows` in chunks of CHUNK_SIZE; `on_progress(report)` after each chunk."""
-    report = ImportReport()
-    for chunk in _chunks(rows, CHUNK_SIZE):
-        _import_chunk(account_id, chunk, plan, load_item, dry_run, report)
+    report = ImportReport(total=len(rows))
+    for _outcomes in import_chunks(account_id, rows, plan, load_item, report, dry_run):
         if on_progress:
             on_progress(report)
     return report
 
 
-def _import_chunk(account_id, chunk, plan, load_item, dry_run, report):
-    items, sources, rejected = [], [], []  # sources and rejected: (position in the chunk, row)
+def _import_chunk(account_id, chunk, first_row, plan, load_item, dry_run, report) -> list:
+    """The outcomes of one chunk's rows in file order (added to `report` too), whichever rule decided each."""
+    outcomes, items, positions = {}, [], []  # outcomes and positions: by position in the chunk
     for position, row in enumerate(chunk):
         try:
             items.append(item_for_row(row, plan))
-            sources.append((position, row))
+            positions.append(position)
         except ServiceError as error:
-            rejected.append((position, row, error.message))
-    report.rows += len(chunk)
+            outcomes[position] = RowOutcome(first_row + position, row, "refused", code=error.code,
+                                            reason=error.message)
     if items:
         result = subscriptions.bulk_create(account_id, items, load_item, dry_run=dry_run)
-        report.created += len(result.created)
-        for error in result.errors:
-            if error["code"] == DuplicateSubscription.code:
-                report.present += 1
-            else:
-                rejected.append((*sources[error["index"]], error["error"]))
-    # in the order of the file, whichever rule refused each row
-    report.rejected.extend((row, reason) for _, row, reason in sorted(rejected, key=lambda entry: entry[0]))
+        failures = {error["index"]: error for error in result.errors}
+        created = iter(result.created)  # in item order, one per item that did not fail
+        for index, position in enumerate(positions):
+            outcomes[position] = _outcome(first_row + position, chunk[position], failures.get(index), created,
+                                          dry_run)
+    done = [outcomes[position] for position in range(len(chunk))]
+    report.outcomes.extend(done)
+    return done
+
+
+def _outcome(row_number, row, failure, created, dry_run) -> RowOutcome:
+    if failure is None:
+        subscription = next(created)
+        return RowOutcome(row_number, row, "created", None if dry_run else subscription.id)
+    if failure["code"] == DuplicateSubscription.code:
+        return RowOutcome(row_number, row, "present", failure["details"].get("existing_subscription_id"))
+    return RowOutcome(row_number, row, "refused", code=failure["code"], reason=failure["error"])

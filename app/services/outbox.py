@@ -132,7 +132,8 @@ def attempt_row(account_id, event_id, event_type, attempt, outcome: Outcome, now
     return {"id": new_sortable_id("dlv"), "account_id": account_id, "event_id": event_id,
             "event_type": event_type, "attempt": attempt, "status": "succeeded" if outcome.succeeded else "failed",
             "response_status": outcome.status_code, "duration_ms": outcome.duration_ms,
-            "error": outcome.error, "attempted_at": now, "next_attempt_at": next_attempt_at}
+            "error": outcome.error, "attempted_at": now, "next_attempt_at": next_attempt_at,
+            "request_headers": outcome.request_headers}
 
 
 def record_results(token: str, results: list) -> None:

@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
 from http.cookiejar import DefaultCookiePolicy
 from typing import Optional
@@ -52,6 +52,7 @@ class Outcome:
     throttled: bool = False  # a timeout or a 429: the next try waits at least a minute
     retry_after: Optional[float] = None
     gone: bool = False  # 410: the endpoint asks us to stop
+    request_headers: Optional[dict] = None  # as sent; None when refused before any request was made
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,9 @@ def sign(secret: str, timestamp_ms: int, body: bytes) -> str:
 
 
 def signed_headers(outgoing: Outgoing, timestamp_ms: int) -> dict:
+    """Every header a try sets (what its attempt records)."""
     headers = {
+        "User-Agent": USER_AGENT,
         "Content-Type": "application/json",
         "X-Webhook-Id": outgoing.event_id,
         "X-Webhook-Attempt": str(outgoing.attempt),
@@ -182,20 +185,22 @@ class Transport:
             return self._failure(started, "refused: the endpoint URL cannot be parsed")
         if endpoint.scheme not in self.schemes:
             return self._failure(started, f"refused: {endpoint.scheme}:// endpoints are not allowed")
-        timestamp_ms = int(time.time() * 1000)
+        headers = signed_headers(outgoing, int(time.time() * 1000))
         try:
             response = self._session_for(endpoint).post(
-                outgoing.url, data=outgoing.body, headers=signed_headers(outgoing, timestamp_ms),
+                outgoing.url, data=outgoing.body, headers=headers,
                 timeout=(self.timeout, self.timeout), allow_redirects=False, stream=True, verify=self.verify)
             with response:
                 overran = self._drain(response, started)
         except InvalidIPAddress as error:
             return self._failure(started, f"refused: {error} is not a public address")
         except (requests.Timeout, urllib3.exceptions.TimeoutError):
-            return self._failure(started, f"timeout: no answer within {self.timeout:g} s", throttled=True)
+            outcome = self._failure(started, f"timeout: no answer within {self.timeout:g} s", throttled=True)
         except (requests.RequestException, urllib3.exceptions.HTTPError) as error:
-            return self._failure(started, _truncate(f"connection failed: {error}"))
-        return self._judge(response, started, overran)
+            outcome = self._failure(started, _truncate(f"connection failed: {error}"))
+        else:
+            outcome = self._judge(response, started, overran)
+        return replace(outcome, request_headers=headers)
 
     def _drain(self, response, started) -> bool:
         """Read and drop the body, at most the cap and within the total deadline (True when it ran out).

@@ -1,4 +1,4 @@
-// The dashboard's only script: local times, select-all, confirmations, the import's progress bar.
+// The dashboard's only script: local times, select-all, confirmations, a busy bar while an import's list is sent.
 document.addEventListener("DOMContentLoaded", function () {
   var format = new Intl.DateTimeFormat(undefined, {dateStyle: "medium", timeStyle: "short"});
   document.querySelectorAll("time[datetime]").forEach(function (node) {
