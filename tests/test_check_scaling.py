@@ -13,6 +13,7 @@ from app.services import accounts, checks
 from app.worker import checks as worker
 
 from test_checks import configure_webhook
+from test_postgres import POSTGRES_URL, pg_app  # noqa: F401 - pg_app is a fixture
 from test_scheduler import insert_due_subscriptions
 
 
@@ -141,3 +142,34 @@ def test_checks_run_all_goes_on_past_a_page_with_nothing_to_check(app, tenants):
     summaries = list(worker.run_all())
     assert sum(summary.checked for summary in summaries) == 120 - 30
     assert [summary.checked for summary in summaries] == [10] * 9  # the three pages of 30 skipped yield none
+
+
+@pytest.mark.skipif(not POSTGRES_URL, reason="TEST_POSTGRES_URL is not set")
+@pytest.mark.parametrize("claiming, index", [("due", "ix_subscriptions_due"), ("page", "pk_subscriptions"),
+                                             ("page after an id", "pk_subscriptions"), ("one", "pk_subscriptions")])
+def test_each_claim_reads_an_index_in_its_order_on_postgres(pg_app, claiming, index):
+    """No plan needs a sort: the index gives the order. (A few thousand rows with statistics, and sequential
+    scans switched off: on a tiny table the planner would rightly read it all.)"""
+    account, _key = accounts.create_account("Scale", "growth")
+    insert_due_subscriptions(account.id, 3000)
+    with db.engine.begin() as connection:
+        connection.exec_driver_sql("ANALYZE subscriptions")
+    first_id = checks.claim_page(checks.new_claim_token(), 1)[1]
+    with write_transaction():
+        db.session.execute(update(Subscription).values(claim_token=None, claimed_until=None))
+    claim = {"due": lambda token: checks.claim(token, 10),
+             "page": lambda token: checks.claim_page(token, 10),
+             "page after an id": lambda token: checks.claim_page(token, 10, first_id),
+             "one": lambda token: checks.claim_one(token, first_id)}[claiming]
+    with Statements() as claiming_statements:
+        claim(checks.new_claim_token())
+    plans = []
+    with db.engine.connect() as connection:
+        cursor = connection.connection.cursor()
+        cursor.execute("SET enable_seqscan = off")
+        for statement, parameters in claiming_statements.on_subscriptions():
+            cursor.execute("EXPLAIN " + statement, parameters)
+            plans.append("\n".join(row[0] for row in cursor.fetchall()))
+        connection.rollback()
+    assert plans and all("Sort" not in plan and "Seq Scan" not in plan for plan in plans), plans
+    assert any(index in plan for plan in plans), plans
