@@ -21,7 +21,9 @@ and created again), else on a throw-away SQLite file; the schema comes from the 
    receiver through the real outbox (claim, sign, send, record the attempt).
 CPU is time.process_time() of this whole process (all its threads). The simulated provider's own CPU,
 measured inside `fetch`, and the receiver's CPU (its own process) are reported apart and not counted:
-in production the provider's CPU is the vendor's and the receiver is the customer's. The projection:
+in production the provider's CPU is the vendor's and the receiver is the customer's. On SQLite the
+database work is in this process; on PostgreSQL the server's CPU is not (its own processes, shared
+with whatever else uses that server), so the figure there is the application's side. The projection:
 CPU per check (checks and deliveries) × checks in a day at N subscriptions (N × 86,400 s / the tier's
 interval), as a share of one core (86,400 CPU-seconds a day). With --sample below --subscriptions the
 figures measured on the sample are projected to N, and the output says so.
