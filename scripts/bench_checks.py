@@ -183,7 +183,7 @@ def database_size(db) -> str:
         size = connection.exec_driver_sql(
             "SELECT sum(pg_total_relation_size(quote_ident(schemaname) || '.' || quote_ident(tablename))) "
             f"FROM pg_tables WHERE schemaname = '{POSTGRES_SCHEMA}'").scalar()
-    return f"{size / 1e6:,.0f} MB (PostgreSQL schema {POSTGRES_SCHEMA}, indexes included)"
+    return f"{float(size) / 1e6:,.0f} MB (PostgreSQL schema {POSTGRES_SCHEMA}, indexes included)"
 
 
 # --- the measurements --------------------------------------------------------------------------------
