@@ -1,40 +1,56 @@
 #!/usr/bin/env python
-"""Benchmark of the check engine against the simulated provider (issue 3).
+"""Benchmark of a day's checks, deliveries included (issue 12, point 3): the CPU share of one core that
+monitoring N subscriptions (default 1,000,000) takes, and the linearity of `checks run --all`.
 
-Builds a throw-away SQLite database with the Alembic migrations, inserts N active subscriptions
-(default 100,000) spread over a few accounts, makes them all due and runs the real engine
-(`app.worker.checks.run_due`: claim → fetch → record_outcomes, batch after batch) twice:
+    python scripts/bench_checks.py [--subscriptions 1000000] [--sample 100000] [--tier growth]
+                                   [--batch-size 200] [--profile] [--keep]
+    DATABASE_URL=postgresql://postgres@127.0.0.1:5432/bench python scripts/bench_checks.py ...
 
-  round 1: every subscription's first check (snapshots written, `subscription.initial_state` events);
-  round 2: the simulated clock moved on 24 epochs, everything due again: change detection against the
-           stored snapshots on a very busy day, about a dozen events per check;
-  round 3: the clock moved on one more epoch (a day at the default pace), everything due again:
-           an ordinary day, under one event per check.
+Runs on DATABASE_URL when it is set (PostgreSQL: the schema `bench_checks` in that database is dropped
+and created again), else on a throw-away SQLite file; the schema comes from the Alembic migrations.
+1. Creates ACCOUNTS accounts of --tier, each with a webhook to a local receiver (its own process,
+   plain HTTP on 127.0.0.1 with WEBHOOK_ALLOW_HTTP and WEBHOOK_ALLOW_PRIVATE_ADDRESSES, which this
+   benchmark alone sets; the TLS send path is measured by the delivery benchmark), all event types,
+   no initial-state webhooks (an account's first check happens once, not every day).
+2. Inserts a tenth of the sample and times one claim pass of `--all` over it, then the rest and times a
+   pass over all of it: the two figures per row show whether `--all` stays linear.
+3. Round 1, `checks run --all` (app.worker.checks.run_all): every subscription's first check.
+4. Round 2, the day measured: the simulated clock moves one epoch (one day at the default pace, with
+   the default "realistic" rates), everything is due, and the scheduler's path (`run_due`: claim, fetch,
+   record, batch after batch) checks it all; then `deliver_until_idle` sends every event queued to the
+   receiver through the real outbox (claim, sign, send, record the attempt).
+CPU is time.process_time() of this whole process (all its threads). The simulated provider's own CPU,
+measured inside `fetch`, and the receiver's CPU (its own process) are reported apart and not counted:
+in production the provider's CPU is the vendor's and the receiver is the customer's. On SQLite the
+database work is in this process; on PostgreSQL the server's CPU is not (its own processes, shared
+with whatever else uses that server), so the figure there is the application's side. The projection:
+CPU per check (checks and deliveries) × checks in a day at N subscriptions (N × 86,400 s / the tier's
+interval), as a share of one core (86,400 CPU-seconds a day). With --sample below --subscriptions the
+figures measured on the sample are projected to N, and the output says so.
 
-It reports wall time and process CPU time (time.process_time) per round, the CPU spent inside
-`provider.fetch` (measured by wrapping it), and from rounds 2 and 3 (the steady state) the CPU per
-check outside the provider and the projected CPU for a whole day's checks of N subscriptions at the
-tier interval (24 h on starter: one check per subscription per day). Aim: under 120 s.
-
-    python scripts/bench_checks.py [--subscriptions 100000] [--batch-size 500] [--profile]
-
-Stops by itself; the database is deleted afterwards (unless --keep).
+Stops by itself; the SQLite file is deleted afterwards (unless --keep). `measure_disk.py` imports
+ACCOUNTS, insert_subscriptions and make_all_due from here.
 """
 import argparse
 import cProfile
+import json
+import multiprocessing
 import os
 import pstats
 import shutil
 import sys
 import tempfile
 import time
+import urllib.request
 from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-AIM_CPU_SECONDS = 120
-BUSY_EPOCHS = 24
 ACCOUNTS = 4
+AIM_CORE_SHARE = 0.10
+DAY_SECONDS = 86400
+POSTGRES_SCHEMA = "bench_checks"
 
 
 class TimedProvider:
@@ -42,6 +58,7 @@ class TimedProvider:
 
     def __init__(self, inner):
         self.inner = inner
+        self.name = inner.name
         self.concurrency = inner.concurrency
         self.cpu = 0.0
         self.calls = 0
@@ -55,7 +72,8 @@ class TimedProvider:
             self.calls += 1
 
 
-def insert_subscriptions(count, account_ids, now):
+def insert_subscriptions(count, account_ids, now, first=0):
+    """`count` active, due subscriptions spread over the accounts, numbered from `first`."""
     from sqlalchemy import insert
 
     from app.common import new_id
@@ -64,9 +82,9 @@ def insert_subscriptions(count, account_ids, now):
     from app.models import Subscription
 
     chunk = 5000
-    for start in range(0, count, chunk):
+    for start in range(first, first + count, chunk):
         rows = []
-        for number in range(start, min(count, start + chunk)):
+        for number in range(start, min(first + count, start + chunk)):
             company = number % 3 == 0
             network_id = f"{'company' if company else 'person'}-{number}"
             rows.append({
@@ -96,41 +114,184 @@ def make_all_due():
     db.session.remove()
 
 
-def run_round(name, provider, profile):
+# --- the receiver, in its own process so its CPU is not this one's --------------------------------
+
+def serve_receiver(port_queue):
+    """Answer every POST with 200 (keep-alive) and count it; GET /stats: the count and this process's CPU."""
+    received = [0]
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            received[0] += 1  # one increment under the GIL; exact enough for a count checked at the end
+            self._reply(b"{}")
+
+        def do_GET(self):
+            self._reply(json.dumps({"received": received[0], "cpu": time.process_time()}).encode())
+
+        def _reply(self, body):
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    port_queue.put(server.server_address[1])
+    server.serve_forever()
+
+
+def start_receiver():
+    ports = multiprocessing.Queue()
+    process = multiprocessing.Process(target=serve_receiver, args=(ports,), daemon=True)
+    process.start()
+    return process, f"http://127.0.0.1:{ports.get(timeout=30)}/hook"
+
+
+def receiver_stats(url) -> dict:
+    with urllib.request.urlopen(url.rsplit("/", 1)[0] + "/stats", timeout=10) as response:
+        return json.loads(response.read())
+
+
+# --- the database ------------------------------------------------------------------------------------
+
+def database_uri(directory) -> str:
+    """DATABASE_URL with the benchmark's own PostgreSQL schema first on the search path, else a SQLite file."""
+    url = os.environ.get("DATABASE_URL")
+    if not url:
+        return f"sqlite:///{os.path.join(directory, 'bench.db')}"
+    from sqlalchemy import create_engine, text
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        connection.execute(text(f'DROP SCHEMA IF EXISTS "{POSTGRES_SCHEMA}" CASCADE'))
+        connection.execute(text(f'CREATE SCHEMA "{POSTGRES_SCHEMA}"'))
+    engine.dispose()
+    return f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{POSTGRES_SCHEMA}"
+
+
+def database_size(db) -> str:
+    if db.engine.dialect.name == "sqlite":
+        return f"{os.path.getsize(db.engine.url.database) / 1e6:,.0f} MB (SQLite file, WAL aside)"
+    with db.engine.connect() as connection:
+        size = connection.exec_driver_sql(
+            "SELECT sum(pg_total_relation_size(quote_ident(schemaname) || '.' || quote_ident(tablename))) "
+            f"FROM pg_tables WHERE schemaname = '{POSTGRES_SCHEMA}'").scalar()
+    return f"{float(size) / 1e6:,.0f} MB (PostgreSQL schema {POSTGRES_SCHEMA}, indexes included)"
+
+
+# --- the measurements --------------------------------------------------------------------------------
+
+def time_claim_pass() -> dict:
+    """One pass of `--all`'s claims over the whole table (no checks), then every claim given back."""
+    from sqlalchemy import update
+
+    from app.database import write_transaction
     from app.extensions import db
-    from app.worker import checks as worker
+    from app.models import Subscription
+    from app.services import checks
+    from flask import current_app
+
+    token, after, claimed = checks.new_claim_token(), None, 0
+    wall, cpu = time.perf_counter(), time.process_time()
+    while True:
+        batch, after = checks.claim_page(token, current_app.config["CHECK_BATCH_SIZE"], after)
+        if after is None:
+            break
+        claimed += len(batch)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    with write_transaction() as session:
+        session.execute(update(Subscription).where(Subscription.claim_token == token)
+                        .values(claim_token=None, claimed_until=None))
+    db.session.remove()
+    return {"rows": claimed, "wall": wall, "cpu": cpu}
+
+
+def print_claim_pass(measured):
+    print(f"  --all claim pass over {measured['rows']:,} rows: wall {measured['wall']:.2f} s, cpu "
+          f"{measured['cpu']:.2f} s = {1e6 * measured['cpu'] / max(measured['rows'], 1):,.1f} µs CPU per row")
+
+
+def measured_run(name, provider, step, profile=False) -> dict:
+    """Run `step()` (a list of check summaries), timing the whole process and the provider apart."""
+    from app.extensions import db
 
     provider.cpu, provider.calls = 0.0, 0
     profiler = cProfile.Profile() if profile else None
     wall, cpu = time.perf_counter(), time.process_time()
     if profiler:
         profiler.enable()
-    summaries = worker.run_due()
+    summaries = step()
     if profiler:
         profiler.disable()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     db.session.remove()
     checked = sum(summary.checked for summary in summaries)
     events = sum(len(summary.events) for summary in summaries)
-    outside = cpu - provider.cpu
-    print(f"{name}: {checked:,} checks in {len(summaries)} batches, {events:,} events")
+    print(f"{name}: {checked:,} checks in {len(summaries):,} batches, {events:,} events")
     print(f"  wall {wall:8.2f} s   {checked / wall:10,.0f} checks/s")
-    print(f"  cpu  {cpu:8.2f} s   of which in provider.fetch {provider.cpu:.2f} s ({provider.calls:,} calls)")
-    print(f"  cpu per check outside the provider: {1e6 * outside / max(checked, 1):,.0f} µs")
+    print(f"  cpu  {cpu:8.2f} s   of which in the simulated provider's fetch {provider.cpu:.2f} s "
+          f"({provider.calls:,} calls)")
+    print(f"  cpu per check, the provider's aside: {1e6 * (cpu - provider.cpu) / max(checked, 1):,.0f} µs")
     if profiler:
-        print(f"--- profile of {name} (top 25 by cumulative time) ---")
+        print(f"--- profile of {name} (top 25) ---")
         pstats.Stats(profiler).sort_stats(os.environ.get("BENCH_PROFILE_SORT", "cumulative")).print_stats(25)
-    return {"checked": checked, "wall": wall, "cpu": cpu, "provider_cpu": provider.cpu, "outside": outside,
+    return {"checked": checked, "wall": wall, "cpu": cpu - provider.cpu, "provider_cpu": provider.cpu,
             "events": events}
+
+
+def measured_deliveries(receiver_url) -> dict:
+    from app.extensions import db
+    from app.worker import deliveries
+
+    before = receiver_stats(receiver_url)
+    wall, cpu = time.perf_counter(), time.process_time()
+    sent = deliveries.deliver_until_idle()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    db.session.remove()
+    after = receiver_stats(receiver_url)
+    received = after["received"] - before["received"]
+    print(f"deliveries: {sent:,} sent, {received:,} received, wall {wall:.2f} s ({sent / max(wall, 1e-9):,.0f}/s), "
+          f"cpu {cpu:.2f} s = {1e6 * cpu / max(sent, 1):,.0f} µs per delivery; "
+          f"the receiver's own cpu {after['cpu'] - before['cpu']:.2f} s (not counted)")
+    return {"sent": sent, "received": received, "wall": wall, "cpu": cpu}
+
+
+def print_day(args, interval, day, sent):
+    per_check = (day["cpu"] + sent["cpu"]) / max(day["checked"], 1)
+    checks_a_day = args.subscriptions * DAY_SECONDS / interval
+    day_cpu = per_check * checks_a_day
+    share = day_cpu / DAY_SECONDS
+    sample = ("" if args.sample == args.subscriptions
+              else f" (measured on a sample of {args.sample:,}, projected to {args.subscriptions:,})")
+    print(f"a day at {args.subscriptions:,} subscriptions, tier {args.tier} ({interval / 3600:g} h interval): "
+          f"{checks_a_day:,.0f} checks with {sent['sent'] / max(day['checked'], 1):.2f} deliveries per check"
+          f"{sample}")
+    print(f"  {1e3 * per_check:.2f} ms CPU per check, deliveries included (aim: under "
+          f"{1e3 * AIM_CORE_SHARE * DAY_SECONDS / checks_a_day:.2f} ms) -> {day_cpu:,.0f} CPU-seconds a day = "
+          f"{100 * share:.1f}% of one core (aim: under {100 * AIM_CORE_SHARE:.0f}%) -> "
+          f"{'OK' if share < AIM_CORE_SHARE else 'MISSED'}")
+    print(f"  the simulated provider's own CPU aside: {1e3 * day['provider_cpu'] / max(day['checked'], 1):.2f} ms "
+          "per check")
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--subscriptions", type=int, default=100_000)
+    parser.add_argument("--subscriptions", type=int, default=1_000_000, help="the size projected to")
+    parser.add_argument("--sample", type=int, default=None,
+                        help="how many subscriptions are created and checked (default: --subscriptions)")
+    parser.add_argument("--tier", default="growth", help="the accounts' tier; its interval sets the checks a day")
     parser.add_argument("--batch-size", type=int, default=None, help="CHECK_BATCH_SIZE (default: the app's)")
-    parser.add_argument("--profile", action="store_true", help="cProfile both rounds")
-    parser.add_argument("--keep", action="store_true", help="keep the database file")
+    parser.add_argument("--profile", action="store_true", help="cProfile the measured day")
+    parser.add_argument("--keep", action="store_true", help="keep the SQLite file")
     args = parser.parse_args(argv)
+    args.sample = min(args.sample or args.subscriptions, args.subscriptions)
 
     import logging
 
@@ -138,65 +299,57 @@ def main(argv=None):
 
     from app import create_app
     from app.common import utcnow
-    from app.providers.simulated import SimulatedProvider
-    from app.services import accounts
+    from app.extensions import db
+    from app.providers import simulated
+    from app.services import accounts, webhooks
     from app.services.scheduling import check_interval_seconds
+    from app.worker import checks as worker
 
+    receiver, receiver_url = start_receiver()
     directory = tempfile.mkdtemp(prefix="bench-checks-")
-    database = os.path.join(directory, "bench.db")
-    config = {"SQLALCHEMY_DATABASE_URI": f"sqlite:///{database}", "SCHEDULER_ENABLED": False,
-              "RATELIMIT_ENABLED": False, "PROVIDER": "simulated"}
+    config = {"SQLALCHEMY_DATABASE_URI": database_uri(directory), "SCHEDULER_ENABLED": False,
+              "RATELIMIT_ENABLED": False, "PROVIDER": "simulated", "CHECK_INTERVAL_SECONDS": None,
+              "WEBHOOK_ALLOW_HTTP": True, "WEBHOOK_ALLOW_PRIVATE_ADDRESSES": True}
     if args.batch_size:
         config["CHECK_BATCH_SIZE"] = args.batch_size
     app = create_app(config)
-    logging.getLogger().setLevel(logging.WARNING)
     try:
         with app.app_context():
             upgrade()
             logging.getLogger().setLevel(logging.WARNING)
-            account_ids = [accounts.create_account(f"bench {number}", "enterprise")[0].id
-                           for number in range(ACCOUNTS)]
-            started = time.perf_counter()
-            insert_subscriptions(args.subscriptions, account_ids, utcnow())
-            print(f"{args.subscriptions:,} subscriptions over {ACCOUNTS} accounts inserted in "
-                  f"{time.perf_counter() - started:.1f} s; batch size {app.config['CHECK_BATCH_SIZE']}; "
-                  f"SQLite file {database}")
+            interval = check_interval_seconds(args.tier)
+            account_ids = [accounts.create_account(f"bench {number}", args.tier)[0].id for number in range(ACCOUNTS)]
+            for account_id in account_ids:
+                webhooks.configure(account_id, {"endpoint_url": receiver_url, "events": ["*"],
+                                                "initial_webhook": "none"})
+            print(f"{db.engine.dialect.name}; {ACCOUNTS} {args.tier} accounts with a webhook to {receiver_url}; "
+                  f"batch size {app.config['CHECK_BATCH_SIZE']}")
+
+            tenth = max(1, args.sample // 10)
+            for first, count in ((0, tenth), (tenth, args.sample - tenth)):
+                started = time.perf_counter()
+                insert_subscriptions(count, account_ids, utcnow(), first)
+                print(f"{count:,} subscriptions inserted in {time.perf_counter() - started:.1f} s")
+                print_claim_pass(time_claim_pass())
 
             moment = [time.time()]
-            simulated = SimulatedProvider(app.config["SIMULATED_SEED"], app.config["SIMULATED_PACE_SECONDS"],
-                                          app.config["NETWORK_DOMAIN"], clock=lambda: moment[0])
-            provider = TimedProvider(simulated)
-            app.extensions["provider"] = provider
+            inner = simulated.create(app.config)
+            inner.clock = lambda: moment[0]
+            provider = app.extensions["provider"] = TimedProvider(inner)
 
-            run_round("round 1 (first checks)", provider, args.profile)
-            pace = app.config["SIMULATED_PACE_SECONDS"]
-            moment[0] += BUSY_EPOCHS * pace  # many epochs of changes at once: a very busy day
+            measured_run("round 1, checks run --all (first checks)", provider, lambda: list(worker.run_all()))
+            moment[0] += app.config["SIMULATED_PACE_SECONDS"]
             make_all_due()
-            busy = run_round(f"round 2 (change detection, {BUSY_EPOCHS} simulated epochs later)", provider,
-                             args.profile)
-            moment[0] += pace  # one epoch later: an ordinary day at the default pace
-            make_all_due()
-            quiet = run_round("round 3 (change detection, one simulated epoch later)", provider, args.profile)
-
-            interval = check_interval_seconds("starter")
-            per_day = args.subscriptions * 86400 / interval
-            worst = 0.0
-            for name, measured in (("busy", busy), ("quiet", quiet)):
-                per_check = measured["outside"] / max(measured["checked"], 1)
-                projected = per_check * per_day
-                worst = max(worst, projected)
-                print(f"{name} day ({measured['events'] / max(measured['checked'], 1):.2f} events per check): "
-                      f"{measured['checked'] / measured['wall']:,.0f} checks/s wall, {1e6 * per_check:,.0f} µs CPU "
-                      f"per check outside the provider -> a day's {per_day:,.0f} checks "
-                      f"({interval // 3600} h interval) take {projected:,.1f} s CPU")
-            print(f"projected CPU for a whole day's checks of {args.subscriptions:,} subscriptions, worst case: "
-                  f"{worst:,.1f} s (aim: under {AIM_CPU_SECONDS} s) -> {'OK' if worst < AIM_CPU_SECONDS else 'MISSED'}")
-            print(f"database size: {os.path.getsize(database) / 1e6:,.0f} MB")
-            from app.extensions import db
+            day = measured_run("round 2, the day (scheduler path: run_due, one simulated epoch later)", provider,
+                               worker.run_due, args.profile)
+            sent = measured_deliveries(receiver_url)
+            print_day(args, interval, day, sent)
+            print(f"database size: {database_size(db)}")
             db.engine.dispose()
     finally:
+        receiver.terminate()
         if args.keep:
-            print(f"kept {database}")
+            print(f"kept {directory}")
         else:
             shutil.rmtree(directory, ignore_errors=True)
     return 0

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from flask import current_app
-from sqlalchemy import and_, bindparam, or_, select, update
+from sqlalchemy import bindparam, func, or_, select, update
 
 from app.common import always, new_id, utcnow
 from app.database import write_transaction
@@ -67,33 +67,60 @@ class Summary:
         return bool(self.checked or self.failed or self.skipped)
 
 
-def claim(token: str, limit: int, *, due=True, after_id=None, subscription_id=None):
-    """Claim up to `limit` active, unclaimed subscriptions: the due ones, those after an id (for
-    `--all`), or one by id. Returns them as Claimed, in id order."""
-    now = utcnow()
+def _unclaimed(now):
+    """No token (a pause or cancel drops the token but may leave the lease time behind, and a resumed
+    subscription must not wait for it), or a lease that has expired (a crashed checker)."""
+    return or_(Subscription.claim_token.is_(None), Subscription.claimed_until.is_(None),
+               Subscription.claimed_until < now)
+
+
+def _claim_rows(session, token: str, now, ids, *conditions) -> list:
+    """Mark the subscriptions among `ids` (a list or a subquery) that meet `conditions` as claimed, in one
+    UPDATE … RETURNING; returns them as Claimed, in id order."""
     lease = now + timedelta(seconds=current_app.config["CHECK_LEASE_SECONDS"])
-    # Unclaimed: no token (a pause or cancel drops the token but may leave the lease time behind, and
-    # a resumed subscription must not wait for it), or a lease that has expired (a crashed checker).
-    conditions = [Subscription.status == "active",
-                  or_(Subscription.claim_token.is_(None), Subscription.claimed_until.is_(None),
-                      Subscription.claimed_until < now)]
-    order = Subscription.id
-    if subscription_id is not None:
-        conditions.append(Subscription.id == subscription_id)
-    elif due:
-        conditions.append(Subscription.next_check_at <= now)
-        order = Subscription.next_check_at
-    if after_id is not None:
-        conditions.append(Subscription.id > after_id)
-    candidates = (select(Subscription.id).where(and_(*conditions)).order_by(order).limit(limit)
-                  .with_for_update(skip_locked=True))
-    with write_transaction() as session:
-        rows = session.execute(
-            update(Subscription).where(Subscription.id.in_(candidates.scalar_subquery()))
-            .values(claim_token=token, claimed_until=lease)
-            .returning(Subscription.id, Subscription.entity_type, Subscription.network_id, Subscription.network_url)
-            .execution_options(synchronize_session=False)).all()
+    rows = session.execute(
+        update(Subscription).where(Subscription.id.in_(ids), *conditions)
+        .values(claim_token=token, claimed_until=lease)
+        .returning(Subscription.id, Subscription.entity_type, Subscription.network_id, Subscription.network_url)
+        .execution_options(synchronize_session=False)).all()
     return sorted((Claimed(*row) for row in rows), key=lambda claimed: claimed.id)
+
+
+def claim(token: str, limit: int) -> list:
+    """Claim up to `limit` due, active, unclaimed subscriptions, the most overdue first: a range of the
+    index on (status, next_check_at), read in its order (no sort)."""
+    now = utcnow()
+    due = (select(Subscription.id)
+           .where(Subscription.status == "active", Subscription.next_check_at <= now, _unclaimed(now))
+           .order_by(Subscription.next_check_at).limit(limit).with_for_update(skip_locked=True))
+    with write_transaction() as session:
+        return _claim_rows(session, token, now, due.scalar_subquery())
+
+
+def claim_one(token: str, subscription_id: str) -> list:
+    """Claim one subscription by id, due or not, when it is active and unclaimed."""
+    now = utcnow()
+    with write_transaction() as session:
+        return _claim_rows(session, token, now, [subscription_id], Subscription.status == "active",
+                           _unclaimed(now))
+
+
+def claim_page(token: str, limit: int, after_id: str = None) -> tuple:
+    """Claim the active, unclaimed subscriptions among the next `limit` ids after `after_id` (keyset
+    pagination on the primary key, for `checks run --all`): each call reads one page of the key's index
+    and those rows, so a pass over the table is linear. Returns (claimed, the page's last id, None at the
+    end)."""
+    now = utcnow()
+    page = select(Subscription.id).order_by(Subscription.id).limit(limit)
+    if after_id is not None:
+        page = page.where(Subscription.id > after_id)
+    with write_transaction() as session:
+        ids = session.scalars(page).all()
+        # coalesce(): a status no index serves, so the rows are found by their ids; with `status = …`
+        # SQLite (without statistics) prefers the status index and reads every active row per page.
+        claimed = _claim_rows(session, token, now, ids, func.coalesce(Subscription.status, "") == "active",
+                              _unclaimed(now)) if ids else []
+    return claimed, (ids[-1] if ids else None)
 
 
 @dataclass
@@ -340,18 +367,17 @@ def record_outcomes(token: str, outcomes: list) -> Summary:
         # UPDATE; an ORM copy kept by the session would be stale, as expire_on_commit is off).
         query = select(*(table.c[name] for name in _LOADED)).where(table.c.id.in_(ids)).with_for_update()
         loaded = {mapping["id"]: _Checked(mapping) for mapping in session.execute(query).mappings()}
-        configs, tiers, counts = {}, {}, defaultdict(Counter)
-        built, written = [], []
+        account_ids = {subscription.account_id for subscription in loaded.values()}
+        configs = events.webhook_configs_for(session, account_ids)
+        tiers = dict(session.execute(select(Account.id, Account.tier).where(Account.id.in_(account_ids))).all())
+        counts, built, written = defaultdict(Counter), [], []
         for outcome in outcomes:
             subscription = loaded.get(outcome.claimed.id)
             if subscription is None or subscription.status != "active" or subscription.claim_token != token:
                 summary.skipped += 1
                 continue
             account_id = subscription.account_id
-            if account_id not in configs:
-                configs[account_id] = events.webhook_config_for(session, account_id)
-                tiers[account_id] = session.scalar(select(Account.tier).where(Account.id == account_id))
-            if _apply(built, subscription, outcome, configs[account_id], tiers[account_id], now, summary):
+            if _apply(built, subscription, outcome, configs.get(account_id), tiers[account_id], now, summary):
                 counts[account_id]["checks"] += 1
             counts[account_id]["provider_calls"] += outcome.called
             counts[account_id]["provider_credits"] += outcome.credits

@@ -52,9 +52,15 @@ def envelope(event_id, event_type, created_at, data, metadata=None) -> dict:
 
 
 def webhook_config_for(session, account_id):
+    return webhook_configs_for(session, [account_id]).get(account_id)
+
+
+def webhook_configs_for(session, account_ids) -> dict:
+    """{account_id: its webhook configuration} for those that have one, in one query."""
     # populate_existing: the configuration as committed now, not a copy the session kept from earlier.
-    return session.scalar(select(WebhookConfig).where(WebhookConfig.account_id == account_id)
-                          .execution_options(populate_existing=True))
+    configs = session.scalars(select(WebhookConfig).where(WebhookConfig.account_id.in_(account_ids))
+                              .execution_options(populate_existing=True))
+    return {config.account_id: config for config in configs}
 
 
 def wants_delivery(config, event_type: str) -> bool:

@@ -51,15 +51,15 @@ def run_all():
     after = None
     while True:
         token = checks.new_claim_token()
-        claimed = checks.claim(token, current_app.config["CHECK_BATCH_SIZE"], due=False, after_id=after)
-        if not claimed:
+        claimed, after = checks.claim_page(token, current_app.config["CHECK_BATCH_SIZE"], after)
+        if after is None:
             return
-        after = claimed[-1].id
-        yield _run_counted(claimed, token)
+        if claimed:
+            yield _run_counted(claimed, token)
 
 
 def run_one(subscription_id: str):
     """Check one subscription now; None when it is not active (or another checker holds it)."""
     token = checks.new_claim_token()
-    claimed = checks.claim(token, 1, subscription_id=subscription_id)
+    claimed = checks.claim_one(token, subscription_id)
     return _run_counted(claimed, token) if claimed else None
