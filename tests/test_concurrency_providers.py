@@ -1,6 +1,4 @@
-"""The shared rate budget and provider pauses on PostgreSQL, with threads racing for the budget.
-
-Runs when TEST_POSTGRES_URL names a database it may wipe (see tests/test_postgres.py)."""
+"""The shared rate budget and provider pauses on each database, with threads racing for the budget."""
 import threading
 from datetime import timedelta
 
@@ -9,15 +7,14 @@ import limits
 from app.common import utcnow
 from app.extensions import db
 from app.services import provider_limits
-from tests.test_postgres import pg_app, pytestmark  # noqa: F401 - the fixture and the skip marker
 
 
-def test_racing_takers_never_get_more_than_a_slice_allows(pg_app):  # noqa: F811
+def test_racing_takers_never_get_more_than_a_slice_allows(app):
     cut = provider_limits.slicing(limits.parse("300/minute"))
     granted, barrier = [], threading.Barrier(6)
 
     def taker():
-        with pg_app.app_context():
+        with app.app_context():
             barrier.wait()
             for _ in range(20):
                 if provider_limits.try_take_call("pg", cut, 1_000_000.0):
@@ -32,7 +29,7 @@ def test_racing_takers_never_get_more_than_a_slice_allows(pg_app):  # noqa: F811
     assert len(granted) == cut.calls
 
 
-def test_pause_lengthens_lifts_and_resumes_on_postgres(pg_app):  # noqa: F811
+def test_pause_lengthens_lifts_and_resumes(app):
     provider_limits.pause("pg", provider_limits.RATE_LIMITED, utcnow() + timedelta(minutes=5), "429")
     provider_limits.pause("pg", provider_limits.QUOTA_EXHAUSTED, None, "402")
     assert provider_limits.current_pause("pg").paused_reason == "quota_exhausted"

@@ -1,44 +1,14 @@
-"""The scale-out path: the same migrations, claims and checks on PostgreSQL.
-
-Runs when TEST_POSTGRES_URL names a database it may write schemas into (CI sets it when a server is running)."""
-import os
+"""Threads racing for the same rows: claims, checks and bulk creates, on each database (on PostgreSQL claims
+use FOR UPDATE SKIP LOCKED; on SQLite writers queue on the write lock)."""
 import threading
+from datetime import timedelta
 
-import pytest
-from flask_migrate import upgrade
-from sqlalchemy import func, select, text, update
+from sqlalchemy import func, select, update
 
-from app import create_app
+from app.common import utcnow
 from app.extensions import db
 from app.models import Event, Subscription
 from app.services import accounts, checks, subscriptions
-from tests.conftest import BASE_CONFIG
-
-POSTGRES_URL = os.environ.get("TEST_POSTGRES_URL")
-pytestmark = pytest.mark.skipif(not POSTGRES_URL, reason="TEST_POSTGRES_URL is not set")
-
-
-def url_with_own_schema(name: str) -> str:
-    """TEST_POSTGRES_URL with a schema of its own first on the search path (test modules on other xdist
-    workers, or the processes a test starts, then never share tables); the schema is emptied first."""
-    from sqlalchemy import create_engine
-    engine = create_engine(POSTGRES_URL)
-    with engine.begin() as connection:
-        connection.execute(text(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'))
-        connection.execute(text(f'CREATE SCHEMA "{name}"'))
-    engine.dispose()
-    return f"{POSTGRES_URL}{'&' if '?' in POSTGRES_URL else '?'}options=-csearch_path%3D{name}"
-
-
-@pytest.fixture
-def pg_app():
-    schema = f"test_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
-    app = create_app({**BASE_CONFIG, "SQLALCHEMY_DATABASE_URI": url_with_own_schema(schema)})
-    with app.app_context():
-        upgrade()
-        yield app
-        db.session.remove()
-        db.engine.dispose()
 
 
 def _subscribe_many(account_id, count):
@@ -46,16 +16,16 @@ def _subscribe_many(account_id, count):
         subscriptions.create(account_id, {"entity_type": "contact", "network_id": f"person-{number:04d}",
                                           "network_url": None, "custom_metadata": {}})
     with db.session.begin():
-        db.session.execute(update(Subscription).values(next_check_at=func.now() - text("interval '1 minute'")))
+        db.session.execute(update(Subscription).values(next_check_at=utcnow() - timedelta(minutes=1)))
 
 
-def test_concurrent_claims_never_share_a_subscription(pg_app):
+def test_concurrent_claims_never_share_a_subscription(app):
     account, _key = accounts.create_account("Scale", "enterprise")
     _subscribe_many(account.id, 120)
     claimed, barrier = [], threading.Barrier(4)
 
     def claimer():
-        with pg_app.app_context():
+        with app.app_context():
             barrier.wait()
             while batch := checks.claim(checks.new_claim_token(), 7):
                 claimed.extend(item.id for item in batch)
@@ -70,7 +40,7 @@ def test_concurrent_claims_never_share_a_subscription(pg_app):
     assert len(set(claimed)) == 120
 
 
-def test_a_check_writes_snapshot_and_initial_event_on_postgres(pg_app):
+def test_a_check_writes_snapshot_and_initial_event(app):
     account, _key = accounts.create_account("Scale", "enterprise")
     _subscribe_many(account.id, 3)
     token = checks.new_claim_token()
@@ -81,7 +51,7 @@ def test_a_check_writes_snapshot_and_initial_event_on_postgres(pg_app):
     assert db.session.scalar(select(func.count()).where(Subscription.snapshot.is_not(None))) == 3
 
 
-def test_concurrent_bulk_creates_of_the_same_entities_report_duplicates_not_errors(pg_app):
+def test_concurrent_bulk_creates_of_the_same_entities_report_duplicates_not_errors(app):
     account, _key = accounts.create_account("Scale", "enterprise")
     items = [{"entity_type": "contact", "network_id": f"dup-{number:03d}"} for number in range(60)]
     results, failures, barrier = [], [], threading.Barrier(3)
@@ -90,7 +60,7 @@ def test_concurrent_bulk_creates_of_the_same_entities_report_duplicates_not_erro
         return {**raw, "network_url": None, "custom_metadata": {}}
 
     def bulk():
-        with pg_app.app_context():
+        with app.app_context():
             barrier.wait()
             try:
                 results.append(subscriptions.bulk_create(account.id, items, load))
