@@ -240,3 +240,32 @@ def test_network_urls_that_urlsplit_cannot_read_are_a_400(alice, url):
 def test_datetimes_outside_the_representable_range_in_utc_are_a_400(alice, dns_public, since):
     configure(alice, "https://hooks.example.com/in")
     assert is_validation_error(alice.post("/webhooks/recover", json={"since": since}), "since")
+
+
+@pytest.mark.parametrize("method,path", [("GET", "/events/evt_%00"), ("DELETE", "/account/api-keys/key_%00"),
+                                         ("GET", "/subscriptions/sub_%00"), ("POST", "/subscriptions/sub_%00/pause")])
+def test_nul_in_a_path_is_a_404(alice, method, path):
+    # PostgreSQL refuses NUL in text: the lookup was a 500 there
+    response = alice.request(method, path)
+    assert response.status_code == 404
+    assert response.json["error"] == "NOT_FOUND"
+
+
+@pytest.mark.parametrize("query,field", [("/subscriptions?search=a%00b", "search"),
+                                         ("/events?subscription_id=sub_%00", "subscription_id"),
+                                         ("/events?since=1&x%00=1", "x\x00")])
+def test_nul_in_a_query_parameter_is_a_400(alice, query, field):
+    assert is_validation_error(alice.get(query), field)
+
+
+@pytest.mark.parametrize("path,body,field", [
+    ("/account/api-keys", {"name": "a\x00b"}, "name"),
+    ("/subscriptions", {"entity_type": "company", "network_id": "acme", "custom_metadata": {"k\x00": "v"}},
+     "custom_metadata"),
+])
+def test_nul_in_a_json_body_is_a_400_and_stores_nothing(alice, path, body, field):
+    response = alice.post(path, json=body)
+    assert is_validation_error(response, field)
+    assert response.json["message"] == f"{field} must not contain the NUL character (U+0000)."
+    assert key_count(alice.account_id) == 1
+    assert alice.get("/subscriptions").json["pagination"]["total"] == 0

@@ -9,10 +9,39 @@ from app.api.errors import validation_failed_from
 from app.errors import ValidationFailed
 
 
+class PathTextConverter(BaseConverter):
+    """The default path parameter, without NUL: no id holds one, and PostgreSQL refuses NUL in text (a 404,
+    not a 500)."""
+    regex = r"[^/\x00]+"
+
+
 class SubscriptionIdConverter(BaseConverter):
     """`/subscriptions/<subscription:…>` never matches the static siblings `bulk` and `export`, so their
     OPTIONS and 405 answers list only their own methods."""
-    regex = r"(?!(?:bulk|export)$)[^/]+"
+    regex = r"(?!(?:bulk|export)$)[^/\x00]+"
+
+
+def refuse_nul_in_query_and_form():
+    """A 400 for NUL in a query or form parameter (or, in `json_body`, a JSON field), on every database alike:
+    PostgreSQL cannot compare or store it in text."""
+    for source in (request.args, request.form):
+        _refuse_nul(source.items(multi=True))
+
+
+def _refuse_nul(items):
+    for name, value in items:
+        if _holds_nul(name) or _holds_nul(value):
+            raise ValidationFailed(name, f"{name} must not contain the NUL character (U+0000).", value)
+
+
+def _holds_nul(value) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(key) or _holds_nul(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(_holds_nul(item) for item in value)
+    return False
 
 
 def json_body() -> dict:
@@ -23,6 +52,8 @@ def json_body() -> dict:
     try:
         data = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant) if raw else None
         json.dumps(data, ensure_ascii=False).encode("utf-8")  # a lone surrogate escape (\ud800) is no text
+        if isinstance(data, dict):
+            _refuse_nul(data.items())
     except UnicodeError:
         raise ValidationFailed("body", "The request body must be JSON encoded as UTF-8.")
     except ValueError:
