@@ -11,6 +11,25 @@ from app.models import Event, Subscription
 from app.services import accounts, checks, subscriptions
 
 
+def race(app, count, work):
+    """Run `work()` in `count` threads started together, each in an app context with its own session."""
+    barrier = threading.Barrier(count)
+
+    def in_context():
+        with app.app_context():
+            barrier.wait()
+            try:
+                work()
+            finally:
+                db.session.remove()
+
+    threads = [threading.Thread(target=in_context) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+
 def _subscribe_many(account_id, count):
     for number in range(count):
         subscriptions.create(account_id, {"entity_type": "contact", "network_id": f"person-{number:04d}",
@@ -22,20 +41,13 @@ def _subscribe_many(account_id, count):
 def test_concurrent_claims_never_share_a_subscription(app):
     account, _key = accounts.create_account("Scale", "enterprise")
     _subscribe_many(account.id, 120)
-    claimed, barrier = [], threading.Barrier(4)
+    claimed = []
 
-    def claimer():
-        with app.app_context():
-            barrier.wait()
-            while batch := checks.claim(checks.new_claim_token(), 7):
-                claimed.extend(item.id for item in batch)
-            db.session.remove()
+    def claim_until_none_is_due():
+        while batch := checks.claim(checks.new_claim_token(), 7):
+            claimed.extend(item.id for item in batch)
 
-    threads = [threading.Thread(target=claimer) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
+    race(app, 4, claim_until_none_is_due)
     assert len(claimed) == 120
     assert len(set(claimed)) == 120
 
@@ -54,25 +66,18 @@ def test_a_check_writes_snapshot_and_initial_event(app):
 def test_concurrent_bulk_creates_of_the_same_entities_report_duplicates_not_errors(app):
     account, _key = accounts.create_account("Scale", "enterprise")
     items = [{"entity_type": "contact", "network_id": f"dup-{number:03d}"} for number in range(60)]
-    results, failures, barrier = [], [], threading.Barrier(3)
+    results, failures = [], []
 
     def load(raw):
         return {**raw, "network_url": None, "custom_metadata": {}}
 
     def bulk():
-        with app.app_context():
-            barrier.wait()
-            try:
-                results.append(subscriptions.bulk_create(account.id, items, load))
-            except Exception as error:  # noqa: BLE001 - the assertion below names it
-                failures.append(error)
-            db.session.remove()
+        try:
+            results.append(subscriptions.bulk_create(account.id, items, load))
+        except Exception as error:  # noqa: BLE001 - the assertion below names it
+            failures.append(error)
 
-    threads = [threading.Thread(target=bulk) for _ in range(3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
+    race(app, 3, bulk)
     assert failures == []
     assert sum(len(result.created) for result in results) == 60
     assert {error["code"] for result in results for error in result.errors} <= {"DUPLICATE_SUBSCRIPTION"}

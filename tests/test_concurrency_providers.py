@@ -1,31 +1,23 @@
 """The shared rate budget and provider pauses on each database, with threads racing for the budget."""
-import threading
 from datetime import timedelta
 
 import limits
 
 from app.common import utcnow
-from app.extensions import db
 from app.services import provider_limits
+from tests.test_concurrency import race
 
 
 def test_racing_takers_never_get_more_than_a_slice_allows(app):
     cut = provider_limits.slicing(limits.parse("300/minute"))
-    granted, barrier = [], threading.Barrier(6)
+    granted = []
 
-    def taker():
-        with app.app_context():
-            barrier.wait()
-            for _ in range(20):
-                if provider_limits.try_take_call("pg", cut, 1_000_000.0):
-                    granted.append(1)
-            db.session.remove()
+    def take_twenty():
+        for _ in range(20):
+            if provider_limits.try_take_call("pg", cut, 1_000_000.0):
+                granted.append(1)
 
-    threads = [threading.Thread(target=taker) for _ in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
+    race(app, 6, take_twenty)
     assert len(granted) == cut.calls
 
 
