@@ -64,11 +64,13 @@ def _instance_path():
 
 def _register_request_hooks(app):
     from app.api.auth import assign_request_id, count_request, identify_caller, set_request_id_header
+    from app.api.http import refuse_nul_in_query_and_form
     from app.api.limits import add_rate_limit_headers
     # Order matters: the caller is identified before flask-limiter's own before_request hook,
     # which init_app registers next, so limits key on the validated API key.
     app.before_request(assign_request_id)
     app.before_request(identify_caller)
+    app.before_request(refuse_nul_in_query_and_form)
     try:
         limiter.init_app(app)
     except LimitsConfigurationError as error:  # e.g. redis:// without the redis package
@@ -81,8 +83,9 @@ def _register_request_hooks(app):
 
 def _register_blueprints(app):
     from app.api import account, events, keys, meta, metrics, subscriptions, webhooks
-    from app.api.http import SubscriptionIdConverter
+    from app.api.http import PathTextConverter, SubscriptionIdConverter
     from app.dashboard import bp as dashboard_bp
+    app.url_map.converters["default"] = PathTextConverter
     app.url_map.converters["subscription"] = SubscriptionIdConverter
     app.register_blueprint(meta.bp)
     app.register_blueprint(dashboard_bp)

@@ -240,3 +240,26 @@ def test_network_urls_that_urlsplit_cannot_read_are_a_400(alice, url):
 def test_datetimes_outside_the_representable_range_in_utc_are_a_400(alice, dns_public, since):
     configure(alice, "https://hooks.example.com/in")
     assert is_validation_error(alice.post("/webhooks/recover", json={"since": since}), "since")
+
+
+@pytest.mark.parametrize("method,path", [("GET", "/events/evt_%00"), ("DELETE", "/account/api-keys/key_%00"),
+                                         ("GET", "/subscriptions/sub_%00"), ("POST", "/subscriptions/sub_%00/pause")])
+def test_nul_in_a_path_is_a_404(alice, method, path):
+    # PostgreSQL refuses NUL in text: the lookup was a 500 there
+    response = alice.request(method, path)
+    assert response.status_code == 404
+    assert response.json["error"] == "NOT_FOUND"
+
+
+@pytest.mark.parametrize("query,field", [("/subscriptions?search=a%00b", "search"),
+                                         ("/events?subscription_id=sub_%00", "subscription_id"),
+                                         ("/events?since=1&x%00=1", "x\x00")])
+def test_nul_in_a_query_parameter_is_a_400(alice, query, field):
+    assert is_validation_error(alice.get(query), field)
+
+
+def test_nul_in_a_key_name_is_a_400_and_stores_nothing(alice):
+    response = alice.post("/account/api-keys", json={"name": "a\x00b"})
+    assert is_validation_error(response, "name")
+    assert "NUL" in response.json["message"]
+    assert key_count(alice.account_id) == 1

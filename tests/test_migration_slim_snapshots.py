@@ -32,7 +32,7 @@ def database_urls():
 @pytest.fixture(params=database_urls())
 def migration_app(request, tmp_path):
     if request.param == "postgresql":
-        from tests.test_postgres import url_with_own_schema
+        from tests.conftest import url_with_own_schema
         url = url_with_own_schema(f"migration_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}")
     else:
         url = f"sqlite:///{tmp_path / 'migration.db'}"

@@ -405,7 +405,7 @@ def test_flask_run_serves_with_the_scheduler(service):
 
 @pytest.mark.skipif(not os.environ.get("TEST_POSTGRES_URL"), reason="TEST_POSTGRES_URL is not set")
 def test_on_postgresql_several_scheduler_processes_run_side_by_side(service):
-    from tests.test_postgres import url_with_own_schema
+    from tests.conftest import url_with_own_schema
     service.env["DATABASE_URL"] = url_with_own_schema("test_two_schedulers")
     service.create_account()
     first = service.start(str(BIN / "entity-monitor"), "scheduler", "run")

@@ -4,10 +4,12 @@ its limit, and the work is split between them. The processes run the scheduler's
 import subprocess
 import sys
 import textwrap
+from datetime import timedelta
 from pathlib import Path
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
+from app.common import utcnow
 from app.extensions import db
 from app.models import Subscription
 from tests.fake_vendors import FakeCoresignal
@@ -32,7 +34,7 @@ def test_two_processes_never_exceed_the_vendor_limit_together(app, alice):
             vendor.person(f"p{number}")
             response = alice.post("/subscriptions", json={"entity_type": "contact", "network_id": f"p{number}"})
             ids.append(response.json["id"])
-        db.session.execute(Subscription.__table__.update().values(next_check_at=func.datetime("now", "-1 minute")))
+        db.session.execute(update(Subscription).values(next_check_at=utcnow() - timedelta(minutes=1)))
         db.session.commit()
         root = Path(__file__).resolve().parents[1]
         children = [subprocess.Popen([sys.executable, "-c", CHILD, app.config["SQLALCHEMY_DATABASE_URI"], vendor.url],

@@ -199,6 +199,7 @@ def test_a_claim_sets_a_lease_of_the_configured_length(app, alice):
 
 # --- the database lock and the APScheduler wiring -------------------------------------------------------
 
+@pytest.mark.sqlite_only(reason="the scheduler lock file exists on SQLite only (PostgreSQL runs any number)")
 def test_only_one_scheduler_per_sqlite_database_and_the_lock_lives_beside_it(app):
     database = make_url(app.config["SQLALCHEMY_DATABASE_URI"]).database
     first = scheduler.lock_for(app)
@@ -213,6 +214,7 @@ def test_only_one_scheduler_per_sqlite_database_and_the_lock_lives_beside_it(app
     again.release()
 
 
+@pytest.mark.sqlite_only(reason="the scheduler lock file exists on SQLite only (PostgreSQL runs any number)")
 def test_another_database_has_its_own_lock(app, tmp_path):
     held = scheduler.lock_for(app)
     assert scheduler._try_acquire(held)
@@ -229,6 +231,7 @@ def test_no_lock_where_any_number_of_schedulers_may_run(url):
     assert scheduler.lock_for(SimpleNamespace(config={"SQLALCHEMY_DATABASE_URI": url})) is None
 
 
+@pytest.mark.sqlite_only(reason="the scheduler lock file exists on SQLite only (PostgreSQL runs any number)")
 def test_the_scheduler_stays_off_in_tests_when_disabled_and_in_one_off_commands(app):
     assert scheduler.start_when_serving(app) is None  # TESTING
     app.config.update(TESTING=False, SCHEDULER_ENABLED=False)

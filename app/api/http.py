@@ -9,10 +9,25 @@ from app.api.errors import validation_failed_from
 from app.errors import ValidationFailed
 
 
+class PathTextConverter(BaseConverter):
+    """The default path parameter, without NUL: no id holds one, and PostgreSQL refuses NUL in text (a 404,
+    not a 500)."""
+    regex = r"[^/\x00]+"
+
+
 class SubscriptionIdConverter(BaseConverter):
     """`/subscriptions/<subscription:…>` never matches the static siblings `bulk` and `export`, so their
     OPTIONS and 405 answers list only their own methods."""
-    regex = r"(?!(?:bulk|export)$)[^/]+"
+    regex = r"(?!(?:bulk|export)$)[^/\x00]+"
+
+
+def refuse_nul_in_query_and_form():
+    """A 400 for NUL in a query or form parameter, on every database alike: PostgreSQL cannot compare or store
+    it in text."""
+    for source in (request.args, request.form):
+        for name, value in source.items(multi=True):
+            if "\x00" in name or "\x00" in value:
+                raise ValidationFailed(name, f"{name} must not contain the NUL character (U+0000).", value)
 
 
 def json_body() -> dict:

@@ -58,7 +58,9 @@ class UsageSchema(Schema):
 
 
 class ApiKeyCreateSchema(BodySchema):
-    name = fields.Str(required=True, validate=validate.Length(1, 100))
+    # PostgreSQL refuses NUL in text
+    name = fields.Str(required=True, validate=[validate.Length(1, 100), validate.Regexp(
+        r"^[^\x00]*$", error="name must not contain the NUL character (U+0000).")])
 
 
 class ApiKeySchema(Schema):

@@ -1,0 +1,84 @@
+"""Threads racing for the same rows: claims, checks and bulk creates, on each database (on PostgreSQL claims
+use FOR UPDATE SKIP LOCKED; on SQLite writers queue on the write lock)."""
+import threading
+from datetime import timedelta
+
+from sqlalchemy import func, select, update
+
+from app.common import utcnow
+from app.extensions import db
+from app.models import Event, Subscription
+from app.services import accounts, checks, subscriptions
+
+
+def race(app, count, work):
+    """Run `work()` in `count` threads started together, each in an app context with its own session."""
+    barrier = threading.Barrier(count)
+
+    def in_context():
+        with app.app_context():
+            barrier.wait()
+            try:
+                work()
+            finally:
+                db.session.remove()
+
+    threads = [threading.Thread(target=in_context) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+
+def _subscribe_many(account_id, count):
+    for number in range(count):
+        subscriptions.create(account_id, {"entity_type": "contact", "network_id": f"person-{number:04d}",
+                                          "network_url": None, "custom_metadata": {}})
+    with db.session.begin():
+        db.session.execute(update(Subscription).values(next_check_at=utcnow() - timedelta(minutes=1)))
+
+
+def test_concurrent_claims_never_share_a_subscription(app):
+    account, _key = accounts.create_account("Scale", "enterprise")
+    _subscribe_many(account.id, 120)
+    claimed = []
+
+    def claim_until_none_is_due():
+        while batch := checks.claim(checks.new_claim_token(), 7):
+            claimed.extend(item.id for item in batch)
+
+    race(app, 4, claim_until_none_is_due)
+    assert len(claimed) == 120
+    assert len(set(claimed)) == 120
+
+
+def test_a_check_writes_snapshot_and_initial_event(app):
+    account, _key = accounts.create_account("Scale", "enterprise")
+    _subscribe_many(account.id, 3)
+    token = checks.new_claim_token()
+    summary = checks.run_claimed(checks.claim(token, 10), token)
+    assert summary.checked == 3
+    types = db.session.scalars(select(Event.type)).all()
+    assert types == ["subscription.initial_state"] * 3
+    assert db.session.scalar(select(func.count()).where(Subscription.snapshot.is_not(None))) == 3
+
+
+def test_concurrent_bulk_creates_of_the_same_entities_report_duplicates_not_errors(app):
+    account, _key = accounts.create_account("Scale", "enterprise")
+    items = [{"entity_type": "contact", "network_id": f"dup-{number:03d}"} for number in range(60)]
+    results, failures = [], []
+
+    def load(raw):
+        return {**raw, "network_url": None, "custom_metadata": {}}
+
+    def bulk():
+        try:
+            results.append(subscriptions.bulk_create(account.id, items, load))
+        except Exception as error:  # noqa: BLE001 - the assertion below names it
+            failures.append(error)
+
+    race(app, 3, bulk)
+    assert failures == []
+    assert sum(len(result.created) for result in results) == 60
+    assert {error["code"] for result in results for error in result.errors} <= {"DUPLICATE_SUBSCRIPTION"}
+    assert db.session.scalar(select(func.count()).select_from(Subscription)) == 60
