@@ -3,7 +3,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from flask import current_app
-from sqlalchemy import bindparam, func, or_, select, tuple_
+from sqlalchemy import bindparam, func, select, tuple_
 from sqlalchemy.exc import IntegrityError
 
 from app.common import isoformat, new_id, utcnow
@@ -13,8 +13,8 @@ from app.errors import (DuplicateSubscription, InvalidState, NotFound, ServiceEr
 from app.extensions import db
 from app.models import Account, Subscription
 from app.models.subscription import LIVE_STATUSES
-from app.services import accounts
-from app.services.entities import resolve_entity, search_form
+from app.services import accounts, subscription_counts, subscription_search
+from app.services.entities import ENTITY_TYPES, resolve_entity, search_form
 from app.services.scheduling import first_check_at
 
 EXPORT_CHUNK = 2000
@@ -69,6 +69,8 @@ def create(account_id: str, item: dict) -> Subscription:
             if existing:
                 raise _duplicate_error(network_id, existing[network_id])
             limit = accounts.subscription_limit(account)
+            if limit is not None:  # the cap then holds against concurrent creators (PostgreSQL)
+                subscription_counts.lock(session, account_id)
             count = accounts.live_subscription_count(session, account_id)
             if limit is not None and count >= limit:
                 raise _tier_limit_error(account, count, limit)
@@ -122,6 +124,7 @@ def _insert_batch(account_id: str, resolved: list, dry_run: bool) -> BulkCreateR
         now = utcnow()
         account = session.get(Account, account_id)
         _ensure_trial_open(account, now)
+        subscription_counts.lock(session, account_id)
         limit = accounts.subscription_limit(account)
         count = accounts.live_subscription_count(session, account_id)
         existing = {}
@@ -165,38 +168,62 @@ LIST_COLUMNS = (Subscription.id, Subscription.entity_type, Subscription.network_
 
 def list_page(account_id, limit, offset, entity_type=None, status=None, search=None):
     """(rows, total) newest first, stable across pages. Rows hold only the list shape's columns (the hot
-    path: no ORM entities, no snapshot JSON), with attribute access like the model's."""
+    path: no ORM entities, no snapshot JSON), with attribute access like the model's. Totals come from the
+    counters; a search's from its matches (subscription_search)."""
     params = {"account_id": account_id, "entity_type": entity_type, "status": status, "limit": limit,
-              "offset": offset, "pattern": f"%{_like_escape(search_form(search))}%" if search else None}
-    page_query, total_query = _list_statements(bool(entity_type), bool(status), bool(search))
+              "offset": offset}
+    if search:
+        return _search_page(params, search_form(search))
+    page_query, total_query = _list_statements(bool(entity_type), bool(status))
     rows = db.session.execute(page_query, params).all()
     total = rows[0].total if rows else db.session.scalar(total_query, params)
     return rows, total
 
 
-def _like_escape(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-
-
-@lru_cache(maxsize=None)
-def _list_statements(by_entity_type: bool, by_status: bool, by_search: bool):
-    """The list's page and count statements for one combination of filters, built once with bound
-    parameters (building and cache-keying statements was a good part of the list endpoint's time).
-    The total rides along the page as an uncorrelated scalar subquery, computed once: one round trip."""
+def _list_conditions(by_entity_type: bool, by_status: bool) -> list:
     conditions = [Subscription.account_id == bindparam("account_id")]
     if by_entity_type:
         conditions.append(Subscription.entity_type == bindparam("entity_type"))
     if by_status:
         conditions.append(Subscription.status == bindparam("status"))
-    if by_search:
-        pattern = bindparam("pattern")
-        conditions.append(or_(Subscription.network_id.like(pattern, escape="\\"),
-                              func.lower(Subscription.network_url).like(pattern, escape="\\")))
-    total_query = select(func.count()).select_from(Subscription).where(*conditions)
-    page_query = (select(*LIST_COLUMNS, total_query.scalar_subquery().label("total")).where(*conditions)
-                  .order_by(Subscription.created_at.desc(), Subscription.id.desc())
-                  .limit(bindparam("limit")).offset(bindparam("offset")))
+    return conditions
+
+
+def _page_statement(conditions, *extra_columns):
+    return (select(*LIST_COLUMNS, *extra_columns).where(*conditions)
+            .order_by(Subscription.created_at.desc(), Subscription.id.desc())
+            .limit(bindparam("limit")).offset(bindparam("offset")))
+
+
+@lru_cache(maxsize=None)
+def _list_statements(by_entity_type: bool, by_status: bool):
+    """The list's page and total statements for one combination of filters, built once with bound
+    parameters (building and cache-keying statements was a good part of the list endpoint's time).
+    The total rides along the page as a scalar subquery of the counters: one round trip."""
+    total_query = subscription_counts.total_statement(by_entity_type, by_status)
+    page_query = _page_statement(_list_conditions(by_entity_type, by_status),
+                                 total_query.scalar_subquery().label("total"))
     return page_query, total_query
+
+
+def _search_page(params: dict, needle: str):
+    """(rows, total) of the rows matching `needle`: the total is the counters of the entity types that
+    match whole plus a count of the index's matches among the others."""
+    entity_type, status = params["entity_type"], params["status"]
+    search = subscription_search.plan(needle, current_app.config["NETWORK_DOMAIN"],
+                                      (entity_type,) if entity_type else ENTITY_TYPES)
+    dialect = db.session.get_bind().dialect.name
+    conditions = _list_conditions(bool(entity_type), bool(status))
+    rows = db.session.execute(_page_statement([*conditions, subscription_search.condition(search, dialect)]),
+                              params).all()
+    total = 0
+    if search.whole_types:
+        total += db.session.scalar(subscription_counts.total_statement(
+            by_status=bool(status), entity_types=search.whole_types), params)
+    if search.partial_types:
+        total += db.session.scalar(select(func.count()).select_from(Subscription).where(
+            *conditions, subscription_search.partial_condition(search, dialect)), params)
+    return rows, total
 
 
 def _cancel_in(subscription: Subscription, now) -> None:
@@ -273,6 +300,7 @@ def _bulk_apply(account_id, ids, apply):
     ids = list(dict.fromkeys(ids))
     with write_transaction() as session:
         now = utcnow()
+        subscription_counts.lock(session, account_id)
         owned = _owned_by_id(session, account_id, ids)
         for subscription_id in ids:
             subscription = owned.get(subscription_id)
