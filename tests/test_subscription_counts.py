@@ -174,3 +174,19 @@ def test_any_sequence_of_writes_leaves_the_counters_equal_to_the_rows(counts_app
     assert page_total == sum(recounted(account.id).values())
     assert accounts.live_subscription_count(db.session, account.id) == sum(
         n for (_kind, status), n in recounted(account.id).items() if status != "cancelled")
+
+
+def test_the_migration_counts_and_indexes_the_rows_already_there(app, alice):
+    from flask_migrate import downgrade, upgrade
+    for n in range(3):
+        alice.post("/subscriptions", json={"entity_type": "company", "network_id": f"older-{n}"})
+    alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "older-jane"})
+    db.session.remove()
+    downgrade(revision="9c1e5d2a4b70")
+    db.session.execute(update(Subscription).where(Subscription.network_id == "older-0").values(status="paused"))
+    db.session.commit()
+    db.session.remove()
+    upgrade()
+    assert counted(alice.account_id) == recounted(alice.account_id) == {
+        ("company", "active"): 2, ("company", "paused"): 1, ("contact", "active"): 1}
+    assert alice.get("/subscriptions", query_string={"search": "der-j"}).get_json()["pagination"]["total"] == 1

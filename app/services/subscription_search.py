@@ -10,7 +10,7 @@ SQLite, pg_trgm's GIN index on PostgreSQL (migration a7d3f1c9e215). A trigram in
 """
 from dataclasses import dataclass
 
-from sqlalchemy import and_, false, literal_column, or_, select, table, text
+from sqlalchemy import and_, bindparam, false, literal_column, or_, select, table, text
 
 from app.models import Subscription
 from app.services.entities import ENTITY_TYPES, canonical_url
@@ -55,7 +55,8 @@ def _fts_phrase(needle: str) -> str:
 def _id_contains(needle: str, dialect: str):
     if dialect == "sqlite" and len(needle) >= TRIGRAM:
         matches = (select(literal_column("rowid")).select_from(table("subscriptions_search"))
-                   .where(text("subscriptions_search MATCH :phrase").bindparams(phrase=_fts_phrase(needle))))
+                   .where(text("subscriptions_search MATCH :phrase").bindparams(
+                       bindparam("phrase", _fts_phrase(needle), unique=True))))
         return literal_column("subscriptions.rowid").in_(matches)
     # PostgreSQL's planner takes the GIN trigram index for LIKE by itself (for 3 characters or more).
     return Subscription.network_id.like(f"%{like_escape(needle)}%", escape=LIKE_ESCAPE)
