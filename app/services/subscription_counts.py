@@ -3,7 +3,6 @@ as the rows (migration a7d3f1c9e215): exact at any size without counting rows.""
 from sqlalchemy import bindparam, func, select
 
 from app.models import SubscriptionCount
-from app.schemas.subscriptions import ENTITY_TYPES, STATUSES
 
 
 def total_statement(by_entity_type=False, by_status=False, statuses=None, entity_types=None):
@@ -27,17 +26,3 @@ def by_status(session, account_id=None) -> dict:
     if account_id is not None:
         query = query.where(SubscriptionCount.account_id == account_id)
     return {status: int(count) for status, count in session.execute(query).all()}
-
-
-def lock(session, account_id: str) -> None:
-    """PostgreSQL: take the account's counter rows (made first if missing) in key order before a write that
-    moves several of them, so two such writers wait for each other instead of deadlocking, and a tier cap
-    read from them holds until commit. SQLite serialises writers already."""
-    if session.get_bind().dialect.name != "postgresql":
-        return
-    from sqlalchemy.dialects.postgresql import insert
-    keys = [{"account_id": account_id, "entity_type": entity_type, "status": status, "count": 0}
-            for entity_type in sorted(ENTITY_TYPES) for status in sorted(STATUSES)]
-    session.execute(insert(SubscriptionCount).values(keys).on_conflict_do_nothing())
-    session.execute(select(SubscriptionCount.status).where(SubscriptionCount.account_id == account_id)
-                    .order_by(SubscriptionCount.entity_type, SubscriptionCount.status).with_for_update())

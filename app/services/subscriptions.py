@@ -25,6 +25,14 @@ def _resolve(item: dict):
                           current_app.config["NETWORK_DOMAIN"])
 
 
+def _lock_account(session, account_id) -> Account:
+    """The account, locked until commit (PostgreSQL; SQLite serialises writers already): every write to its
+    subscriptions takes it first, so the tier cap holds against concurrent creators and writers never
+    deadlock on the counter rows their triggers move. `key_share` makes it FOR NO KEY UPDATE, so foreign-key
+    checks of other writers (events, keys) go on."""
+    return session.scalar(select(Account).where(Account.id == account_id).with_for_update(key_share=True))
+
+
 def _ensure_trial_open(account: Account, now):
     if account.trial_ends_at is not None and now > account.trial_ends_at:
         raise TrialExpired("The account's free trial has ended; ask your operator to choose a tier.",
@@ -63,14 +71,12 @@ def create(account_id: str, item: dict) -> Subscription:
     try:
         with write_transaction() as session:
             now = utcnow()
-            account = session.get(Account, account_id)
+            account = _lock_account(session, account_id)
             _ensure_trial_open(account, now)
             existing = _existing_live(session, account_id, item["entity_type"], [network_id])
             if existing:
                 raise _duplicate_error(network_id, existing[network_id])
             limit = accounts.subscription_limit(account)
-            if limit is not None:  # the cap then holds against concurrent creators (PostgreSQL)
-                subscription_counts.lock(session, account_id)
             count = accounts.live_subscription_count(session, account_id)
             if limit is not None and count >= limit:
                 raise _tier_limit_error(account, count, limit)
@@ -122,9 +128,8 @@ def _insert_batch(account_id: str, resolved: list, dry_run: bool) -> BulkCreateR
     result = BulkCreateResult()
     with write_transaction() as session:
         now = utcnow()
-        account = session.get(Account, account_id)
+        account = _lock_account(session, account_id)
         _ensure_trial_open(account, now)
-        subscription_counts.lock(session, account_id)
         limit = accounts.subscription_limit(account)
         count = accounts.live_subscription_count(session, account_id)
         existing = {}
@@ -248,6 +253,7 @@ def _locked(session, account_id, subscription_id):
 def cancel(account_id: str, subscription_id: str) -> Subscription:
     """Soft delete from active or paused; a cancelled one answers as it is (idempotent)."""
     with write_transaction() as session:
+        _lock_account(session, account_id)
         subscription = _locked(session, account_id, subscription_id)
         _cancel_in(subscription, utcnow())
     return subscription
@@ -274,6 +280,7 @@ def _set_status_in(subscription: Subscription, status: str, now) -> None:
 
 def set_status(account_id: str, subscription_id: str, status: str) -> Subscription:
     with write_transaction() as session:
+        _lock_account(session, account_id)
         subscription = _locked(session, account_id, subscription_id)
         _set_status_in(subscription, status, utcnow())
     return subscription
@@ -300,7 +307,7 @@ def _bulk_apply(account_id, ids, apply):
     ids = list(dict.fromkeys(ids))
     with write_transaction() as session:
         now = utcnow()
-        subscription_counts.lock(session, account_id)
+        _lock_account(session, account_id)
         owned = _owned_by_id(session, account_id, ids)
         for subscription_id in ids:
             subscription = owned.get(subscription_id)

@@ -99,8 +99,13 @@ POSTGRESQL_STATEMENTS = (
                        IS DISTINCT FROM (NEW.account_id, NEW.entity_type, NEW.status))
     EXECUTE FUNCTION subscription_counts_track()""",
     "CREATE EXTENSION IF NOT EXISTS pg_trgm",
-    "CREATE INDEX ix_subscriptions_network_id_trgm ON subscriptions USING gin (network_id gin_trgm_ops)",
 )
+# The operator class named in the extension's own schema: it need not be on the search path.
+TRIGRAM_INDEX = """
+DO $$ BEGIN
+    EXECUTE format('CREATE INDEX ix_subscriptions_network_id_trgm ON subscriptions USING gin (network_id %I.gin_trgm_ops)',
+                   (SELECT extnamespace::regnamespace::text FROM pg_extension WHERE extname = 'pg_trgm'));
+END $$"""
 POSTGRESQL_DROPS = ("DROP INDEX ix_subscriptions_network_id_trgm",
                     "DROP TRIGGER subscriptions_count_update ON subscriptions",
                     "DROP TRIGGER subscriptions_count_delete ON subscriptions",
@@ -123,7 +128,7 @@ def upgrade():
     sa.PrimaryKeyConstraint('account_id', 'entity_type', 'status', name=op.f('pk_subscription_counts'))
     )
     op.execute(FILL_COUNTS)
-    for statement in POSTGRESQL_STATEMENTS if _postgresql() else SQLITE_STATEMENTS:
+    for statement in (*POSTGRESQL_STATEMENTS, TRIGRAM_INDEX) if _postgresql() else SQLITE_STATEMENTS:
         op.execute(statement)
 
 
