@@ -40,7 +40,7 @@ class Subscription(db.Model):
 
     __table_args__ = (
         Index("ix_subscriptions_account_order", "account_id", "created_at", "id"),
-        Index("ix_subscriptions_account_status", "account_id", "status"),
+        Index("ix_subscriptions_account_status_order", "account_id", "status", "created_at", "id"),
         Index("ix_subscriptions_due", "status", "next_check_at"),
         # At most one live (active or paused) subscription per entity and account; a cancelled one
         # does not block a new one. Partial unique indexes work on SQLite and PostgreSQL alike.

@@ -52,8 +52,8 @@ def _fts_phrase(needle: str) -> str:
     return '"' + needle.replace('"', '""') + '"'
 
 
-def _id_contains(needle: str, dialect: str):
-    if dialect == "sqlite" and len(needle) >= TRIGRAM:
+def _id_contains(needle: str, dialect: str, use_index=True):
+    if use_index and dialect == "sqlite" and len(needle) >= TRIGRAM:
         matches = (select(literal_column("rowid")).select_from(table("subscriptions_search"))
                    .where(text("subscriptions_search MATCH :phrase").bindparams(
                        bindparam("phrase", _fts_phrase(needle), unique=True))))
@@ -62,24 +62,24 @@ def _id_contains(needle: str, dialect: str):
     return Subscription.network_id.like(f"%{like_escape(needle)}%", escape=LIKE_ESCAPE)
 
 
-def _id_starts(start: str, dialect: str):
+def _id_starts(start: str, dialect: str, use_index: bool):
     prefix = Subscription.network_id.like(f"{like_escape(start)}%", escape=LIKE_ESCAPE)
-    return and_(_id_contains(start, dialect), prefix) if len(start) >= TRIGRAM else prefix
+    return and_(_id_contains(start, dialect), prefix) if use_index and len(start) >= TRIGRAM else prefix
 
 
-def partial_condition(search: SearchPlan, dialect: str):
-    """The matching rows of `partial_types`."""
+def partial_condition(search: SearchPlan, dialect: str, use_index=True):
+    """The matching rows of `partial_types`; `use_index=False`: tested row by row (SQLite: LIKE, not FTS5)."""
     if not search.partial_types:
         return false()
-    in_id = _id_contains(search.needle, dialect)
+    in_id = _id_contains(search.needle, dialect, use_index)
     if search.whole_types:
         in_id = and_(Subscription.entity_type.in_(search.partial_types), in_id)
-    starts = [and_(Subscription.entity_type == entity_type, _id_starts(start, dialect))
+    starts = [and_(Subscription.entity_type == entity_type, _id_starts(start, dialect, use_index))
               for entity_type, start in search.id_starts]
     return or_(in_id, *starts)
 
 
-def condition(search: SearchPlan, dialect: str):
+def condition(search: SearchPlan, dialect: str, use_index=True):
     """Every matching row."""
-    partial = partial_condition(search, dialect)
+    partial = partial_condition(search, dialect, use_index)
     return or_(Subscription.entity_type.in_(search.whole_types), partial) if search.whole_types else partial

@@ -3,7 +3,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from flask import current_app
-from sqlalchemy import bindparam, func, select, tuple_
+from sqlalchemy import String, bindparam, func, literal, literal_column, select, tuple_, type_coerce
 from sqlalchemy.exc import IntegrityError
 
 from app.common import isoformat, new_id, utcnow
@@ -17,7 +17,7 @@ from app.services import accounts, subscription_counts, subscription_search
 from app.services.entities import ENTITY_TYPES, resolve_entity, search_form
 from app.services.scheduling import first_check_at
 
-EXPORT_CHUNK = 2000
+EXPORT_CHUNK = 10_000
 
 
 def _resolve(item: dict):
@@ -185,12 +185,18 @@ def list_page(account_id, limit, offset, entity_type=None, status=None, search=N
     return rows, total
 
 
-def _list_conditions(by_entity_type: bool, by_status: bool) -> list:
-    conditions = [Subscription.account_id == bindparam("account_id")]
+def _list_conditions(by_entity_type: bool, by_status: bool, indexed=True) -> list:
+    """The account and filter conditions. `indexed=False` writes them as SQLite's `+column`, which keeps the
+    planner off the account's indexes: a search then starts from the trigram index's matches instead of
+    walking every row of the account and probing them."""
+    def column(attribute):
+        return attribute if indexed else literal_column(f"+subscriptions.{attribute.key}")
+
+    conditions = [column(Subscription.account_id) == bindparam("account_id")]
     if by_entity_type:
-        conditions.append(Subscription.entity_type == bindparam("entity_type"))
+        conditions.append(column(Subscription.entity_type) == bindparam("entity_type"))
     if by_status:
-        conditions.append(Subscription.status == bindparam("status"))
+        conditions.append(column(Subscription.status) == bindparam("status"))
     return conditions
 
 
@@ -212,23 +218,29 @@ def _list_statements(by_entity_type: bool, by_status: bool):
 
 
 def _search_page(params: dict, needle: str):
-    """(rows, total) of the rows matching `needle`: the total is the counters of the entity types that
-    match whole plus a count of the index's matches among the others."""
+    """(rows, total) of the rows matching `needle`. The total is the counters of the entity types that match
+    whole plus a count of the index's matches among the others. The page comes from the index's matches
+    when they are few; when they are many, from the newest rows of the account tested one by one, which
+    finds a page's worth sooner than sorting every match."""
     entity_type, status = params["entity_type"], params["status"]
     search = subscription_search.plan(needle, current_app.config["NETWORK_DOMAIN"],
                                       (entity_type,) if entity_type else ENTITY_TYPES)
     dialect = db.session.get_bind().dialect.name
-    conditions = _list_conditions(bool(entity_type), bool(status))
-    rows = db.session.execute(_page_statement([*conditions, subscription_search.condition(search, dialect)]),
-                              params).all()
-    total = 0
+    on_trigrams = dialect == "sqlite" and len(needle) >= subscription_search.TRIGRAM
+    total = matches = 0
     if search.whole_types:
         total += db.session.scalar(subscription_counts.total_statement(
             by_status=bool(status), entity_types=search.whole_types), params)
     if search.partial_types:
-        total += db.session.scalar(select(func.count()).select_from(Subscription).where(
-            *conditions, subscription_search.partial_condition(search, dialect)), params)
-    return rows, total
+        matches = db.session.scalar(select(func.count()).select_from(Subscription).where(
+            *_list_conditions(bool(entity_type), bool(status), indexed=not on_trigrams),
+            subscription_search.partial_condition(search, dialect)), params)
+        total += matches
+    rows_in_filters = db.session.scalar(subscription_counts.total_statement(bool(entity_type), bool(status)), params)
+    walk = bool(search.whole_types) or matches ** 2 > (params["offset"] + params["limit"]) * rows_in_filters
+    conditions = _list_conditions(bool(entity_type), bool(status), indexed=walk or not on_trigrams)
+    page = _page_statement([*conditions, subscription_search.condition(search, dialect, use_index=not walk)])
+    return db.session.execute(page, params).all(), total
 
 
 def _cancel_in(subscription: Subscription, now) -> None:
@@ -338,9 +350,12 @@ EXPORT_COLUMNS = ("subscription_id", "entity_type", "network_id", "network_url",
 
 def export_rows(account_id: str, status: str):
     """Every matching subscription as a tuple of EXPORT_COLUMNS, oldest first, read in keyset chunks
-    so memory stays bounded and no read transaction stays open between chunks."""
+    so memory stays bounded and no read transaction stays open between chunks. `created_at` and
+    `custom_metadata` are as the driver gives them, unconverted (a string or a datetime; JSON text or an
+    object): export.py formats either, and converting a million values was most of an export's time."""
+    raw_created_at = type_coerce(Subscription.created_at, String)
     columns = (Subscription.id, Subscription.entity_type, Subscription.network_id, Subscription.network_url,
-               Subscription.status, Subscription.created_at, Subscription.custom_metadata)
+               Subscription.status, raw_created_at, type_coerce(Subscription.custom_metadata, String))
     conditions = [Subscription.account_id == account_id]
     if status != "all":
         conditions.append(Subscription.status == status)
@@ -349,9 +364,11 @@ def export_rows(account_id: str, status: str):
         query = select(*columns).where(*conditions)
         if after is not None:
             # A row-value comparison, so the index range starts right after the last row (an OR of
-            # the two cases made SQLite rescan the account from its first row for every chunk).
-            query = query.where(tuple_(Subscription.created_at, Subscription.id) > tuple_(*after))
-        # Plain Core rows through the session's connection: no ORM row processing for 100k rows.
+            # the two cases made SQLite rescan the account from its first row for every chunk). The raw
+            # created_at goes back as the driver gave it, so it compares like the stored value.
+            query = query.where(tuple_(Subscription.created_at, Subscription.id)
+                                > tuple_(literal(after[0], String), literal(after[1], String)))
+        # Plain Core rows through the session's connection: no ORM row processing.
         chunk = db.session.connection().execute(query.order_by(Subscription.created_at, Subscription.id)
                                                 .limit(EXPORT_CHUNK)).all()
         db.session.rollback()
@@ -359,4 +376,3 @@ def export_rows(account_id: str, status: str):
         if len(chunk) < EXPORT_CHUNK:
             return
         after = (chunk[-1][5], chunk[-1][0])
-
