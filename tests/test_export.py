@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from app.common import isoformat
 from app.services import subscriptions
-from app.services.export import _json_item, _metadata_csv, iso_created_at
+from app.services.export import _json_item, _metadata_csv, csv_line, iso_created_at
 
 COLUMNS = ["subscription_id", "entity_type", "network_id", "network_url", "status", "created_at",
            "custom_metadata"]
@@ -162,3 +162,10 @@ def test_json_items_and_csv_metadata_equal_json_dumps(texts, moment, custom_meta
         assert json.loads(_json_item(row)) == expected
         assert _json_item(row) == json.dumps(expected)
         assert json.loads(_metadata_csv(stored_metadata)) == custom_metadata
+
+
+@given(st.lists(st.text(alphabet=st.sampled_from('ab,"\r\n é{}:'), max_size=6), min_size=1, max_size=7))
+def test_csv_lines_equal_csv_writer(fields):
+    buffer = io.StringIO()
+    csv.writer(buffer).writerow(fields)
+    assert csv_line(fields) == buffer.getvalue()

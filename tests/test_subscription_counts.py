@@ -1,20 +1,16 @@
 """Subscription counters (issue 12): kept by triggers in the same transaction as the rows, so list totals and
 the tier cap are exact without counting rows, whatever writes the rows."""
-import shutil
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import delete, func, insert, select, update
 
-from app import create_app
 from app.common import new_id, utcnow
 from app.errors import ServiceError
 from app.extensions import db
 from app.models import Subscription, SubscriptionCount
 from app.schemas.subscriptions import SubscriptionCreateSchema
 from app.services import accounts, subscriptions
-from tests.conftest import BASE_CONFIG
 
 
 def counted(account_id=None) -> dict:
@@ -111,17 +107,6 @@ def test_deleting_an_account_takes_its_counters_and_leaves_the_others(alice, bob
 
 # --- a property: any sequence of writes leaves counters equal to count(*) -------------------------
 
-@pytest.fixture(scope="module")
-def counts_app(tmp_path_factory, migrated_template):
-    database = tmp_path_factory.mktemp("counts") / "counts.db"
-    shutil.copy(migrated_template, database)
-    app = create_app({**BASE_CONFIG, "SQLALCHEMY_DATABASE_URI": f"sqlite:///{database}"})
-    with app.app_context():
-        yield app
-        db.session.remove()
-        db.engine.dispose()
-
-
 NAMES = st.sampled_from([f"n{n}" for n in range(6)])
 KINDS = st.sampled_from(["contact", "company"])
 SLOTS = st.integers(0, 30)
@@ -161,7 +146,7 @@ def _apply(account_id, made, operation):
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(operations)
-def test_any_sequence_of_writes_leaves_the_counters_equal_to_the_rows(counts_app, sequence):
+def test_any_sequence_of_writes_leaves_the_counters_equal_to_the_rows(module_app, sequence):
     account, _key = accounts.create_account("Property", "enterprise")
     made = []
     for operation in sequence:

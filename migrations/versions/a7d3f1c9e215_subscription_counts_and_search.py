@@ -104,7 +104,8 @@ POSTGRESQL_STATEMENTS = (
 TRIGRAM_INDEX = """
 DO $$ BEGIN
     EXECUTE format('CREATE INDEX ix_subscriptions_network_id_trgm ON subscriptions USING gin (network_id %I.gin_trgm_ops)',
-                   (SELECT extnamespace::regnamespace::text FROM pg_extension WHERE extname = 'pg_trgm'));
+                   (SELECT nspname FROM pg_namespace JOIN pg_extension ON extnamespace = pg_namespace.oid
+                    WHERE extname = 'pg_trgm'));
 END $$"""
 POSTGRESQL_DROPS = ("DROP INDEX ix_subscriptions_network_id_trgm",
                     "DROP TRIGGER subscriptions_count_update ON subscriptions",
