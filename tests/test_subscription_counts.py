@@ -1,6 +1,5 @@
 """Subscription counters (issue 12): kept by triggers in the same transaction as the rows, so list totals and
 the tier cap are exact without counting rows, whatever writes the rows."""
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import delete, func, insert, select, update
