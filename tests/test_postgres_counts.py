@@ -1,10 +1,12 @@
 """Subscription counters and search on PostgreSQL (issue 12): racing writers leave the counters equal to count(*),
 the tier cap holds under concurrent creators, and the pg_trgm search answers like a substring test."""
+import json
 import random
 import threading
 
 from sqlalchemy import func, select
 
+from app.common import isoformat
 from app.errors import ServiceError
 from app.extensions import db
 from app.models import Subscription, SubscriptionCount
@@ -105,3 +107,20 @@ def test_search_on_postgres_answers_like_a_substring_test(pg_app):
         expected = sorted(s.id for s in stored if form in s.network_id or form in s.network_url)
         rows, total = subscriptions.list_page(account.id, 100, 0, search=needle)
         assert (sorted(row.id for row in rows), total) == (expected, len(expected)), needle
+
+
+def test_export_walks_every_chunk_on_postgres(pg_app, monkeypatch):
+    from app.services import export
+    monkeypatch.setattr(subscriptions, "EXPORT_CHUNK", 3)
+    account, _key = accounts.create_account("Export", "enterprise")
+    created = subscriptions.bulk_create(account.id, [{"entity_type": "contact", "network_id": f"person-{n}",
+                                                      "custom_metadata": {"n": str(n), "who": "Zoë"}} for n in range(8)],
+                                        SubscriptionCreateSchema().load).created
+    chunks, _media_type = export.export(account.id, "all", "json")
+    body = json.loads("".join(chunks))
+    assert body["total"] == 8
+    assert [item["subscription_id"] for item in body["data"]] == sorted(s.id for s in created)  # one created_at
+    assert body["data"][0]["custom_metadata"]["who"] == "Zoë"
+    assert body["data"][0]["created_at"] == isoformat(created[0].created_at)
+    lines = "".join(export.export(account.id, "all", "csv")[0]).splitlines()
+    assert len(lines) == 9 and '"{""n"": ""0"", ""who"": ""Zoë""}"' in "\n".join(lines)

@@ -5,6 +5,7 @@ from functools import lru_cache
 from flask import current_app
 from sqlalchemy import String, bindparam, func, literal, literal_column, select, tuple_, type_coerce
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.types import NullType
 
 from app.common import isoformat, new_id, utcnow
 from app.database import write_transaction
@@ -365,9 +366,10 @@ def export_rows(account_id: str, status: str):
         if after is not None:
             # A row-value comparison, so the index range starts right after the last row (an OR of
             # the two cases made SQLite rescan the account from its first row for every chunk). The raw
-            # created_at goes back as the driver gave it, so it compares like the stored value.
+            # created_at goes back as the driver gave it, untyped (no cast), so it compares like the
+            # stored value: text on SQLite, a timestamp on PostgreSQL.
             query = query.where(tuple_(Subscription.created_at, Subscription.id)
-                                > tuple_(literal(after[0], String), literal(after[1], String)))
+                                > tuple_(literal(after[0], NullType()), literal(after[1], String)))
         # Plain Core rows through the session's connection: no ORM row processing.
         chunk = db.session.connection().execute(query.order_by(Subscription.created_at, Subscription.id)
                                                 .limit(EXPORT_CHUNK)).all()
