@@ -3,7 +3,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from flask import current_app
-from sqlalchemy import String, bindparam, func, literal, literal_column, select, tuple_, type_coerce
+from sqlalchemy import String, Text, bindparam, cast, func, literal, literal_column, select, tuple_, type_coerce
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.types import NullType
 
@@ -352,11 +352,12 @@ EXPORT_COLUMNS = ("subscription_id", "entity_type", "network_id", "network_url",
 def export_rows(account_id: str, status: str):
     """Every matching subscription as a tuple of EXPORT_COLUMNS, oldest first, read in keyset chunks
     so memory stays bounded and no read transaction stays open between chunks. `created_at` and
-    `custom_metadata` are as the driver gives them, unconverted (a string or a datetime; JSON text or an
-    object): export.py formats either, and converting a million values was most of an export's time."""
+    `custom_metadata` come unconverted: the timestamp as the driver gives it (text on SQLite, a datetime on
+    PostgreSQL), the metadata as its JSON text; export.py formats them, and converting a million values
+    to Python objects and back was most of an export's time."""
     raw_created_at = type_coerce(Subscription.created_at, String)
     columns = (Subscription.id, Subscription.entity_type, Subscription.network_id, Subscription.network_url,
-               Subscription.status, raw_created_at, type_coerce(Subscription.custom_metadata, String))
+               Subscription.status, raw_created_at, cast(Subscription.custom_metadata, Text))
     conditions = [Subscription.account_id == account_id]
     if status != "all":
         conditions.append(Subscription.status == status)
