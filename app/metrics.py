@@ -11,11 +11,9 @@ from collections import Counter as Tally
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily
-from sqlalchemy import func, select
 
 from app.common import unix_seconds
 from app.extensions import db
-from app.models import Subscription
 
 PREFIX = "entity_monitor"
 PROCESS_REGISTRY = CollectorRegistry()
@@ -73,11 +71,10 @@ class DatabaseCollector:
     """Gauges read from the database at scrape time (the same answer from every process)."""
 
     def collect(self):
-        from app.services import health  # production operation's heartbeat and backlog readers
+        from app.services import health, subscription_counts  # the heartbeat, backlog and counter readers
         try:
             backlog, heartbeat = health.outbox_backlog(), health.scheduler_heartbeat()
-            by_status = dict(db.session.execute(select(Subscription.status, func.count())
-                                                .group_by(Subscription.status)).all())
+            by_status = subscription_counts.by_status(db.session)
         finally:
             db.session.rollback()
         yield _gauge("outbox_pending", "Deliveries owed (due or waiting for a retry).", backlog["pending"])

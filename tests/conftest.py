@@ -128,6 +128,19 @@ def database_url(request, tmp_path):
     return schema.url
 
 
+@pytest.fixture(scope="module")
+def module_app(tmp_path_factory, migrated_template):
+    """One app on its own copy of the migrated database for a whole module (hypothesis tests, whose
+    examples share it: each example makes its own account)."""
+    database = tmp_path_factory.mktemp("module") / "module.db"
+    shutil.copy(migrated_template, database)
+    app = create_app({**BASE_CONFIG, "SQLALCHEMY_DATABASE_URI": f"sqlite:///{database}"})
+    with app.app_context():
+        yield app
+        db.session.remove()
+        db.engine.dispose()
+
+
 @pytest.fixture
 def app_config():
     """Override in a test module (or parametrize) to change settings."""

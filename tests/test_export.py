@@ -2,9 +2,15 @@
 import csv
 import io
 import json
+from datetime import datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.common import isoformat
 from app.services import subscriptions
+from app.services.export import _json_item, _metadata_csv, csv_line, iso_created_at
 
 COLUMNS = ["subscription_id", "entity_type", "network_id", "network_url", "status", "created_at",
            "custom_metadata"]
@@ -129,3 +135,37 @@ def test_bad_export_parameters_are_400(alice, query, field):
     assert response.status_code == 400
     assert response.get_json()["error"] == "VALIDATION_ERROR"
     assert response.get_json()["details"]["field"] == field
+
+
+# --- the fast formatting equals the plain one ------------------------------------------------------
+
+moments = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1))
+
+
+@given(moments)
+def test_created_at_is_formatted_from_any_stored_form_like_isoformat(moment):
+    expected = isoformat(moment)
+    assert iso_created_at(moment) == expected                                  # PostgreSQL: a datetime
+    assert iso_created_at(moment.strftime("%Y-%m-%d %H:%M:%S.%f")) == expected  # SQLAlchemy's SQLite text
+    postgres_text = str(moment)  # no fraction when zero, else six digits
+    assert iso_created_at(postgres_text.rstrip("0") if "." in postgres_text else postgres_text) == expected
+
+
+metadata = st.dictionaries(st.text(max_size=5), st.one_of(st.text(max_size=8), st.integers(), st.none()), max_size=3)
+
+
+@given(st.lists(st.text(max_size=12), min_size=5, max_size=5), moments, metadata)
+def test_json_items_and_csv_metadata_equal_json_dumps(texts, moment, custom_metadata):
+    expected = dict(zip(COLUMNS, [*texts, isoformat(moment), custom_metadata]))
+    for stored_metadata in (custom_metadata, json.dumps(custom_metadata)):  # parsed (PostgreSQL) or text
+        row = (*texts, moment, stored_metadata)
+        assert json.loads(_json_item(row)) == expected
+        assert _json_item(row) == json.dumps(expected)
+        assert json.loads(_metadata_csv(stored_metadata)) == custom_metadata
+
+
+@given(st.lists(st.text(alphabet=st.sampled_from('ab,"\r\n é{}:'), max_size=6), min_size=1, max_size=7))
+def test_csv_lines_equal_csv_writer(fields):
+    buffer = io.StringIO()
+    csv.writer(buffer).writerow(fields)
+    assert csv_line(fields) == buffer.getvalue()

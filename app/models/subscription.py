@@ -40,7 +40,7 @@ class Subscription(db.Model):
 
     __table_args__ = (
         Index("ix_subscriptions_account_order", "account_id", "created_at", "id"),
-        Index("ix_subscriptions_account_status", "account_id", "status"),
+        Index("ix_subscriptions_account_status_order", "account_id", "status", "created_at", "id"),
         Index("ix_subscriptions_due", "status", "next_check_at"),
         # At most one live (active or paused) subscription per entity and account; a cancelled one
         # does not block a new one. Partial unique indexes work on SQLite and PostgreSQL alike.
@@ -48,3 +48,15 @@ class Subscription(db.Model):
               sqlite_where=text("status IN ('active', 'paused')"),
               postgresql_where=text("status IN ('active', 'paused')")),
     )
+
+
+class SubscriptionCount(db.Model):
+    """How many subscriptions an account has per entity type and status. Kept by database triggers (migration
+    a7d3f1c9e215) in the same transaction as every insert, status change and delete of a subscription, so
+    list totals and the tier cap never count rows."""
+    __tablename__ = "subscription_counts"
+
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"), primary_key=True)
+    entity_type: Mapped[str] = mapped_column(String(10), primary_key=True)
+    status: Mapped[str] = mapped_column(String(10), primary_key=True)
+    count: Mapped[int] = mapped_column(Integer)

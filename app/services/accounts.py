@@ -2,15 +2,15 @@
 from datetime import timedelta
 
 from flask import current_app
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from app.common import new_id, utcnow
 from app.database import write_transaction
 from app.errors import NotFound, ValidationFailed
 from app.extensions import db
-from app.models import Account, Subscription
+from app.models import Account
 from app.models.subscription import LIVE_STATUSES
-from app.services import keys
+from app.services import keys, subscription_counts
 
 
 def tier_settings(tier: str) -> dict:
@@ -66,9 +66,12 @@ def set_tier(account_id: str, tier: str) -> Account:
     return account
 
 
+LIVE_TOTAL = subscription_counts.total_statement(statuses=LIVE_STATUSES)
+
+
 def live_subscription_count(session, account_id: str) -> int:
-    return session.scalar(select(func.count()).select_from(Subscription).where(
-        Subscription.account_id == account_id, Subscription.status.in_(LIVE_STATUSES)))
+    """Active and paused subscriptions, from the counters (the tier cap)."""
+    return session.scalar(LIVE_TOTAL, {"account_id": account_id})
 
 
 def describe(account: Account) -> dict:

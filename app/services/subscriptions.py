@@ -3,8 +3,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from flask import current_app
-from sqlalchemy import bindparam, func, or_, select, tuple_
+from sqlalchemy import String, Text, bindparam, cast, func, literal, literal_column, select, tuple_, type_coerce
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.types import NullType
 
 from app.common import isoformat, new_id, utcnow
 from app.database import write_transaction
@@ -13,16 +14,24 @@ from app.errors import (DuplicateSubscription, InvalidState, NotFound, ServiceEr
 from app.extensions import db
 from app.models import Account, Subscription
 from app.models.subscription import LIVE_STATUSES
-from app.services import accounts
-from app.services.entities import resolve_entity, search_form
+from app.services import accounts, subscription_counts, subscription_search
+from app.services.entities import ENTITY_TYPES, resolve_entity, search_form
 from app.services.scheduling import first_check_at
 
-EXPORT_CHUNK = 2000
+EXPORT_CHUNK = 10_000
 
 
 def _resolve(item: dict):
     return resolve_entity(item["entity_type"], item.get("network_id"), item.get("network_url"),
                           current_app.config["NETWORK_DOMAIN"])
+
+
+def _lock_account(session, account_id) -> Account:
+    """The account, locked until commit (PostgreSQL; SQLite serialises writers already): every write to its
+    subscriptions takes it first, so the tier cap holds against concurrent creators and writers never
+    deadlock on the counter rows their triggers move. `key_share` makes it FOR NO KEY UPDATE, so foreign-key
+    checks of other writers (events, keys) go on."""
+    return session.scalar(select(Account).where(Account.id == account_id).with_for_update(key_share=True))
 
 
 def _ensure_trial_open(account: Account, now):
@@ -63,7 +72,7 @@ def create(account_id: str, item: dict) -> Subscription:
     try:
         with write_transaction() as session:
             now = utcnow()
-            account = session.get(Account, account_id)
+            account = _lock_account(session, account_id)
             _ensure_trial_open(account, now)
             existing = _existing_live(session, account_id, item["entity_type"], [network_id])
             if existing:
@@ -122,7 +131,7 @@ def _insert_batch(account_id: str, resolved: list, dry_run: bool) -> BulkCreateR
     result = BulkCreateResult()
     with write_transaction() as session:
         now = utcnow()
-        account = session.get(Account, account_id)
+        account = _lock_account(session, account_id)
         _ensure_trial_open(account, now)
         limit = accounts.subscription_limit(account)
         count = accounts.live_subscription_count(session, account_id)
@@ -167,38 +176,74 @@ LIST_COLUMNS = (Subscription.id, Subscription.entity_type, Subscription.network_
 
 def list_page(account_id, limit, offset, entity_type=None, status=None, search=None):
     """(rows, total) newest first, stable across pages. Rows hold only the list shape's columns (the hot
-    path: no ORM entities, no snapshot JSON), with attribute access like the model's."""
+    path: no ORM entities, no snapshot JSON), with attribute access like the model's. Totals come from the
+    counters; a search's from its matches (subscription_search)."""
     params = {"account_id": account_id, "entity_type": entity_type, "status": status, "limit": limit,
-              "offset": offset, "pattern": f"%{_like_escape(search_form(search))}%" if search else None}
-    page_query, total_query = _list_statements(bool(entity_type), bool(status), bool(search))
+              "offset": offset}
+    if search:
+        return _search_page(params, search_form(search))
+    page_query, total_query = _list_statements(bool(entity_type), bool(status))
     rows = db.session.execute(page_query, params).all()
     total = rows[0].total if rows else db.session.scalar(total_query, params)
     return rows, total
 
 
-def _like_escape(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+def _list_conditions(by_entity_type: bool, by_status: bool, indexed=True) -> list:
+    """The account and filter conditions. `indexed=False` writes them as SQLite's `+column`, which keeps the
+    planner off the account's indexes: a search then starts from the trigram index's matches instead of
+    walking every row of the account and probing them."""
+    def column(attribute):
+        return attribute if indexed else literal_column(f"+subscriptions.{attribute.key}")
+
+    conditions = [column(Subscription.account_id) == bindparam("account_id")]
+    if by_entity_type:
+        conditions.append(column(Subscription.entity_type) == bindparam("entity_type"))
+    if by_status:
+        conditions.append(column(Subscription.status) == bindparam("status"))
+    return conditions
+
+
+def _page_statement(conditions, *extra_columns):
+    return (select(*LIST_COLUMNS, *extra_columns).where(*conditions)
+            .order_by(Subscription.created_at.desc(), Subscription.id.desc())
+            .limit(bindparam("limit")).offset(bindparam("offset")))
 
 
 @lru_cache(maxsize=None)
-def _list_statements(by_entity_type: bool, by_status: bool, by_search: bool):
-    """The list's page and count statements for one combination of filters, built once with bound
+def _list_statements(by_entity_type: bool, by_status: bool):
+    """The list's page and total statements for one combination of filters, built once with bound
     parameters (building and cache-keying statements was a good part of the list endpoint's time).
-    The total rides along the page as an uncorrelated scalar subquery, computed once: one round trip."""
-    conditions = [Subscription.account_id == bindparam("account_id")]
-    if by_entity_type:
-        conditions.append(Subscription.entity_type == bindparam("entity_type"))
-    if by_status:
-        conditions.append(Subscription.status == bindparam("status"))
-    if by_search:
-        pattern = bindparam("pattern")
-        conditions.append(or_(Subscription.network_id.like(pattern, escape="\\"),
-                              func.lower(Subscription.network_url).like(pattern, escape="\\")))
-    total_query = select(func.count()).select_from(Subscription).where(*conditions)
-    page_query = (select(*LIST_COLUMNS, total_query.scalar_subquery().label("total")).where(*conditions)
-                  .order_by(Subscription.created_at.desc(), Subscription.id.desc())
-                  .limit(bindparam("limit")).offset(bindparam("offset")))
+    The total rides along the page as a scalar subquery of the counters: one round trip."""
+    total_query = subscription_counts.total_statement(by_entity_type, by_status)
+    page_query = _page_statement(_list_conditions(by_entity_type, by_status),
+                                 total_query.scalar_subquery().label("total"))
     return page_query, total_query
+
+
+def _search_page(params: dict, needle: str):
+    """(rows, total) of the rows matching `needle`. The total is the counters of the entity types that match
+    whole plus a count of the index's matches among the others. The page comes from the index's matches
+    when they are few; when they are many, from the newest rows of the account tested one by one, which
+    finds a page's worth sooner than sorting every match."""
+    entity_type, status = params["entity_type"], params["status"]
+    search = subscription_search.plan(needle, current_app.config["NETWORK_DOMAIN"],
+                                      (entity_type,) if entity_type else ENTITY_TYPES)
+    dialect = db.session.get_bind().dialect.name
+    on_trigrams = dialect == "sqlite" and len(needle) >= subscription_search.TRIGRAM
+    total = matches = 0
+    if search.whole_types:
+        total += db.session.scalar(subscription_counts.total_statement(
+            by_status=bool(status), entity_types=search.whole_types), params)
+    if search.partial_types:
+        matches = db.session.scalar(select(func.count()).select_from(Subscription).where(
+            *_list_conditions(bool(entity_type), bool(status), indexed=not on_trigrams),
+            subscription_search.partial_condition(search, dialect)), params)
+        total += matches
+    rows_in_filters = db.session.scalar(subscription_counts.total_statement(bool(entity_type), bool(status)), params)
+    walk = bool(search.whole_types) or matches ** 2 > (params["offset"] + params["limit"]) * rows_in_filters
+    conditions = _list_conditions(bool(entity_type), bool(status), indexed=walk or not on_trigrams)
+    page = _page_statement([*conditions, subscription_search.condition(search, dialect, use_index=not walk)])
+    return db.session.execute(page, params).all(), total
 
 
 def _cancel_in(subscription: Subscription, now) -> None:
@@ -223,6 +268,7 @@ def _locked(session, account_id, subscription_id):
 def cancel(account_id: str, subscription_id: str) -> Subscription:
     """Soft delete from active or paused; a cancelled one answers as it is (idempotent)."""
     with write_transaction() as session:
+        _lock_account(session, account_id)
         subscription = _locked(session, account_id, subscription_id)
         _cancel_in(subscription, utcnow())
     return subscription
@@ -249,6 +295,7 @@ def _set_status_in(subscription: Subscription, status: str, now) -> None:
 
 def set_status(account_id: str, subscription_id: str, status: str) -> Subscription:
     with write_transaction() as session:
+        _lock_account(session, account_id)
         subscription = _locked(session, account_id, subscription_id)
         _set_status_in(subscription, status, utcnow())
     return subscription
@@ -275,6 +322,7 @@ def _bulk_apply(account_id, ids, apply):
     ids = list(dict.fromkeys(ids))
     with write_transaction() as session:
         now = utcnow()
+        _lock_account(session, account_id)
         owned = _owned_by_id(session, account_id, ids)
         for subscription_id in ids:
             subscription = owned.get(subscription_id)
@@ -305,9 +353,13 @@ EXPORT_COLUMNS = ("subscription_id", "entity_type", "network_id", "network_url",
 
 def export_rows(account_id: str, status: str):
     """Every matching subscription as a tuple of EXPORT_COLUMNS, oldest first, read in keyset chunks
-    so memory stays bounded and no read transaction stays open between chunks."""
+    so memory stays bounded and no read transaction stays open between chunks. `created_at` and
+    `custom_metadata` come unconverted: the timestamp as the driver gives it (text on SQLite, a datetime on
+    PostgreSQL), the metadata as its JSON text; export.py formats them, and converting a million values
+    to Python objects and back was most of an export's time."""
+    raw_created_at = type_coerce(Subscription.created_at, String)
     columns = (Subscription.id, Subscription.entity_type, Subscription.network_id, Subscription.network_url,
-               Subscription.status, Subscription.created_at, Subscription.custom_metadata)
+               Subscription.status, raw_created_at, cast(Subscription.custom_metadata, Text))
     conditions = [Subscription.account_id == account_id]
     if status != "all":
         conditions.append(Subscription.status == status)
@@ -316,9 +368,12 @@ def export_rows(account_id: str, status: str):
         query = select(*columns).where(*conditions)
         if after is not None:
             # A row-value comparison, so the index range starts right after the last row (an OR of
-            # the two cases made SQLite rescan the account from its first row for every chunk).
-            query = query.where(tuple_(Subscription.created_at, Subscription.id) > tuple_(*after))
-        # Plain Core rows through the session's connection: no ORM row processing for 100k rows.
+            # the two cases made SQLite rescan the account from its first row for every chunk). The raw
+            # created_at goes back as the driver gave it, untyped (no cast), so it compares like the
+            # stored value: text on SQLite, a timestamp on PostgreSQL.
+            query = query.where(tuple_(Subscription.created_at, Subscription.id)
+                                > tuple_(literal(after[0], NullType()), literal(after[1], String)))
+        # Plain Core rows through the session's connection: no ORM row processing.
         chunk = db.session.connection().execute(query.order_by(Subscription.created_at, Subscription.id)
                                                 .limit(EXPORT_CHUNK)).all()
         db.session.rollback()
@@ -326,4 +381,3 @@ def export_rows(account_id: str, status: str):
         if len(chunk) < EXPORT_CHUNK:
             return
         after = (chunk[-1][5], chunk[-1][0])
-

@@ -11,7 +11,8 @@ from sqlalchemy import bindparam, func, select
 from app.common import utcnow
 from app.database import upsert, write_transaction
 from app.extensions import db
-from app.models import Account, DeliveryAttempt, Event, Subscription, UsageCounter
+from app.models import Account, DeliveryAttempt, Event, UsageCounter
+from app.services import subscription_counts
 from app.services.accounts import live_subscription_count, subscription_limit
 from app.services.provider_status import provider_status
 
@@ -90,9 +91,7 @@ def _period_counts(account_id: str, start: date) -> dict:
 def report(account) -> dict:
     requests.flush()
     today = utcnow().date()
-    by_status = dict(db.session.execute(
-        select(Subscription.status, func.count()).where(Subscription.account_id == account.id)
-        .group_by(Subscription.status)).all())
+    by_status = subscription_counts.by_status(db.session, account.id)
     return {
         "day": {"start": today, **_period_counts(account.id, today)},
         "month": {"start": today.replace(day=1), **_period_counts(account.id, today.replace(day=1))},

@@ -1,0 +1,186 @@
+#!/usr/bin/env python
+"""List totals, search and export at N subscriptions in one account (issue 12), on SQLite or PostgreSQL.
+
+Fills a database (the migrations, one enterprise account, N subscriptions inserted with Core executemany in
+chunks of 10,000: the triggers keep the counters and the search index as they would for the API), then, in a
+fresh child process so its memory is the measurement's own, times in-process (no HTTP server: the request
+pipeline is scripts/bench_api.py's business):
+
+  list     `subscriptions.list_page(limit=20)` (page and exact total), unfiltered and status-filtered;
+  search   a rare needle (one row), a common one (a first name, about 0.5% of rows), one inside every URL
+           ("linkedin"), and a 2-character one (no trigram: a LIKE over the account);
+  export   `GET /api/v1/subscriptions/export` (CSV, then JSON) through the Flask test client, streamed and
+           discarded: rows/s of wall time and of the process's CPU time (the fair figure on a busy
+           machine), and the process's RSS before and at its peak.
+
+Each timing is p50/p99 over --runs calls (a read transaction ended between calls, as a request does).
+
+    python scripts/bench_list_export.py [--subscriptions 1000000] [--database-url URL] [--keep PATH]
+
+Without --database-url a throw-away SQLite file is used (or the one at --keep, reused when it exists).
+With a PostgreSQL URL, the script empties the schema `bench_list_export` in that database and works there.
+"""
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+SYLLABLES = ["an", "bel", "cor", "dan", "el", "fio", "gra", "han", "is", "jo", "ka", "lu", "mar", "ni", "ol",
+             "pe", "ra", "sa", "ti", "vi", "wen", "xa", "yo", "zu"]
+CONFIG = {"SCHEDULER_ENABLED": False, "RATELIMIT_ENABLED": False, "TESTING": True}
+
+
+def names(count, seed):
+    chooser, made = random.Random(seed), set()
+    while len(made) < count:
+        made.add("".join(chooser.choice(SYLLABLES) for _ in range(chooser.randint(2, 3))))
+    return sorted(made)
+
+
+FIRST, LAST = names(200, 1), names(1000, 2)
+
+
+def network_id(n):
+    return f"{FIRST[n % len(FIRST)]}-{LAST[(n * 7919) % len(LAST)]}-{n:x}"
+
+
+def app_for(database_url):
+    from app import create_app
+    return create_app({**CONFIG, "SQLALCHEMY_DATABASE_URI": database_url})
+
+
+def postgres_schema_url(url):
+    from sqlalchemy import create_engine, text
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        connection.execute(text("DROP SCHEMA IF EXISTS bench_list_export CASCADE"))
+        connection.execute(text("CREATE SCHEMA bench_list_export"))
+        connection.execute(text("CREATE EXTENSION IF NOT EXISTS pg_trgm"))
+    engine.dispose()
+    return f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3Dbench_list_export,public"
+
+
+def fill(database_url, count):
+    """Migrate, make the account, insert `count` subscriptions (1 in 10 cancelled, 1 in 10 paused, a third
+    companies). Returns (account id, API key)."""
+    from flask_migrate import upgrade
+    from sqlalchemy import insert
+
+    from app.extensions import db
+    from app.models import Subscription
+    from app.services import accounts
+
+    app = app_for(database_url)
+    base = datetime(2025, 1, 1)
+    with app.app_context():
+        upgrade()
+        account, key = accounts.create_account("Bench", "enterprise")
+        started = time.perf_counter()
+        for chunk_start in range(0, count, 10_000):
+            rows = []
+            for n in range(chunk_start, min(count, chunk_start + 10_000)):
+                moment = base + timedelta(seconds=n)
+                kind, path = ("contact", "in") if n % 3 else ("company", "company")
+                rows.append({"id": f"sub_{n:024x}", "account_id": account.id, "entity_type": kind,
+                             "network_id": network_id(n),
+                             "network_url": f"https://www.linkedin.com/{path}/{network_id(n)}",
+                             "status": ("cancelled", "paused")[n // 10 % 2] if n % 10 == 0 else "active",
+                             "custom_metadata": {"row": n} if n % 5 == 0 else {},
+                             "created_at": moment, "updated_at": moment, "next_check_at": moment})
+            db.session.execute(insert(Subscription), rows)
+            db.session.commit()
+        print(f"filled {count:,} subscriptions in {time.perf_counter() - started:.0f} s", flush=True)
+        db.engine.dispose()
+    return account.id, key
+
+
+def timed(call, runs):
+    from app.extensions import db
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        result = call()
+        times.append((time.perf_counter() - started) * 1000)
+        db.session.rollback()
+    times.sort()
+    return result, statistics.median(times), times[min(len(times) - 1, int(len(times) * 0.99))]
+
+
+def rss_kib(field):
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith(field + ":"))
+
+
+def measure(database_url, account_id, key, count, runs):
+    from app.services import subscriptions
+
+    app = app_for(database_url)
+    with app.app_context():
+        print(f"{'what':42} {'total':>9} {'p50 ms':>8} {'p99 ms':>8}")
+        rare = network_id(count // 2 + 1).rsplit("-", 1)[1]
+        cases = [("list limit=20", {}), ("list status=active", {"status": "active"}),
+                 ("list entity_type=company status=paused", {"entity_type": "company", "status": "paused"}),
+                 (f"search rare {rare!r}", {"search": rare}), (f"search common {FIRST[7]!r}", {"search": FIRST[7]}),
+                 ("search in every URL 'linkedin'", {"search": "linkedin"}),
+                 (f"search 2 characters {FIRST[3][:2]!r}", {"search": FIRST[3][:2]})]
+        for label, filters in cases:
+            (_rows, total), p50, p99 = timed(lambda: subscriptions.list_page(account_id, 20, 0, **filters), runs)
+            print(f"{label:42} {total:>9,} {p50:>8.2f} {p99:>8.2f}", flush=True)
+        client = app.test_client()
+        for export_format in ("csv", "json"):
+            try:
+                with open("/proc/self/clear_refs", "w") as clear:
+                    clear.write("5")  # the peak RSS starts again from here
+            except OSError:
+                pass
+            before = rss_kib("VmRSS")
+            started, cpu = time.perf_counter(), time.process_time()
+            response = client.get(f"/api/v1/subscriptions/export?format={export_format}",
+                                  headers={"X-API-Key": key}, buffered=False)
+            size = sum(len(chunk) for chunk in response.response)
+            seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+            print(f"export {export_format}: {count:,} rows, {size / 1e6:.0f} MB in {seconds:.2f} s = "
+                  f"{count / seconds:,.0f} rows/s ({count / cpu:,.0f} per CPU second); "
+                  f"RSS {before / 1024:.0f} MiB before, peak {rss_kib('VmHWM') / 1024:.0f} MiB", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--subscriptions", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL"))
+    parser.add_argument("--keep", help="SQLite file to fill once and reuse")
+    parser.add_argument("--measure", nargs=3, metavar=("URL", "ACCOUNT", "KEY"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        return measure(*args.measure, args.subscriptions, args.runs)
+    workdir = tempfile.mkdtemp(prefix="bench_list_export_")
+    path = args.keep or os.path.join(workdir, "bench.db")
+    if args.database_url and args.database_url.startswith("postgresql"):
+        url = postgres_schema_url(args.database_url)
+    else:
+        url = f"sqlite:///{os.path.abspath(path)}"
+    state = path + ".account.json"
+    if args.keep and os.path.exists(state):
+        account_id, key = json.load(open(state))
+    else:
+        account_id, key = fill(url, args.subscriptions)
+        if args.keep:
+            json.dump([account_id, key], open(state, "w"))
+    subprocess.run([sys.executable, __file__, "--subscriptions", str(args.subscriptions), "--runs", str(args.runs),
+                    "--measure", url, account_id, key], check=True)
+    if not args.keep and not url.startswith("postgresql"):
+        os.remove(path)
+
+
+if __name__ == "__main__":
+    main()

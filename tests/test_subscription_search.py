@@ -1,0 +1,115 @@
+"""`search=` (contract: any part of the network id or URL, case-insensitively), answered by a trigram index of
+the ids (issue 12): the same rows and totals as a plain substring test of the id and the URL."""
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.extensions import db
+from app.services import accounts, subscriptions
+from app.services.entities import search_form
+from app.services.subscription_search import SearchPlan, plan
+
+
+def _create(tenant, network_id, entity_type="contact"):
+    response = tenant.post("/subscriptions", json={"entity_type": entity_type, "network_id": network_id})
+    assert response.status_code == 201, response.get_json()
+    return response.get_json()
+
+
+def _search(tenant, search, **params):
+    response = tenant.get("/subscriptions", query_string={"search": search, "limit": 100, **params})
+    assert response.status_code == 200, response.get_json()
+    body = response.get_json()
+    return sorted(item["network_id"] for item in body["data"]), body["pagination"]["total"]
+
+
+@pytest.fixture
+def people(alice):
+    for network_id in ("jane-doe", "john-smith", "janet_o-neil", "anna-company-fan", "jos%C3%A9-garc%C3%ADa"):
+        _create(alice, network_id)
+    for network_id in ("acme", "janeway-labs", "100-percent"):
+        _create(alice, network_id, "company")
+    return alice
+
+
+@pytest.mark.parametrize("search, expected", [
+    ("ane-d", ["jane-doe"]),                                   # the middle of an id
+    ("JANE", ["jane-doe", "janet_o-neil", "janeway-labs"]),    # case-insensitive
+    ("in/jane", ["jane-doe", "janet_o-neil"]),                 # runs from the URL into the id
+    ("company/jane", ["janeway-labs"]),
+    ("/in/", ["anna-company-fan", "jane-doe", "janet_o-neil", "john-smith", "jos%c3%a9-garc%c3%ada"]),
+    ("company", ["100-percent", "acme", "anna-company-fan", "janeway-labs"]),  # URL of companies, one contact's id
+    ("linkedin.com", None),                                   # in every URL
+    ("josé", ["jos%c3%a9-garc%c3%ada"]),                       # unicode, in its stored percent-encoded form
+    ("%C3%A9-GARC", ["jos%c3%a9-garc%c3%ada"]),
+    ("é", ["jos%c3%a9-garc%c3%ada"]),
+    ("a", ["100-percent", "acme", "anna-company-fan", "jane-doe", "janet_o-neil", "janeway-labs",
+           "jos%c3%a9-garc%c3%ada"]),                             # shorter than a trigram: LIKE, still literal
+    ("w.", None), ("me", ["acme"]), ("_o", ["janet_o-neil"]),
+    ("%", ["jos%c3%a9-garc%c3%ada"]), ("_", ["janet_o-neil"]), ("t_o", ["janet_o-neil"]), ("t%o", []),
+    ("\\", []), ('"', []), ('jane"', []), ('"jane"', []), ("jane OR acme", []), ("jane*", []), ("NEAR(jane", []),
+    ("network_id:jane", []), ("-doe", ["jane-doe"]), ("^jane", []), ("smith AND", []),
+])
+def test_search_matches_literally_anywhere_in_the_id_or_url(people, search, expected):
+    everyone = sorted(item["network_id"] for item in people.get("/subscriptions?limit=100").get_json()["data"])
+    found, total = _search(people, search)
+    assert found == (everyone if expected is None else expected)
+    assert total == len(found)
+
+
+def test_search_with_filters_and_pages(people):
+    assert _search(people, "jane", entity_type="company") == (["janeway-labs"], 1)
+    assert _search(people, "company", entity_type="contact") == (["anna-company-fan"], 1)
+    assert _search(people, "company", entity_type="company") == (["100-percent", "acme", "janeway-labs"], 3)
+    page = people.get("/subscriptions", query_string={"search": "jane", "limit": 2}).get_json()
+    assert len(page["data"]) == 2 and page["pagination"] == {"total": 3, "limit": 2, "offset": 0, "has_more": True}
+    assert [item["network_id"] for item in page["data"]] == ["janeway-labs", "janet_o-neil"]  # newest first
+    people.delete(f"/subscriptions/{page['data'][0]['id']}")
+    assert _search(people, "jane", status="cancelled") == (["janeway-labs"], 1)
+    assert _search(people, "linkedin", status="active")[1] == 7
+    assert _search(people, "jane", status="active") == (["jane-doe", "janet_o-neil"], 2)
+
+
+def test_search_sees_only_the_callers_rows(people, bob):
+    _create(bob, "jane-doe-2")
+    assert _search(bob, "jane") == (["jane-doe-2"], 1)
+    assert _search(people, "doe-2") == ([], 0)
+
+
+def test_the_plan_splits_a_needle_over_the_url_and_the_id():
+    assert plan("ww.link", "linkedin.com").whole_types == ("contact", "company")
+    assert ("contact", "ja") in plan("/in/ja", "linkedin.com").id_starts
+    assert plan("/in/ja", "linkedin.com").whole_types == ()
+    assert plan("n/x", "linkedin.com").id_starts == (("contact", "x"),)
+    assert plan("jane", "linkedin.com") == SearchPlan("jane", (), ("contact", "company"), ())
+    assert plan("y/", "linkedin.com").whole_types == ("company",)
+
+
+# --- a property: the index answers like a plain substring test ----------------------------------
+
+ID_TEXT = st.lists(st.sampled_from(["a", "b", "c", "i", "n", "-", "_", "0", "y", "W", "é", "%C3%A9"]),
+                   min_size=2, max_size=10).map("".join)
+NEEDLES = st.one_of(st.text(st.sampled_from("abcin-_%0/.:ywmopst\"*\\ "), min_size=1, max_size=8),
+                    st.sampled_from(["https://www.linkedin.com/in/", "m/company/a", "com/c", "n/a", "in/"]))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(ID_TEXT, st.sampled_from(["contact", "company"])), max_size=12), NEEDLES,
+       st.sampled_from([None, "contact", "company"]))
+def test_search_equals_a_substring_test_of_id_and_url(module_app, entities, needle, entity_type):
+    account, _key = accounts.create_account("Property", "enterprise")
+    stored = []
+    for raw_id, kind in entities:
+        try:
+            created = subscriptions.create(account.id, {"entity_type": kind, "network_id": raw_id,
+                                                        "network_url": None, "custom_metadata": {}})
+        except Exception:  # an invalid or duplicate id: not stored
+            db.session.rollback()
+            continue
+        stored.append(created)
+    form = search_form(needle)
+    expected = sorted(s.id for s in stored if (entity_type is None or s.entity_type == entity_type)
+                      and (form in s.network_id or form in s.network_url.lower()))
+    rows, total = subscriptions.list_page(account.id, 100, 0, entity_type=entity_type, search=needle)
+    assert sorted(row.id for row in rows) == expected
+    assert total == len(expected)
