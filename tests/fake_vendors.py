@@ -5,6 +5,8 @@ conformance kit and scripts/bench_providers.py.
 Each fake keeps every request it received (`calls`: arrival time, method, path, headers, body), enforces a
 sliding-window rate limit when `limit=(calls, seconds)` is set (429), charges credits while `credits` is
 not None (402 once spent), and serves `forced` answers (status, body, headers) first when the test queues them.
+With `delay` (seconds) each answer takes that long, and `most_in_flight` is the most requests it was
+answering at once.
 """
 import json
 import threading
@@ -54,8 +56,11 @@ class LocalServer:
 class FakeVendor(LocalServer):
     api_key = "test-key"
 
-    def __init__(self, limit=None, credits=None):
+    def __init__(self, limit=None, credits=None, delay=0.0):
         self.records = {}  # (entity_type, key) -> the vendor's record
+        self.delay = delay
+        self.in_flight = 0
+        self.most_in_flight = 0
         self.calls = []
         self.statuses = []  # what each call was answered
         self.forced = deque()
@@ -81,7 +86,14 @@ class FakeVendor(LocalServer):
             self.calls.append((now, method, path, dict(headers), body))
             answer = self._answer(now, method, path, headers, body)
             self.statuses.append(answer[0])
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            time.sleep(self.delay)
             return answer
+        finally:
+            with self.lock:
+                self.in_flight -= 1
 
     def _answer(self, now, method, path, headers, body):
         if self.forced:
