@@ -43,7 +43,8 @@ def run_two_checkers(app, alice, vendor, count, config):
     assert all(child.returncode == 0 for child in children), outputs
     checked = [int(out.strip().splitlines()[-1]) for out, _ in outputs]
     db.session.rollback()
-    assert db.session.scalar(select(func.count()).where(Subscription.check_count == 1)) == count
+    assert db.session.scalar(select(func.count()).where(Subscription.check_count == 1)) == count, (
+        checked, sorted(set(vendor.statuses)), outputs)
     return checked, outputs
 
 

@@ -201,6 +201,7 @@ class _Flight:
         """A free worker of this process, then a free shared slot, for the next call. While every slot is held
         (perhaps by this process's own finished calls) it settles finished calls and asks again; False once
         `go_on()` turns false or the deadline would pass first."""
+        self.settle(timeout=0)  # the calls that have returned give their slots back now
         while len(self.running) >= self.spec.concurrency:
             self.settle()
         if self.spec.local:
