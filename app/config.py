@@ -66,7 +66,7 @@ class Defaults:
     PROVIDER_HTTP_TIMEOUT_SECONDS = 10
     PROVIDER_RATE_LIMIT = None  # e.g. "300/minute": the vendor's limit, shared by every scheduler process
     PROVIDER_RATE_LIMIT_STORAGE_URI = None  # None: the budget lives in the database; or redis://…
-    PROVIDER_CONCURRENCY = None  # upstream calls in flight per process; None: what the provider declares
+    PROVIDER_CONCURRENCY = None  # calls in flight across all processes; None: what the provider declares
     PROVIDER_BATCH_SIZE = None  # ids per upstream call, at most what the provider declares
     SIMULATED_SEED = 1
     SIMULATED_PACE_SECONDS = 86400  # one simulated day per epoch; the quick start sets a fast pace

@@ -5,6 +5,8 @@ conformance kit and scripts/bench_providers.py.
 Each fake keeps every request it received (`calls`: arrival time, method, path, headers, body), enforces a
 sliding-window rate limit when `limit=(calls, seconds)` is set (429), charges credits while `credits` is
 not None (402 once spent), and serves `forced` answers (status, body, headers) first when the test queues them.
+With `delay` (seconds) each answer takes that long, and `most_in_flight` is the most requests it was
+answering at once.
 """
 import json
 import threading
@@ -54,8 +56,11 @@ class LocalServer:
 class FakeVendor(LocalServer):
     api_key = "test-key"
 
-    def __init__(self, limit=None, credits=None):
+    def __init__(self, limit=None, credits=None, delay=0.0):
         self.records = {}  # (entity_type, key) -> the vendor's record
+        self.delay = delay
+        self.in_flight = 0
+        self.most_in_flight = 0
         self.calls = []
         self.statuses = []  # what each call was answered
         self.forced = deque()
@@ -81,7 +86,14 @@ class FakeVendor(LocalServer):
             self.calls.append((now, method, path, dict(headers), body))
             answer = self._answer(now, method, path, headers, body)
             self.statuses.append(answer[0])
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            time.sleep(self.delay)
             return answer
+        finally:
+            with self.lock:
+                self.in_flight -= 1
 
     def _answer(self, now, method, path, headers, body):
         if self.forced:
@@ -125,13 +137,22 @@ class FakeCrustdata(FakeVendor):
     https://docs.crustdata.com/company-docs/enrichment/reference (POST /company/enrich, company_data),
     https://docs.crustdata.com/openapi-specs/2025-11-01/best-practices (sliding window, x-ratelimit-*,
     402 {"error": {"type": "insufficient_credits"}}), https://docs.crustdata.com/general/credits (401 bodies),
-    https://docs.crustdata.com/general/pricing (1 credit per person profile, 2 per company record)."""
+    https://docs.crustdata.com/general/pricing (1 credit per person profile, 2 per company record),
+    https://github.com/crustdata/n8n-nodes-crustdata/blob/main/nodes/Crustdata/filter-fields.generated.ts
+    (the person schema's experience.employment_details.current[]: name, title, start_date, is_default)."""
     COSTS = {"/person/enrich": 1, "/company/enrich": 2}
     SECTIONS = {"/person/enrich": ("person", "person_data"), "/company/enrich": ("company", "company_data")}
 
-    def person(self, url, name="Jane Doe", headline="Engineer at Acme", title="Engineer", location="Berlin, Germany"):
-        self.records[("person", url)] = {"basic_profile": {"name": name, "headline": headline, "current_title": title,
-                                                           "location": {"raw": location}}}
+    def person(self, url, name="Jane Doe", headline="Engineer at Acme", title="Engineer",
+               location="Berlin, Germany", company="Acme"):
+        current = [] if company is None else [{"name": company, "title": title, "start_date": "2021-03-01",
+                                               "is_default": True}]
+        self.records[("person", url)] = {
+            "basic_profile": {"name": name, "headline": headline, "current_title": title,
+                              "location": {"raw": location}},
+            "experience": {"employment_details": {"current": current, "past": [
+                {"name": "Previous Co", "title": "Intern", "start_date": "2019-01-01", "end_date": "2021-02-28",
+                 "is_default": False}]}}}
 
     def company(self, url, name="Acme", headcount=120, description="Makes anvils.", industry="Manufacturing"):
         self.records[("company", url)] = {"crustdata_company_id": 631394,

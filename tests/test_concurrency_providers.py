@@ -1,10 +1,15 @@
-"""The shared rate budget and provider pauses on each database, with threads racing for the budget."""
+"""The shared rate budget, concurrency slots and provider pauses on each database, with threads (each with its
+own session) racing for them."""
+import itertools
+import time
 from datetime import timedelta
 
 import limits
 
 from app.common import utcnow
-from app.services import provider_limits
+from app.providers.coresignal import CoresignalProvider
+from app.services import checks, provider_limits
+from tests.fake_vendors import FakeCoresignal
 from tests.test_concurrency import race
 
 
@@ -29,3 +34,40 @@ def test_pause_lengthens_lifts_and_resumes(app):
     assert provider_limits.current_pause("pg") is None
     provider_limits.pause("pg", provider_limits.RATE_LIMITED, utcnow() - timedelta(seconds=1), "429")
     assert provider_limits.current_pause("pg") is None  # its time has come: lifted
+
+
+def test_racing_checkers_never_have_more_calls_in_flight_than_the_concurrency(app):
+    vendor = FakeCoresignal(delay=0.05)
+    provider = CoresignalProvider(vendor.api_key, vendor.url, timeout=5)
+    provider.concurrency = 2
+    answers, numbers = [], itertools.count()
+    checkers = [[checks.Claimed(f"sub-{number}-{item}", "contact", f"p{number}-{item}") for item in range(8)]
+                for number in range(3)]
+    for item in itertools.chain(*checkers):
+        vendor.person(item.network_id)
+
+    def check_mine():
+        answers.extend(checks.fetch_all(provider, checkers[next(numbers)], deadline=time.time() + 30))
+
+    try:
+        race(app, 3, check_mine)
+    finally:
+        vendor.close()
+    assert len(answers) == 24 and all(outcome.snapshot is not None for outcome in answers)
+    assert vendor.most_in_flight == 2  # three checkers with two workers each: six without shared slots
+
+
+def test_a_slot_is_never_given_twice_and_a_dead_holders_slot_returns_after_its_lease(app, monkeypatch):
+    lease, taken, numbers = timedelta(minutes=2), [], itertools.count()
+
+    def take_one():
+        slot = provider_limits.try_take_slot("pg", 3, f"holder-{next(numbers)}", lease)
+        if slot is not None:
+            taken.append(slot)
+
+    race(app, 5, take_one)
+    assert sorted(taken) == [0, 1, 2]  # five takers, three slots, each given once
+    assert provider_limits.try_take_slot("pg", 3, "late", lease) is None
+    later = utcnow() + lease + timedelta(seconds=1)
+    monkeypatch.setattr(provider_limits, "utcnow", lambda: later)  # the holders died: their leases ran out
+    assert provider_limits.try_take_slot("pg", 3, "late", lease) == 0

@@ -1,8 +1,12 @@
 """The provider engine (issue 10): batches, the shared rate budget, provider-wide pauses that keep every
 check's place, and the provider's calls and credits in usage."""
 import logging
+import subprocess
+import sys
+import textwrap
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import limits
 import pytest
@@ -11,7 +15,7 @@ from sqlalchemy import func, select, update
 from app.common import utcnow
 from app.database import write_transaction
 from app.extensions import db
-from app.models import ProviderBudget, ProviderState, Subscription
+from app.models import ProviderBudget, ProviderSlot, ProviderState, Subscription
 from app.providers import Answers, BaseProvider, EntityUnavailable, ProviderError, QuotaExhausted, load_provider
 from app.providers.base import provider_settings
 from app.services import provider_limits
@@ -299,6 +303,44 @@ def test_calls_the_budget_cannot_grant_before_the_deadline_are_deferred_untouche
     assert len(vendor.calls) == cut.calls
     deferred = [subscription_id for subscription_id in ids if row(subscription_id).check_count == 0]
     assert all(state_of(subscription_id) == before[subscription_id] for subscription_id in deferred)
+
+
+# --- concurrency slots shared by every process ----------------------------------------------------------
+
+DIES_HOLDING_A_SLOT = textwrap.dedent("""
+    import os, signal, sys
+    from datetime import timedelta
+    from app import create_app
+    from app.services import provider_limits
+    app = create_app({"SQLALCHEMY_DATABASE_URI": sys.argv[1], "SCHEDULER_ENABLED": False, "TESTING": True})
+    with app.app_context():
+        print(provider_limits.try_take_slot("batchvendor", 1, "doomed", timedelta(seconds=120)), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)  # mid-call, never giving the slot back
+""")
+
+
+def test_a_call_waits_for_a_slot_held_elsewhere_and_a_killed_holders_slot_is_taken_after_its_lease(
+        app, alice, vendor, monkeypatch):
+    from app.services import checks
+    vendor.batch_size = 1  # concurrency 1: one slot, for every process
+    ids = [subscribe(alice, f"p{number}") for number in range(2)]
+    make_due(ids)
+    child = subprocess.run([sys.executable, "-c", DIES_HOLDING_A_SLOT, app.config["SQLALCHEMY_DATABASE_URI"]],
+                           cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=60)
+    assert child.stdout.strip() == "0", child.stderr  # it took slot 0, then was killed
+
+    token = checks.new_claim_token()
+    summary = checks.record_outcomes(token, checks.fetch_all(vendor, checks.claim(token, 10),
+                                                             deadline=time.time() + 0.3))
+    assert (summary.checked, summary.deferred, summary.failed) == (0, 2, 0)  # waited, then kept their place
+    assert vendor.calls == []
+
+    later = utcnow() + timedelta(seconds=app.config["CHECK_LEASE_SECONDS"] + 1)
+    monkeypatch.setattr(provider_limits, "utcnow", lambda: later)  # the dead holder's lease has run out
+    token = checks.new_claim_token()
+    summary = checks.record_outcomes(token, checks.fetch_all(vendor, checks.claim(token, 10)))
+    assert (summary.checked, summary.deferred) == (2, 0)
+    assert db.session.scalar(select(ProviderSlot.holder).where(ProviderSlot.provider == "batchvendor")) is None
 
 
 def test_providers_commands_report_a_misconfigured_provider_clearly(app, runner):

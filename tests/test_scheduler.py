@@ -25,8 +25,10 @@ from conftest import BASE_CONFIG
 
 class CountingProvider:
     """The simulated network, counting fetches per id; each thread's first fetch waits at a barrier so
-    the loops under test are known to run at the same time."""
+    the loops under test are known to run at the same time (local, like the network it wraps: no shared
+    concurrency slot, which would keep the second loop's first fetch from ever meeting the first's)."""
     concurrency = 1
+    local = True
 
     def __init__(self, parties=1):
         self.inner = SimulatedProvider(1, 3600, "linkedin.com")

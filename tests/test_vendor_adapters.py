@@ -5,6 +5,9 @@ shows. Sources (also on the fakes in tests/fake_vendors.py):
 - https://docs.crustdata.com/company-docs/enrichment/reference
 - https://docs.crustdata.com/openapi-specs/2025-11-01/best-practices
 - https://docs.crustdata.com/general/rate-limits.md
+- https://github.com/crustdata/n8n-nodes-crustdata/blob/main/nodes/Crustdata/filter-fields.generated.ts
+  (Crustdata's own field list, generated from its OpenAPI 2025-11-01 spec:
+  experience.employment_details.current)
 - https://docs.coresignal.com/api-introduction/authorization
 - https://docs.coresignal.com/api/clean-employee-api
 - https://docs.coresignal.com/employee-api/clean-employee-api/data-dictionary-clean-employee-api
@@ -54,12 +57,25 @@ def core(vendor, key=FakeCoresignal.api_key):
 def test_crustdata_person_maps_the_documented_fields_and_leaves_the_rest_unknown(crustdata):
     crustdata.person(JANE)
     assert crust(crustdata).fetch("contact", JANE) == {
-        "network_id": "jane-doe", "name": "Jane Doe", "headline": "Engineer at Acme", "title": "Engineer",
-        "location": "Berlin, Germany"}  # no company, no activities: unknown, never empty
+        "network_id": "jane-doe", "name": "Jane Doe", "headline": "Engineer at Acme", "company": "Acme",
+        "title": "Engineer", "location": "Berlin, Germany"}  # no activities: unknown, never empty
     _, method, path, headers, body = crustdata.calls[0]
     assert (method, path) == ("POST", "/person/enrich")
     assert headers["authorization"] == "Bearer test-key" and headers["x-api-version"] == "2025-11-01"
-    assert json.loads(body) == {"professional_network_profile_urls": [JANE], "fields": ["basic_profile"]}
+    assert json.loads(body) == {"professional_network_profile_urls": [JANE],
+                                "fields": ["basic_profile", "experience"]}
+
+
+def test_crustdata_current_employer_is_the_default_current_position_and_unknown_without_one(crustdata):
+    crustdata.person(JANE, company=None)
+    assert crust(crustdata).fetch("contact", JANE)["company"] is None  # only past positions: unknown
+    record = crustdata.records[("person", JANE)]
+    record["experience"]["employment_details"]["current"] = [
+        {"name": "Side Gig", "title": "Advisor", "is_default": False},
+        {"name": "Acme", "title": "Engineer", "is_default": True}]
+    assert crust(crustdata).fetch("contact", JANE)["company"] == "Acme"
+    del record["experience"]
+    assert crust(crustdata).fetch("contact", JANE)["company"] is None  # no experience section: unknown
 
 
 def test_crustdata_company_maps_headcount_and_description(crustdata):

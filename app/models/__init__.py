@@ -2,11 +2,11 @@
 from app.models.account import Account, ApiKey, UsageCounter
 from app.models.dashboard import DashboardSession
 from app.models.event import DeliveryAttempt, Event, OutboxDelivery
-from app.models.provider import ProviderBudget, ProviderState
+from app.models.provider import ProviderBudget, ProviderSlot, ProviderState
 from app.models.scheduler import SchedulerHeartbeat
 from app.models.subscription import Subscription, SubscriptionCount
 from app.models.webhook import WebhookConfig
 
 __all__ = ["Account", "ApiKey", "UsageCounter", "Subscription", "SubscriptionCount", "Event", "OutboxDelivery",
-           "DeliveryAttempt", "WebhookConfig", "SchedulerHeartbeat", "ProviderBudget", "ProviderState",
-           "DashboardSession"]
+           "DeliveryAttempt", "WebhookConfig", "SchedulerHeartbeat", "ProviderBudget", "ProviderSlot",
+           "ProviderState", "DashboardSession"]

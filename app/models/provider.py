@@ -25,3 +25,15 @@ class ProviderBudget(db.Model):
     provider: Mapped[str] = mapped_column(String(40), primary_key=True)
     slice_start: Mapped[datetime] = mapped_column(DateTime, primary_key=True)
     used: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class ProviderSlot(db.Model):
+    """One row per concurrency slot of a provider: a process holds a slot (`holder`) for each upstream call it
+    has in flight, so every process together stays within the declared concurrency. The lease frees the
+    slot of a holder that died mid-call."""
+    __tablename__ = "provider_slots"
+
+    provider: Mapped[str] = mapped_column(String(40), primary_key=True)
+    slot: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    holder: Mapped[Optional[str]] = mapped_column(String(40))
+    leased_until: Mapped[Optional[datetime]]

@@ -23,6 +23,7 @@ class Traits:
     concurrency: int
     rate: Optional[limits.RateLimitItem]
     lookup: str
+    local: bool
 
 
 def parse_rate(text) -> Optional[limits.RateLimitItem]:
@@ -43,7 +44,8 @@ def traits(provider) -> Traits:
                   batch_size=max(1, getattr(provider, "batch_size", 1)) if has_batch_call else 1,
                   concurrency=max(1, getattr(provider, "concurrency", 1)),
                   rate=parse_rate(getattr(provider, "rate_limit", None)),
-                  lookup=getattr(provider, "lookup", "id"))
+                  lookup=getattr(provider, "lookup", "id"),
+                  local=bool(getattr(provider, "local", False)))
 
 
 def fetch_many(provider, entity_type: str, keys: list) -> Answers:

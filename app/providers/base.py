@@ -66,8 +66,9 @@ class Provider(Protocol):
     name: str
     batch_size: int  # ids per upstream call (fetch_many); 1 unless the vendor has a batch call
     rate_limit: Optional[str]  # the vendor's limit, e.g. "30/minute" (limits' notation); None: unmetered
-    concurrency: int  # upstream calls in flight at once per process
+    concurrency: int  # upstream calls in flight at once, across every scheduler process
     lookup: str  # "id": asked by network id; "url": by the stored network URL
+    local: bool  # True: no vendor behind it (the simulated network); its concurrency is per process
 
     def fetch(self, entity_type: str, key: str) -> dict:
         """The entity's current snapshot (contract §7), or raise one of ANSWER_ERRORS."""
@@ -82,6 +83,7 @@ class BaseProvider:
     rate_limit = None
     concurrency = 1
     lookup = "id"
+    local = False
 
     def fetch(self, entity_type: str, key: str) -> dict:
         raise NotImplementedError

@@ -11,9 +11,13 @@
 - Limits: requests per second per key, by plan and endpoint (18 to 54 on the pages read); the default
   here is the lowest, raise it with PROVIDER_RATE_LIMIT.
 
-Mapped: employee full_name, generated_headline (else headline), job_title, and the current entry of
-`experience` (no `date_to`) for the company name; company name, description, industry,
-size_employees_count, websites_main. Posts come from a separate Posts API, not called: unknown.
+Mapped: employee full_name, generated_headline (else headline), job_title (Clean Employee API data
+dictionary), and the company name of the current entry of `experience` (no `date_to`); company name,
+description, industry, size_employees_count, websites_main. The dictionary documents the Experience
+collection, but the copies of it searched for this adapter stop before the entries' fields: `company_name`
+and `date_to` rest on Coresignal's listing of the same data on Datarade
+(https://datarade.ai/data-products/public-resume-data-coresignal), not on its own pages. Posts come from a
+separate Posts API, not called: unknown.
 """
 from urllib.parse import quote
 

@@ -4,16 +4,22 @@
 - People: POST /person/enrich {"professional_network_profile_urls": [...up to 25], "fields": [...]};
   companies: POST /company/enrich with the same identifier key. Both answer a JSON array, one entry per
   identifier: {matched_on, match_type, matches: [{confidence_score, person_data | company_data}]};
-  an empty `matches` is no match (not found).
+  an empty `matches` is no match (not found). `fields` takes section groups or dot paths
+  (https://docs.crustdata.com/person-docs/enrichment/reference).
 - Limits: 15 requests a minute per endpoint by default, counted on a sliding window; a 429 says when
   capacity frees up in `x-ratelimit-reset` (seconds). A 402 {"error": {"type": "insufficient_credits"}}
   is terminal until credits are added; 401 is a missing or refused key.
 - Credits: a base person profile costs 1, a company record 2 (pricing pages); no response header
   reports the cost, so none is recorded.
 
-Mapped: person basic_profile.name, headline, current_title, location.raw; company basic_info.name,
-description, industries[0], website and headcount.total. Not in the sections read here, hence unknown
-(None, never a change): a person's current company and posts, a company's posts.
+Mapped: person basic_profile.name, headline, current_title, location.raw, and the current employer:
+the `name` of the `experience.employment_details.current` entry marked `is_default` (else the first) —
+field paths of the 2025-11-01 person schema as Crustdata's own n8n node lists them
+(https://github.com/crustdata/n8n-nodes-crustdata, nodes/Crustdata/filter-fields.generated.ts, "generated
+from the Crustdata OpenAPI 2025-11-01 spec"); no current entry is unknown. Company basic_info.name,
+description, industries[0], website and headcount.total. Posts are not in the enrich answers: they come
+from the separate, per-account-enabled and per-post-billed /social_post/search, not called here, so a
+person's and a company's posts stay unknown (None, never a change).
 """
 from urllib.parse import urlsplit
 
@@ -22,7 +28,7 @@ from app.providers.vendor_http import json_body, pooled_session, raise_for_limit
 
 DEFAULT_URL = "https://api.crustdata.com"
 API_VERSION = "2025-11-01"
-ENDPOINTS = {"contact": ("/person/enrich", "person_data", ["basic_profile"]),
+ENDPOINTS = {"contact": ("/person/enrich", "person_data", ["basic_profile", "experience"]),
              "company": ("/company/enrich", "company_data", ["basic_info", "headcount"])}
 
 
@@ -36,11 +42,21 @@ def _slug(url: str) -> str:
     return urlsplit(url).path.rstrip("/").rsplit("/", 1)[-1]
 
 
+def _current_employer(experience):
+    """The current position's company name; None (unknown) when the answer has no current position."""
+    details = experience.get("employment_details") if isinstance(experience, dict) else None
+    current = details.get("current") if isinstance(details, dict) else None
+    positions = [entry for entry in current if isinstance(entry, dict)] if isinstance(current, list) else []
+    if not positions:
+        return None
+    return next((entry for entry in positions if entry.get("is_default") is True), positions[0]).get("name")
+
+
 def person_snapshot(url: str, data: dict) -> dict:
     basic = data.get("basic_profile") or {}
     location = basic.get("location")
     return {"network_id": _slug(url), "name": basic.get("name"), "headline": basic.get("headline"),
-            "title": basic.get("current_title"),
+            "company": _current_employer(data.get("experience")), "title": basic.get("current_title"),
             "location": location.get("raw") if isinstance(location, dict) else None}
 
 

@@ -45,6 +45,7 @@ RATES = {
 class SimulatedProvider:
     name = "simulated"
     concurrency = 1
+    local = True  # no vendor to protect: no shared concurrency slots
 
     def __init__(self, seed: int, pace_seconds: int, domain: str, clock=time.time, rates="demo", latency_ms=0,
                  failure_percent=0.0, throttle_percent=0.0, retry_after_seconds=30.0):

@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 from collections import Counter, defaultdict
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -29,6 +29,8 @@ from app.services.detection import detect
 from app.services.scheduling import next_regular_check_at, retry_check_at
 
 log = logging.getLogger(__name__)
+
+SLOT_POLL_SECONDS = 0.05  # how often a call waiting for a concurrency slot held elsewhere asks again
 
 
 @dataclass(frozen=True)
@@ -208,9 +210,69 @@ def _pause_for(name: str, answer) -> None:
         provider_limits.pause(name, provider_limits.RATE_LIMITED, until, str(answer) or "throttled")
 
 
+class _Flight:
+    """This process's calls in flight. Each holds one of the provider's concurrency slots, which every scheduler
+    process shares through the database (a local provider's are this process's workers only): taken before the
+    call, given back by this thread as soon as the call returns (the workers have no database session). A slot
+    is leased for CHECK_LEASE_SECONDS, so the slot of a process killed mid-call frees itself."""
+
+    def __init__(self, spec, lease: timedelta):
+        self.spec = spec
+        self.lease = lease
+        self.holder = new_id("calls")
+        self.running = {}  # future -> its slot (None: a local provider's call)
+        self.reserved = None
+        self.outcomes = []
+
+    def reserve(self, deadline: float, go_on) -> bool:
+        """A free worker of this process, then a free shared slot, for the next call. While every slot is held
+        (perhaps by this process's own finished calls) it settles finished calls and asks again; False once
+        `go_on()` turns false or the deadline would pass first."""
+        self.settle(timeout=0)  # the calls that have returned give their slots back now
+        while len(self.running) >= self.spec.concurrency:
+            self.settle()
+        if self.spec.local:
+            return go_on()
+        while go_on():
+            self.reserved = provider_limits.try_take_slot(self.spec.name, self.spec.concurrency, self.holder,
+                                                          self.lease)
+            if self.reserved is not None:
+                return True
+            if time.time() + SLOT_POLL_SECONDS >= deadline:
+                return False
+            if self.running:
+                self.settle(SLOT_POLL_SECONDS)
+            else:
+                time.sleep(SLOT_POLL_SECONDS)
+        return False
+
+    def unreserve(self) -> None:
+        if self.reserved is not None:
+            provider_limits.give_back_slot(self.spec.name, self.reserved, self.holder)
+            self.reserved = None
+
+    def start(self, future: Future) -> None:
+        self.running[future] = self.reserved
+        self.reserved = None
+
+    def settle(self, timeout: float = None) -> None:
+        """Collect the calls that have returned (waiting up to `timeout` for one) and give their slots back."""
+        done, _ = wait(list(self.running), timeout=timeout, return_when=FIRST_COMPLETED)
+        for future in done:
+            slot = self.running.pop(future)
+            if slot is not None:
+                provider_limits.give_back_slot(self.spec.name, slot, self.holder)
+            self.outcomes += future.result()
+
+    def settle_all(self) -> None:
+        while self.running:
+            self.settle()
+
+
 def fetch_all(provider, claimed: list, deadline: float = None, keep_going=always) -> list:
     """Ask the provider about every claimed subscription, outside any transaction: in calls of its batch
-    size, at most `concurrency` at once, each call taken from the shared rate budget first. Once the
+    size, at most `concurrency` in flight at once across every scheduler process, each call given a free worker,
+    then a shared slot, then a call from the shared rate budget (so a call granted is made at once). Once the
     provider is paused (here or by another process), `deadline` (a time.time(); default half the lease)
     passes or `keep_going()` turns false (the scheduler is stopping), the remaining subscriptions are
     deferred: released untouched, so they keep their place."""
@@ -220,23 +282,24 @@ def fetch_all(provider, claimed: list, deadline: float = None, keep_going=always
         return []
     if provider_limits.current_pause(spec.name) is not None:
         return _deferred(calls)
-    deadline = deadline or time.time() + current_app.config["CHECK_LEASE_SECONDS"] / 2
-    stop, slots, futures, outcomes = threading.Event(), threading.Semaphore(spec.concurrency), [], []
+    lease = current_app.config["CHECK_LEASE_SECONDS"]
+    deadline = deadline or time.time() + lease / 2
+    stop, deferred = threading.Event(), []
+    flight = _Flight(spec, timedelta(seconds=lease))
     pool = ThreadPoolExecutor(max_workers=spec.concurrency) if spec.concurrency > 1 else None
     try:
         for index, call in enumerate(calls):
-            slots.acquire()  # a free worker first, then the budget: a call granted now is made now
-            if stop.is_set() or not keep_going() or not _may_call(spec, deadline):
-                slots.release()
-                outcomes += _deferred(calls[index:])
+            if not (flight.reserve(deadline, lambda: not stop.is_set() and keep_going())
+                    and _may_call(spec, deadline)):
+                flight.unreserve()
+                deferred = _deferred(calls[index:])
                 break
-            futures.append(pool.submit(_call, provider, call, stop) if pool else _done(_call(provider, call, stop)))
-            futures[-1].add_done_callback(lambda _: slots.release())
+            flight.start(pool.submit(_call, provider, call, stop) if pool else _done(_call(provider, call, stop)))
     finally:
         if pool:
             pool.shutdown(wait=True)
-    for future in futures:
-        outcomes += future.result()
+    flight.settle_all()
+    outcomes = flight.outcomes + deferred
     pauses = [outcome.pause for outcome in outcomes if outcome.pause is not None]
     if pauses:
         _pause_for(spec.name, max(pauses, key=lambda answer: isinstance(answer, QuotaExhausted)))

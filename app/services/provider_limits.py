@@ -1,7 +1,8 @@
-"""What every scheduler process must agree on about the provider: its rate budget and its pauses.
+"""What every scheduler process must agree on about the provider: its rate budget, its concurrency slots
+and its pauses.
 
-Both live in the database, so two schedulers (or twenty) share one budget and one pause; the budget can
-live in Redis instead (`PROVIDER_RATE_LIMIT_STORAGE_URI`).
+All live in the database, so two schedulers (or twenty) share one budget, one set of slots and one pause;
+the budget can live in Redis instead (`PROVIDER_RATE_LIMIT_STORAGE_URI`).
 
 The budget is counted in slices of the vendor's period: a limit of L calls per period P becomes
 L // (k+1) calls per slice of P/k. Any P-long stretch of time overlaps at most k+1 slices, so no
@@ -17,12 +18,12 @@ from typing import Optional
 import limits.storage
 import limits.strategies
 from flask import current_app
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, func, or_, select, update
 
 from app.common import utcnow
 from app.database import end_read_transaction, upsert, write_transaction
 from app.extensions import db
-from app.models import ProviderBudget, ProviderState
+from app.models import ProviderBudget, ProviderSlot, ProviderState
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,42 @@ def calls_per_claim(rate, batch_size: int, seconds: float) -> Optional[int]:
         return None
     cut = slicing(rate)
     return max(1, cut.calls * max(1, int(seconds // cut.seconds))) * batch_size
+
+
+# --- concurrency slots ----------------------------------------------------------------------------------
+
+def try_take_slot(provider: str, concurrency: int, holder: str, lease: timedelta) -> Optional[int]:
+    """Take a free slot among the provider's first `concurrency` (one whose lease ran out is free: its holder
+    died mid-call) for `holder`, atomically across processes; None when all are held. The row lock keeps two
+    takers off one slot on PostgreSQL; SQLite's immediate transactions take turns."""
+    now = utcnow()
+    with write_transaction() as session:
+        existing = session.scalar(select(func.count()).where(ProviderSlot.provider == provider,
+                                                             ProviderSlot.slot < concurrency))
+        if existing < concurrency:  # first use, or a larger concurrency than before
+            session.execute(upsert(session, ProviderSlot)
+                            .values([{"provider": provider, "slot": number} for number in range(concurrency)])
+                            .on_conflict_do_nothing())
+        free = (select(ProviderSlot.slot)
+                .where(ProviderSlot.provider == provider, ProviderSlot.slot < concurrency,
+                       or_(ProviderSlot.holder.is_(None), ProviderSlot.leased_until <= now))
+                .order_by(ProviderSlot.slot).limit(1).with_for_update(skip_locked=True))
+        return session.execute(update(ProviderSlot)
+                               .where(ProviderSlot.provider == provider,
+                                      ProviderSlot.slot.in_(free.scalar_subquery()))
+                               .values(holder=holder, leased_until=now + lease)
+                               .returning(ProviderSlot.slot)
+                               .execution_options(synchronize_session=False)).scalar_one_or_none()
+
+
+def give_back_slot(provider: str, slot: int, holder: str) -> None:
+    """Free a slot after its call; a slot whose lease ran out and was taken by another holder stays theirs."""
+    with write_transaction() as session:
+        session.execute(update(ProviderSlot)
+                        .where(ProviderSlot.provider == provider, ProviderSlot.slot == slot,
+                               ProviderSlot.holder == holder)
+                        .values(holder=None, leased_until=None)
+                        .execution_options(synchronize_session=False))
 
 
 # --- pauses ---------------------------------------------------------------------------------------------
