@@ -37,11 +37,17 @@ def _tier_limit_error(account, current_count, limit):
         {"current_count": current_count, "tier_limit": limit, "tier": account.tier})
 
 
+# The statuses written into the SQL, not bound: only then can SQLite see that the query implies the partial
+# unique index's WHERE and look entities up in it (with bound values it scanned every live row of the account:
+# 22 ms per create at 10,000 rows).
+_LIVE = Subscription.status.in_(bindparam("live_statuses", LIVE_STATUSES, expanding=True, literal_execute=True))
+
+
 def _existing_live(session, account_id, entity_type, network_ids):
     """{network_id: subscription id} of the live subscriptions among `network_ids`."""
     rows = session.execute(select(Subscription.network_id, Subscription.id).where(
         Subscription.account_id == account_id, Subscription.entity_type == entity_type,
-        Subscription.network_id.in_(network_ids), Subscription.status.in_(LIVE_STATUSES)))
+        Subscription.network_id.in_(network_ids), _LIVE))
     return dict(rows.all())
 
 
