@@ -107,3 +107,25 @@ def test_concurrent_bulk_creates_of_the_same_entities_report_duplicates_not_erro
     assert sum(len(result.created) for result in results) == 60
     assert {error["code"] for result in results for error in result.errors} <= {"DUPLICATE_SUBSCRIPTION"}
     assert db.session.scalar(select(func.count()).select_from(Subscription)) == 60
+
+
+def test_the_api_hot_paths_answer_the_same_on_postgres(pg_app):
+    """Key lookup, create with its duplicate check, get and list as served, and a deleted key refused on its
+    next request."""
+    from app.schemas.subscriptions import SubscriptionSchema
+    account, key = accounts.create_account("Hot Paths", "enterprise")
+    client, headers = pg_app.test_client(), {"X-API-Key": key}
+    body = {"entity_type": "contact", "network_id": "jane-doe", "custom_metadata": {"crm": "7"}}
+    created = client.post("/api/v1/subscriptions", json=body, headers=headers)
+    assert created.status_code == 201
+    duplicate = client.post("/api/v1/subscriptions", json=body, headers=headers)
+    assert duplicate.status_code == 409
+    assert duplicate.get_json()["details"]["existing_subscription_id"] == created.get_json()["id"]
+    got = client.get(f"/api/v1/subscriptions/{created.get_json()['id']}", headers=headers).get_json()
+    db.session.rollback()
+    assert got == SubscriptionSchema().dump(db.session.get(Subscription, got["id"]))
+    listed = client.get("/api/v1/subscriptions?limit=5", headers=headers).get_json()
+    assert [item["id"] for item in listed["data"]] == [got["id"]] and listed["pagination"]["total"] == 1
+    other = client.post("/api/v1/account/api-keys", json={"name": "second"}, headers=headers).get_json()
+    assert client.delete(f"/api/v1/account/api-keys/{other['id']}", headers=headers).status_code == 200
+    assert client.get("/api/v1/subscriptions", headers={"X-API-Key": other["key"]}).status_code == 401
