@@ -249,6 +249,9 @@ def measure(generator, label, *args, **kwargs) -> Result:
           flush=True)
     if result.failed:
         raise SystemExit(f"{label}: {result.failed} of {result.requests} requests failed")
+    # The generator stops with requests still in flight; let the server finish them before the next run
+    # (at 1M rows a list page can take seconds, which would land in the next endpoint's figures).
+    time.sleep(min(10.0, 1.5 * result.p99_ms / 1000))
     return result
 
 
