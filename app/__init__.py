@@ -50,6 +50,13 @@ def _configure(app, test_config):
     if test_config:
         app.config.update(test_config)
     config_module.validate(app.config)
+    app.config.setdefault("SQLALCHEMY_ENGINE_OPTIONS", _engine_options(app.config["SQLALCHEMY_DATABASE_URI"]))
+
+
+def _engine_options(database_url):
+    """Ping pooled connections before use where they can go stale (a server restarts, a proxy drops idle
+    ones); a SQLite file's connection cannot, and the ping would be one more statement per request."""
+    return {"pool_pre_ping": not database_url.startswith("sqlite")}
 
 
 def _instance_path():

@@ -29,7 +29,6 @@ DEFAULT_TIERS = {
 
 class Defaults:
     MAX_CONTENT_LENGTH = 1024 * 1024
-    SQLALCHEMY_ENGINE_OPTIONS = {"pool_pre_ping": True}
     SQLITE_BUSY_TIMEOUT_MS = 10000
 
     RATELIMIT_STORAGE_URI = "memory://"

@@ -2,9 +2,12 @@
 
 SQLite: every connection gets WAL, foreign keys and a busy timeout. Write transactions begin with
 `BEGIN IMMEDIATE`, so a transaction that reads then writes waits for the lock instead of failing
-with "database is locked". On PostgreSQL the same code runs with ordinary transactions.
+with "database is locked"; the threads of one process first queue on an in-process lock (see
+`write_transaction`). On PostgreSQL the same code runs with ordinary transactions.
 """
-from contextlib import contextmanager
+import threading
+import weakref
+from contextlib import contextmanager, nullcontext
 
 from sqlalchemy import event, func, select
 from sqlalchemy.engine import Engine
@@ -14,9 +17,36 @@ from app.extensions import db
 IMMEDIATE = "sqlite_immediate"
 
 
+class WriterQueue:
+    """The writers of one SQLite database in this process, one at a time.
+
+    SQLite's busy handler makes a writer that finds the database locked sleep and retry, with growing
+    sleeps: eight threads writing at once waited up to a second for locks held a millisecond. Taking this
+    lock before `BEGIN IMMEDIATE` makes them queue and start the moment the previous one ends. Other
+    processes still meet SQLite's own lock and busy timeout. A writer that cannot get this lock within the
+    busy timeout goes on to BEGIN IMMEDIATE anyway, and fails (or not) exactly as it would without it."""
+
+    def __init__(self, timeout_seconds: float):
+        self.lock = threading.RLock()  # reentrant: a nested write_transaction must not hang its own thread
+        self.timeout_seconds = timeout_seconds
+
+    @contextmanager
+    def turn(self):
+        acquired = self.lock.acquire(timeout=self.timeout_seconds)
+        try:
+            yield
+        finally:
+            if acquired:
+                self.lock.release()
+
+
+_WRITER_QUEUES = weakref.WeakKeyDictionary()  # SQLite engine -> WriterQueue
+
+
 def configure_engine(engine: Engine, busy_timeout_ms: int) -> None:
     if engine.dialect.name != "sqlite":
         return
+    _WRITER_QUEUES[engine] = WriterQueue(busy_timeout_ms / 1000)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection, _record):
@@ -44,13 +74,15 @@ def write_transaction():
     session = db.session
     session.rollback()
     session.expire_all()  # expire_on_commit is off: never act on a copy loaded before this transaction
-    session.connection(execution_options={IMMEDIATE: True})
-    try:
-        yield session
-        session.commit()
-    except BaseException:
-        session.rollback()
-        raise
+    queue = _WRITER_QUEUES.get(session.get_bind())
+    with queue.turn() if queue is not None else nullcontext():
+        session.connection(execution_options={IMMEDIATE: True})
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
 
 
 def upsert(session, model):

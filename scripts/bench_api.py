@@ -1,22 +1,34 @@
 #!/usr/bin/env python
-"""API benchmark (issue 2 point 10): starts the server as the README does and reports, in one run,
+"""API benchmark (issue 12 point 5): the API's hot paths under the production server, side by side with a
+bare Flask view served the same way, measured in the same run.
 
-  1. requests/s of GET /api/v1/subscriptions?limit=20 on an account of 10,000 subscriptions, side by side
-     with GET /healthz (the no-op of the same server: one `SELECT 1`, no key, no rate limit);
-  2. p50 (and p90) of a 100-item POST /api/v1/subscriptions/bulk;
-  3. time and extra worker memory (RSS, from /proc) of a CSV export of 100,000 rows.
+Usage: `.venv/bin/python scripts/bench_api.py [--rows 1000000] [--seconds 10] [--rounds 3]` from the
+checkout; `--rows 10000 --seconds 3 --rounds 1` is a quick smoke run. `DATABASE_URL=postgresql://…` runs it
+on PostgreSQL (an existing, migrated or empty database; the run adds its own account), else on a new
+SQLite file.
 
-Usage: `.venv/bin/python scripts/bench_api.py [--seconds 5] [--threads 4]` from the checkout.
+Both servers are `python -m gunicorn -c python:app.gunicorn_conf …` (one process, GUNICORN_THREADS threads,
+default 8): the service as `app.wsgi:app`, the bare view as `scripts/bench_hello.py`. The service runs with
+its rate limiter on (RATELIMIT_ENABLED=1, memory://); the run's account is on the `enterprise` tier, whose
+limits an instance config raises so that the limiter runs on every request without answering 429. The
+scheduler is off (SCHEDULER_ENABLED=0: checks would compete for the CPU); a heartbeat row lets /healthz
+answer 200 with its usual queries. The account's rows are inserted directly (`fill_subscriptions`), not
+through the API.
 
-The server is `gunicorn -c python:app.gunicorn_conf wsgi:app` (one process, threads) on a free loopback
-port, on a temporary SQLite file, with RATELIMIT_ENABLED=0 and SCHEDULER_ENABLED=0, after
-`flask --app wsgi db upgrade` and `flask --app wsgi accounts create --tier enterprise --json` (a tier
-without a cap). Rows are filled directly through SQLAlchemy Core (one executemany per 10,000 rows, the
-model's own defaults), not through the API: the API path is what is measured, not the filling.
-Every loop is bounded; the server is stopped on every exit path.
+Per round, each for --seconds, 8 connections (--connections): GET /hello (bare), GET /healthz,
+GET /api/v1/subscriptions?limit=20, GET /api/v1/subscriptions/<random filled id>, then POST
+/api/v1/subscriptions with --writers connections, each request a new entity. The table shows medians over
+the rounds of requests/s, p50 and p99, and each rate as a fraction of the bare view's.
+
+Load generator: wrk when it is on PATH (scripts/bench_api.lua sets the headers, builds the requests and
+reports the latency percentiles). Without wrk, a fallback of one Python client process per connection
+(http.client, keep-alive); on a small machine it competes with the server for the CPU and may itself be
+the bottleneck, so its rates are a floor (the table says which generator ran).
 """
 import argparse
+import http.client
 import json
+import multiprocessing
 import os
 import shutil
 import signal
@@ -25,16 +37,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-
-import requests
+from itertools import islice
+from urllib.parse import urlsplit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.dirname(sys.executable)
-LIST_ROWS, EXPORT_ROWS = 10_000, 100_000
-BULK_RUNS, BULK_SIZE = 20, 100
+sys.path.insert(0, ROOT)
+LUA_SCRIPT = os.path.join(ROOT, "scripts", "bench_api.lua")
+HIGH_LIMIT = 10**9  # per window and class: the limiter runs, and never refuses
 
 
 def free_port() -> int:
@@ -43,47 +55,57 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def tool(name):
-    path = os.path.join(BIN, name)
-    return [path] if os.path.exists(path) else [sys.executable, "-m", name]
-
-
 def run(args, env):
-    result = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     if result.returncode != 0:
         raise SystemExit(f"{' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
     return result.stdout
 
 
-# --- the server --------------------------------------------------------------------------------------
+def write_instance_config(instance_path):
+    """Limits the benchmark never reaches on the enterprise tier; /healthz content with the filler's heartbeat."""
+    from app.config import DEFAULT_TIERS
+    enterprise = {**DEFAULT_TIERS["enterprise"],
+                  "rate_limits": {name: HIGH_LIMIT for name in DEFAULT_TIERS["enterprise"]["rate_limits"]}}
+    with open(os.path.join(instance_path, "config.py"), "w") as config:
+        config.write(f"TIERS = {({**DEFAULT_TIERS, 'enterprise': enterprise})!r}\n"
+                     "HEALTH_SCHEDULER_MAX_LAG_SECONDS = 86400\n")
+
+
+# --- the servers ------------------------------------------------------------------------------------
 
 class Server:
-    def __init__(self, env, port, log_path):
-        self.env, self.port, self.log_path = env, port, log_path
+    """`python -m gunicorn -c python:app.gunicorn_conf <extra> <app>` on a free loopback port, stopped on exit."""
+
+    def __init__(self, name, app_args, ready_path, env, workdir):
+        self.name, self.app_args, self.ready_path, self.env = name, app_args, ready_path, env
+        self.port = free_port()
+        self.log_path = os.path.join(workdir, f"{name}.log")
         self.process = None
 
     def __enter__(self):
         self.log = open(self.log_path, "w")
-        self.process = subprocess.Popen(tool("gunicorn") + ["-c", "python:app.gunicorn_conf", "wsgi:app"],
-                                        cwd=ROOT, env={**self.env, "BIND": f"127.0.0.1:{self.port}"},
-                                        stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + 30
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gunicorn", "-c", "python:app.gunicorn_conf", *self.app_args], cwd=ROOT,
+            env={**self.env, "BIND": f"127.0.0.1:{self.port}"}, stdout=self.log, stderr=subprocess.STDOUT,
+            start_new_session=True)
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise SystemExit(f"gunicorn exited early; see {self.log_path}")
+                raise SystemExit(f"{self.name}: gunicorn exited early; see {self.log_path}")
             try:
-                if requests.get(self.url("/healthz"), timeout=1).status_code == 200:
+                if request("GET", self.url(self.ready_path))[0] == 200:
                     return self
-            except requests.RequestException:
+            except OSError:
                 pass
             time.sleep(0.2)
-        raise SystemExit("gunicorn did not answer /healthz within 30 s")
+        raise SystemExit(f"{self.name}: no 200 from {self.ready_path} within 60 s; see {self.log_path}")
 
     def __exit__(self, *exc):
         if self.process and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
-                self.process.wait(timeout=25)
+                self.process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait(timeout=5)
@@ -92,197 +114,239 @@ class Server:
     def url(self, path):
         return f"http://127.0.0.1:{self.port}{path}"
 
-    def worker_pid(self) -> int:
-        """The gunicorn worker: the child of the master process."""
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            for entry in os.listdir("/proc"):
-                if entry.isdigit():
-                    try:
-                        with open(f"/proc/{entry}/stat") as stat:
-                            fields = stat.read().rsplit(")", 1)[1].split()
-                    except OSError:
-                        continue
-                    if int(fields[1]) == self.process.pid:
-                        return int(entry)
-            time.sleep(0.1)
-        raise SystemExit("no gunicorn worker found")
 
-
-def rss_kib(pid, field="VmRSS") -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return 0
-
-
-# --- filling ---------------------------------------------------------------------------------------
-
-def fill(database_url, account_id, start, count):
-    """Insert subscriptions start..start+count-1 through SQLAlchemy Core with the model's defaults."""
-    sys.path.insert(0, ROOT)
-    from sqlalchemy import insert
-
-    from app import create_app
-    from app.extensions import db
-    from app.models import Subscription
-
-    app = create_app({"SQLALCHEMY_DATABASE_URI": database_url, "SCHEDULER_ENABLED": False})
-    base = datetime(2026, 1, 1)
-    with app.app_context():
-        for chunk_start in range(start, start + count, 10_000):
-            rows = []
-            for n in range(chunk_start, min(start + count, chunk_start + 10_000)):
-                moment = base + timedelta(seconds=n)
-                kind, path = ("contact", "in") if n % 3 else ("company", "company")
-                rows.append({"id": f"sub_bench{n:015d}", "account_id": account_id, "entity_type": kind,
-                             "network_id": f"entity-{n}",
-                             "network_url": f"https://www.linkedin.com/{path}/entity-{n}",
-                             "status": "active" if n % 10 else "cancelled", "custom_metadata": {},
-                             "created_at": moment, "updated_at": moment, "next_check_at": moment})
-            db.session.execute(insert(Subscription), rows)
-            db.session.commit()
-        db.engine.dispose()
-
-
-# --- measuring -------------------------------------------------------------------------------------
-
-def throughput(url, headers, seconds, threads, max_requests=200_000):
-    """Requests/s from `threads` clients, each a requests.Session, for `seconds` (bounded by count too)."""
-    counts, errors = [0] * threads, [0] * threads
-    stop_at = time.monotonic() + seconds
-    per_thread = max_requests // threads
-
-    def client(index):
-        with requests.Session() as session:
-            session.headers.update(headers)
-            for _ in range(per_thread):
-                if time.monotonic() >= stop_at:
-                    return
-                response = session.get(url, timeout=10)
-                if response.status_code == 200:
-                    counts[index] += 1
-                else:
-                    errors[index] += 1
-
-    started = time.monotonic()
-    workers = [threading.Thread(target=client, args=(n,)) for n in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(timeout=seconds + 30)
-    elapsed = time.monotonic() - started
-    if sum(errors):
-        raise SystemExit(f"{sum(errors)} non-200 answers from {url}")
-    return sum(counts) / elapsed
-
-
-def bulk_create_latencies(server, headers, runs, size, offset):
-    latencies = []
-    with requests.Session() as session:
-        session.headers.update(headers)
-        for run_index in range(runs):
-            items = [{"entity_type": "contact", "network_id": f"bulk-{offset}-{run_index}-{n}"}
-                     for n in range(size)]
-            started = time.perf_counter()
-            response = session.post(server.url("/api/v1/subscriptions/bulk"), json={"subscriptions": items},
-                                    timeout=60)
-            latencies.append(time.perf_counter() - started)
-            body = response.json()
-            if response.status_code != 200 or body["created"] != size:
-                raise SystemExit(f"bulk create failed: {response.status_code} {body}")
-    return latencies
-
-
-def export_csv(server, headers, pid):
-    """(seconds, rows, bytes, peak extra RSS in MiB) of one streamed CSV export."""
-    with open(f"/proc/{pid}/clear_refs", "w") as clear:  # reset the peak (VmHWM) to the current RSS
-        clear.write("5")
-    before = rss_kib(pid)
-    peak = [before]
-    done = threading.Event()
-
-    def sample():
-        while not done.wait(0.01):
-            peak[0] = max(peak[0], rss_kib(pid))
-
-    sampler = threading.Thread(target=sample)
-    sampler.start()
-    started = time.perf_counter()
-    lines = size = 0
+def request(method, url, headers=None, body=None):
+    """(status, headers, body) of one request on a new connection."""
+    parts = urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
     try:
-        with requests.get(server.url("/api/v1/subscriptions/export?format=csv"), headers=headers,
-                          stream=True, timeout=120) as response:
-            response.raise_for_status()
-            for chunk in response.iter_content(chunk_size=65536):
-                size += len(chunk)
-                lines += chunk.count(b"\n")
+        target = parts.path + (f"?{parts.query}" if parts.query else "")
+        connection.request(method, target, body=body, headers=headers or {})
+        response = connection.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
     finally:
-        elapsed = time.perf_counter() - started
-        done.set()
-        sampler.join(timeout=5)
-    peak_kib = max(peak[0], rss_kib(pid, "VmHWM"))
-    return elapsed, lines - 1, size, (peak_kib - before) / 1024
+        connection.close()
+
+
+# --- filling ----------------------------------------------------------------------------------------
+
+def subscription_rows(account_id, id_prefix, count):
+    """`count` subscriptions as the model stores them (its defaults for the monitoring fields), 90% active,
+    one second apart; ids are `<id_prefix><n, 15 digits>`."""
+    base = datetime(2026, 1, 1)
+    for n in range(count):
+        moment = base + timedelta(seconds=n)
+        kind, path = ("contact", "in") if n % 3 else ("company", "company")
+        yield {"id": f"{id_prefix}{n:015d}", "account_id": account_id, "entity_type": kind,
+               "network_id": f"entity-{n}", "network_url": f"https://www.linkedin.com/{path}/entity-{n}",
+               "status": "active" if n % 10 else "cancelled", "custom_metadata": {}, "created_at": moment,
+               "updated_at": moment, "cancelled_at": None if n % 10 else moment,
+               "next_check_at": moment if n % 10 else None, "last_check_status": "pending", "check_count": 0,
+               "change_count": 0, "consecutive_failures": 0}
+
+
+def fill_subscriptions(database_url, account_id, id_prefix, count, chunk_size=20_000):
+    """Insert the account's rows with Core executemany in chunks, one transaction per chunk, and a fresh
+    scheduler heartbeat. Anything the schema derives from the rows (e.g. per-account counters) is filled
+    here too, so the service finds the database as its own writes would have left it."""
+    from sqlalchemy import create_engine, insert
+
+    from app.common import utcnow
+    from app.models import SchedulerHeartbeat, Subscription
+
+    engine = create_engine(database_url)
+    rows = subscription_rows(account_id, id_prefix, count)
+    try:
+        while chunk := list(islice(rows, chunk_size)):
+            with engine.begin() as connection:
+                connection.execute(insert(Subscription.__table__), chunk)
+        with engine.begin() as connection:
+            now = utcnow()
+            connection.execute(insert(SchedulerHeartbeat.__table__),
+                               {"id": f"bench-{account_id}", "started_at": now, "last_tick_at": now})
+    finally:
+        engine.dispose()
+
+
+# --- load generators --------------------------------------------------------------------------------
+
+@dataclass
+class Result:
+    rate: float  # requests/s
+    p50_ms: float
+    p99_ms: float
+    requests: int
+    failed: int  # non-2xx answers and socket errors
+
+
+def with_wrk(url, seconds, connections, mode, key="", prefix="", rows=1) -> Result:
+    env = {**os.environ, "BENCH_MODE": mode, "BENCH_KEY": key, "BENCH_PREFIX": prefix, "BENCH_ROWS": str(rows)}
+    threads = min(connections, 2)
+    output = subprocess.run(["wrk", "-t", str(threads), "-c", str(connections), "-d", f"{seconds:g}s",
+                             "--timeout", "10s", "-s", LUA_SCRIPT, url], env=env, capture_output=True,
+                            text=True, timeout=seconds + 60)
+    line = next((line for line in output.stdout.splitlines() if line.startswith("WRK_RESULT ")), None)
+    if line is None:
+        raise SystemExit(f"wrk printed no result:\n{output.stdout}\n{output.stderr}")
+    found = json.loads(line.split(" ", 1)[1])
+    return Result(found["requests"] / (found["duration_us"] / 1e6), found["p50_us"] / 1000, found["p99_us"] / 1000,
+                  found["requests"], found["non_2xx"] + found["socket_errors"])
+
+
+def _python_client(url, seconds, mode, key, prefix, rows, index, results):
+    """One connection's loop of the fallback generator: (latencies in seconds, failures)."""
+    import random
+    parts = urlsplit(url)
+    headers = {"X-API-Key": key} if key else {}
+    if mode == "post":
+        headers["Content-Type"] = "application/json"
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    latencies, failed, counter = [], 0, 0
+    stop_at = time.monotonic() + seconds
+    while time.monotonic() < stop_at:
+        method, target, body = "GET", parts.path + (f"?{parts.query}" if parts.query else ""), None
+        if mode == "byid":
+            target = f"/api/v1/subscriptions/{prefix}{random.randrange(rows):015d}"
+        elif mode == "post":
+            counter += 1
+            method = "POST"
+            body = json.dumps({"entity_type": "contact", "network_id": f"{prefix}-{index}-{counter}"})
+        started = time.perf_counter()
+        connection.request(method, target, body=body, headers=headers)
+        response = connection.getresponse()
+        response.read()
+        latencies.append(time.perf_counter() - started)
+        failed += not 200 <= response.status < 300
+    connection.close()
+    results.put((latencies, failed))
+
+
+def with_python(url, seconds, connections, mode, key="", prefix="", rows=1) -> Result:
+    results = multiprocessing.Queue()
+    clients = [multiprocessing.Process(target=_python_client,
+                                       args=(url, seconds, mode, key, prefix, rows, index, results))
+               for index in range(connections)]
+    started = time.monotonic()
+    for client in clients:
+        client.start()
+    gathered = [results.get(timeout=seconds + 60) for _ in clients]
+    elapsed = time.monotonic() - started
+    for client in clients:
+        client.join(timeout=10)
+    latencies = sorted(latency for found, _failed in gathered for latency in found)
+    if not latencies:
+        raise SystemExit(f"no answer from {url}")
+    return Result(len(latencies) / elapsed, 1000 * latencies[len(latencies) // 2],
+                  1000 * latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))], len(latencies),
+                  sum(failed for _found, failed in gathered))
+
+
+# --- the run ----------------------------------------------------------------------------------------
+
+def measure(generator, label, *args, **kwargs) -> Result:
+    result = generator(*args, **kwargs)
+    print(f"  {label:44} {result.rate:8.0f} req/s  p50 {result.p50_ms:7.2f} ms  p99 {result.p99_ms:7.2f} ms",
+          flush=True)
+    if result.failed:
+        raise SystemExit(f"{label}: {result.failed} of {result.requests} requests failed")
+    # The generator stops with requests still in flight; let the server finish them before the next run
+    # (at 1M rows a list page can take seconds, which would land in the next endpoint's figures).
+    time.sleep(min(10.0, 1.5 * result.p99_ms / 1000))
+    return result
+
+
+def median_result(results) -> Result:
+    return Result(statistics.median(r.rate for r in results), statistics.median(r.p50_ms for r in results),
+                  statistics.median(r.p99_ms for r in results), sum(r.requests for r in results),
+                  sum(r.failed for r in results))
+
+
+def check_limiter_runs(app_server, key):
+    status, headers, _ = request("GET", app_server.url("/api/v1/subscriptions?limit=1"), {"X-API-Key": key})
+    if status != 200 or headers.get("X-RateLimit-Limit") != str(HIGH_LIMIT):
+        raise SystemExit(f"the rate limiter is not running as configured: {status} {headers}")
+
+
+def check_total(app_server, key, expected, in_flight=0):
+    """The list's total counts every row: `expected`, plus up to `in_flight` creates wrk did not wait for."""
+    _status, _headers, body = request("GET", app_server.url("/api/v1/subscriptions?limit=1"), {"X-API-Key": key})
+    total = json.loads(body)["pagination"]["total"]
+    if not expected <= total <= expected + in_flight:
+        raise SystemExit(f"the list's total is {total}, expected {expected} (+ up to {in_flight})")
+
+
+def print_table(rows, generator_name, options, database):
+    bare = rows[0][1].rate
+    print(f"\n{database}, {options.rows:,} subscriptions in one account; gunicorn gthread, 1 process x "
+          f"{os.environ.get('GUNICORN_THREADS', '8')} threads; load: {generator_name}, {options.connections} "
+          f"connections ({options.writers} for POST), {options.rounds} x {options.seconds:g} s, medians")
+    print(f"{'endpoint':46} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'x bare':>7}")
+    for label, result in rows:
+        print(f"{label:46} {result.rate:8.0f} {result.p50_ms:8.2f} {result.p99_ms:8.2f} {result.rate / bare:7.2f}")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=5.0, help="duration of each throughput run")
-    parser.add_argument("--threads", type=int, default=4, help="concurrent client threads")
-    parser.add_argument("--rounds", type=int, default=2, help="alternating list/no-op rounds")
-    parser.add_argument("--exports", type=int, default=2, help="export runs (the first reads a cold cache)")
+    parser.add_argument("--rows", type=int, default=1_000_000, help="subscriptions in the account")
+    parser.add_argument("--seconds", type=float, default=10.0, help="duration of each measurement")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds over every endpoint (medians reported)")
+    parser.add_argument("--connections", type=int, default=8, help="concurrent connections of the GET runs")
+    parser.add_argument("--writers", type=int, default=8, help="concurrent connections of the POST run")
+    parser.add_argument("--python-client", action="store_true", help="use the Python fallback even with wrk")
     options = parser.parse_args()
 
+    use_wrk = shutil.which("wrk") and not options.python_client
+    generator, generator_name = (with_wrk, "wrk") if use_wrk else (with_python, "Python clients (fallback)")
     workdir = tempfile.mkdtemp(prefix="bench-api-")
-    database_url = f"sqlite:///{os.path.join(workdir, 'bench.db')}"
-    env = {**os.environ, "DATABASE_URL": database_url, "RATELIMIT_ENABLED": "0", "SCHEDULER_ENABLED": "0",
-           "PATH": BIN + os.pathsep + os.environ.get("PATH", "")}
-    env.pop("BIND", None)
+    database_url = os.environ.get("DATABASE_URL", "").strip() or f"sqlite:///{os.path.join(workdir, 'bench.db')}"
+    env = {**os.environ, "DATABASE_URL": database_url, "INSTANCE_PATH": workdir, "RATELIMIT_ENABLED": "1",
+           "RATELIMIT_STORAGE_URI": "memory://", "SCHEDULER_ENABLED": "0", "WEB_CONCURRENCY": "1"}
     try:
-        run(tool("flask") + ["--app", "wsgi", "db", "upgrade"], env)
-        account = json.loads(run(tool("flask") + ["--app", "wsgi", "accounts", "create", "--name", "bench",
-                                                  "--tier", "enterprise", "--json"], env))
-        headers = {"X-API-Key": account["api_key"]}
-        fill(database_url, account["account_id"], 0, LIST_ROWS)
+        write_instance_config(workdir)
+        flask = [sys.executable, "-m", "flask", "--app", "wsgi"]
+        run(flask + ["db", "upgrade"], env)
+        account = json.loads(run(flask + ["accounts", "create", "--name", "bench", "--tier", "enterprise",
+                                          "--json"], env))
+        key, id_prefix = account["api_key"], f"sub_{account['account_id'][-8:]}_"
+        started = time.monotonic()
+        fill_subscriptions(database_url, account["account_id"], id_prefix, options.rows)
+        print(f"filled {options.rows:,} rows in {time.monotonic() - started:.1f} s", flush=True)
 
-        with Server(env, free_port(), os.path.join(workdir, "gunicorn.log")) as server:
-            pid = server.worker_pid()
-            for path in ("/healthz", "/api/v1/subscriptions?limit=20"):  # warm up
-                throughput(server.url(path), headers, 1.0, options.threads)
-            total = requests.get(server.url("/api/v1/subscriptions?limit=1"), headers=headers,
-                                 timeout=10).json()
-            assert total["pagination"]["total"] == LIST_ROWS, total["pagination"]
-            noop_rates, list_rates = [], []
-            for _ in range(options.rounds):
-                noop_rates.append(throughput(server.url("/healthz"), {}, options.seconds, options.threads))
-                list_rates.append(throughput(server.url("/api/v1/subscriptions?limit=20"), headers,
-                                             options.seconds, options.threads))
-            latencies = bulk_create_latencies(server, headers, BULK_RUNS, BULK_SIZE, offset=0)
-
-            have = LIST_ROWS + BULK_RUNS * BULK_SIZE
-            fill(database_url, account["account_id"], LIST_ROWS, EXPORT_ROWS - have)
-            exports = [export_csv(server, headers, pid) for _ in range(options.exports)]
-            for _seconds, rows, _size, _extra in exports:
-                if rows != EXPORT_ROWS:
-                    raise SystemExit(f"export returned {rows} rows, expected {EXPORT_ROWS}")
-            worker_rss = rss_kib(pid) / 1024
-
-        noop, listed = statistics.median(noop_rates), statistics.median(list_rates)
-        print(f"server: gunicorn gthread, 1 worker x {os.environ.get('GUNICORN_THREADS', '8')} threads; "
-              f"clients: {options.threads} threads, {options.rounds} x {options.seconds:.0f} s per endpoint")
-        print(f"{'GET /healthz (no-op)':40} {noop:8.0f} req/s")
-        print(f"{'GET /api/v1/subscriptions?limit=20':40} {listed:8.0f} req/s   "
-              f"({listed / noop:.0%} of no-op; account of {LIST_ROWS:,} subscriptions)")
-        p50 = statistics.median(latencies) * 1000
-        print(f"{'POST /subscriptions/bulk (100 items)':40} p50 {p50:6.1f} ms   "
-              f"p90 {statistics.quantiles(latencies, n=10)[-1] * 1000:6.1f} ms ({BULK_RUNS} runs)")
-        for number, (export_seconds, rows, size, extra_mib) in enumerate(exports, 1):
-            label = f"GET /subscriptions/export (CSV) #{number}"
-            print(f"{label:40} {export_seconds:6.2f} s for {rows:,} rows "
-                  f"({size / 1e6:.1f} MB), worker peak RSS +{extra_mib:.1f} MiB")
-        print(f"worker RSS after the exports: {worker_rss:.0f} MiB")
-        print("rows were inserted through SQLAlchemy Core, not the API")
+        hello = Server("bare", ["--pythonpath", "scripts", "bench_hello:app"], "/hello", env, workdir)
+        service = Server("service", ["app.wsgi:app"], "/healthz", env, workdir)
+        with hello, service:
+            check_limiter_runs(service, key)
+            check_total(service, key, options.rows)
+            endpoints = [
+                ("GET /hello (bare Flask, same gunicorn)", hello.url("/hello"), {}),
+                ("GET /healthz", service.url("/healthz"), {}),
+                ("GET /api/v1/subscriptions?limit=20", service.url("/api/v1/subscriptions?limit=20"),
+                 {"key": key}),
+                ("GET /api/v1/subscriptions/<id>", service.url("/api/v1/subscriptions"),
+                 {"mode": "byid", "key": key, "prefix": id_prefix, "rows": options.rows}),
+            ]
+            for label, url, extra in endpoints[:3]:  # warm-up: imports, caches, connections
+                generator(url, 1, options.connections, extra.get("mode", "static"), **{
+                    name: value for name, value in extra.items() if name != "mode"})
+            found = {label: [] for label, _url, _extra in endpoints}
+            post_label = f"POST /api/v1/subscriptions ({options.writers} writers)"
+            found[post_label] = []
+            posted = 0
+            for round_number in range(options.rounds):
+                print(f"round {round_number + 1}", flush=True)
+                for label, url, extra in endpoints:
+                    extra = dict(extra)
+                    mode = extra.pop("mode", "static")
+                    found[label].append(measure(generator, label, url, options.seconds, options.connections, mode,
+                                                **extra))
+                result = measure(generator, post_label, service.url("/api/v1/subscriptions"), options.seconds,
+                                 options.writers, "post", key=key, prefix=f"post{round_number}")
+                found[post_label].append(result)
+                posted += result.requests
+            check_total(service, key, options.rows + posted, options.writers * options.rounds)
+        database = "PostgreSQL" if database_url.startswith("postgresql") else "SQLite"
+        print_table([(label, median_result(results)) for label, results in found.items()], generator_name,
+                    options, database)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

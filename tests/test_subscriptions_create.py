@@ -385,3 +385,21 @@ def test_the_url_error_names_only_rules_the_code_enforces(alice):
     assert "details" in path["message"] and "recent-activity" in path["message"]
     scheme = _create(alice, entity_type="contact", network_url="uk.linkedin.com/in/jane").get_json()
     assert "https://" in scheme["message"]
+
+
+@pytest.mark.sqlite_only(reason="reads SQLite's EXPLAIN QUERY PLAN (its partial index needs the statuses in the SQL)")
+def test_the_duplicate_check_looks_the_entity_up_in_the_live_unique_index(app, alice):
+    """The live statuses are written into the SQL so SQLite can use the partial unique index; with bound values
+    it scanned every live subscription of the account on each create (seconds at 1,000,000)."""
+    from sqlalchemy import event
+
+    from app.extensions import db
+    plans = []
+
+    @event.listens_for(db.engine, "before_cursor_execute")
+    def _explain(_connection, cursor, statement, parameters, *_args):
+        if "network_id IN" in statement and not statement.startswith("EXPLAIN"):
+            plans.append(cursor.connection.execute("EXPLAIN QUERY PLAN " + statement, parameters).fetchall())
+
+    assert alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "jane-doe"}).status_code == 201
+    assert plans and all("USING INDEX uq_subscriptions_live_entity" in str(plan) for plan in plans), plans

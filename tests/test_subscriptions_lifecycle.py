@@ -63,6 +63,23 @@ def test_get_returns_the_full_shape(alice):
     assert body["paused_at"] is None and body["cancelled_at"] is None
 
 
+def test_get_answers_exactly_what_the_schema_dumps_of_the_model(alice):
+    """The get endpoint builds its answer from plain columns (the hot path); every field, set or not, must be
+    what marshmallow makes of the ORM object."""
+    from app.schemas.subscriptions import SubscriptionSchema
+    created = _create(alice, custom_metadata={"crm": "7", "owner": "Zoë"})
+    assert alice.post(f"/subscriptions/{created['id']}/pause").status_code == 200
+    moment = subscriptions.utcnow().replace(microsecond=123456)
+    db.session.execute(Subscription.__table__.update().where(Subscription.id == created["id"]).values(
+        last_checked_at=moment, last_change_at=moment - timedelta(hours=1), last_check_status="NETWORK_ERROR",
+        check_count=7, change_count=3, snapshot={"name": "Jane"}))
+    db.session.commit()
+    body = alice.get(f"/subscriptions/{created['id']}").get_json()
+    assert body == SubscriptionSchema().dump(_row(created["id"]))
+    assert body["metadata"] == {"check_count": 7, "change_count": 3}
+    assert body["paused_at"] is not None and body["last_check_status"] == "NETWORK_ERROR"
+
+
 def test_get_of_another_accounts_id_is_404_not_403(alice, bob):
     bobs = _create(bob)
     _assert_not_found(alice.get(f"/subscriptions/{bobs['id']}"), bobs["id"])

@@ -20,6 +20,7 @@ created_schema = SubscriptionCreatedSchema()
 detail_schema = SubscriptionSchema()
 list_query_schema = SubscriptionListQuerySchema()
 list_item = flat_dumper(SubscriptionListItemSchema())
+detail_item = flat_dumper(detail_schema)
 cancelled_schema = SubscriptionCancelledSchema()
 metadata_schema = MetadataPatchSchema()
 bulk_create_schema = BulkCreateSchema()
@@ -55,7 +56,7 @@ def list_subscriptions():
 @read_limit
 @spec("One subscription", response=SubscriptionSchema, tag="subscriptions")
 def get_subscription(subscription_id):
-    return detail_schema.dump(subscriptions.get(account_id(), subscription_id))
+    return detail_item(subscriptions.get_detail(account_id(), subscription_id))
 
 
 @bp.delete("/subscriptions/<subscription:subscription_id>")

@@ -99,7 +99,9 @@ def authenticate(header_value):
     if match.group(1) != current_app.config["API_KEY_MODE"]:
         raise Unauthorized(INVALID_MESSAGE)
     digest = hash_key(header_value)
-    row = db.session.execute(_BY_HASH, {"digest": digest}).first()
+    # Core execution on the session's connection (same transaction): the ORM layer adds nothing to plain
+    # columns but doubled the cost of this query, which every request runs.
+    row = db.session.connection().execute(_BY_HASH, {"digest": digest}).first()
     # The lookup is by hash, so timing reveals nothing of the key; compare anyway, in constant time.
     if row is None or not hmac.compare_digest(row.key_hash, digest):
         raise Unauthorized(INVALID_MESSAGE)
