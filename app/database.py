@@ -107,3 +107,15 @@ def newest_first_page(model, created_column, limit, offset, **equal_to):
     rows = db.session.scalars(select(model).where(*conditions)
                               .order_by(created_column.desc(), model.id.desc()).limit(limit).offset(offset)).all()
     return rows, total
+
+
+def url_with_fresh_schema(url: str, schema: str) -> str:
+    """A PostgreSQL `url` whose connections see an emptied schema `schema` first on their search path: the tests'
+    xdist workers and the benchmarks each get tables of their own in one shared database."""
+    from sqlalchemy import create_engine, text
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        connection.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        connection.execute(text(f'CREATE SCHEMA "{schema}"'))
+    engine.dispose()
+    return f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"

@@ -167,13 +167,8 @@ def database_uri(directory) -> str:
     url = os.environ.get("DATABASE_URL")
     if not url:
         return f"sqlite:///{os.path.join(directory, 'bench.db')}"
-    from sqlalchemy import create_engine, text
-    engine = create_engine(url)
-    with engine.begin() as connection:
-        connection.execute(text(f'DROP SCHEMA IF EXISTS "{POSTGRES_SCHEMA}" CASCADE'))
-        connection.execute(text(f'CREATE SCHEMA "{POSTGRES_SCHEMA}"'))
-    engine.dispose()
-    return f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{POSTGRES_SCHEMA}"
+    from app.database import url_with_fresh_schema
+    return url_with_fresh_schema(url, POSTGRES_SCHEMA)
 
 
 def database_size(db) -> str:

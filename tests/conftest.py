@@ -14,6 +14,7 @@ from flask_migrate import upgrade
 from sqlalchemy import create_engine, func, select, text
 
 from app import create_app
+from app.database import url_with_fresh_schema
 from app.extensions import db
 from app.models import Subscription
 from app.services import accounts
@@ -57,14 +58,9 @@ def pytest_generate_tests(metafunc):
 
 
 def url_with_own_schema(name: str) -> str:
-    """TEST_POSTGRES_URL with a schema of its own first on the search path (xdist workers, or the processes a
-    test starts, then never share tables); the schema is emptied first."""
-    engine = create_engine(POSTGRES_URL)
-    with engine.begin() as connection:
-        connection.execute(text(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'))
-        connection.execute(text(f'CREATE SCHEMA "{name}"'))
-    engine.dispose()
-    return f"{POSTGRES_URL}{'&' if '?' in POSTGRES_URL else '?'}options=-csearch_path%3D{name}"
+    """TEST_POSTGRES_URL with an emptied schema of its own (xdist workers, or the processes a test starts, then
+    never share tables)."""
+    return url_with_fresh_schema(POSTGRES_URL, name)
 
 
 def _migrate(url):
