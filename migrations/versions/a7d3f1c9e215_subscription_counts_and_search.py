@@ -98,7 +98,10 @@ POSTGRESQL_STATEMENTS = (
     FOR EACH ROW WHEN ((OLD.account_id, OLD.entity_type, OLD.status)
                        IS DISTINCT FROM (NEW.account_id, NEW.entity_type, NEW.status))
     EXECUTE FUNCTION subscription_counts_track()""",
-    "CREATE EXTENSION IF NOT EXISTS pg_trgm",
+    # In `public`, not the first schema on the search path: a schema-per-tenant (or per-test-worker) layout
+    # would otherwise tie the extension to one schema, and dropping that schema would drop every other
+    # schema's trigram index with it.
+    "CREATE EXTENSION IF NOT EXISTS pg_trgm WITH SCHEMA public",
 )
 # The operator class named in the extension's own schema: it need not be on the search path.
 TRIGRAM_INDEX = """
