@@ -12,15 +12,11 @@ import argparse
 import os
 import re
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from flask_migrate import upgrade  # noqa: E402
-
-from app import create_app  # noqa: E402
-from app.services import accounts  # noqa: E402
+from bench_dashboard import bench_app  # noqa: E402
 from tests.dashboard_helpers import Browser  # noqa: E402
 
 PROGRESS = re.compile(rb'<progress value="(\d+)"')
@@ -30,22 +26,17 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000)
     rows = parser.parse_args().rows
-    with tempfile.TemporaryDirectory() as folder:
-        app = create_app({"SQLALCHEMY_DATABASE_URI": f"sqlite:///{folder}/bench.db", "SCHEDULER_ENABLED": False,
-                          "RATELIMIT_ENABLED": False, "LOG_LEVEL": "WARNING"})
-        with app.app_context():
-            upgrade()
-            _account, key = accounts.create_account("Bench", "enterprise")
-            browser = Browser(app, key)
-            pasted = "\n".join(f"https://www.linkedin.com/in/person-{number}" for number in range(rows))
-            started = time.perf_counter()
-            response = browser.post("/subscriptions/import", data={"rows": pasted})
-            arrivals, size = [], 0
-            for piece in response.response:
-                size += len(piece)
-                arrivals += [time.perf_counter() - started for _ in PROGRESS.findall(piece)]
-            total = time.perf_counter() - started
-            response.close()
+    with bench_app() as (app, _account_id, key):
+        browser = Browser(app, key)
+        pasted = "\n".join(f"https://www.linkedin.com/in/person-{number}" for number in range(rows))
+        started = time.perf_counter()
+        response = browser.post("/subscriptions/import", data={"rows": pasted})
+        arrivals, size = [], 0
+        for piece in response.response:
+            size += len(piece)
+            arrivals += [time.perf_counter() - started for _ in PROGRESS.findall(piece)]
+        total = time.perf_counter() - started
+        response.close()
     print(f"{rows:,} rows: first progress after {arrivals[0]:.2f} s, {len(arrivals)} progress updates, "
           f"last after {arrivals[-1]:.2f} s; page done after {total:.2f} s, {size / 1e6:.1f} MB "
           f"({rows / total:,.0f} rows/s)")
