@@ -9,7 +9,7 @@ import threading
 import weakref
 from contextlib import contextmanager, nullcontext
 
-from sqlalchemy import event, func, select
+from sqlalchemy import bindparam, event, func, select
 from sqlalchemy.engine import Engine
 
 from app.extensions import db
@@ -92,6 +92,19 @@ def upsert(session, model):
     else:
         from sqlalchemy.dialects.sqlite import insert
     return insert(model)
+
+
+def add_to_counters(session, model, key_names, rows):
+    """Add `rows` (dicts of the key columns and the counted ones) to a counter table inside the caller's
+    transaction: one upsert, in key order, so transactions adding to the same keys lock them in the same order."""
+    if not rows:
+        return
+    statement = upsert(session, model).values({name: bindparam(name) for name in rows[0]})
+    statement = statement.on_conflict_do_update(
+        index_elements=list(key_names),
+        set_={name: getattr(model, name) + getattr(statement.excluded, name)
+              for name in rows[0] if name not in key_names})
+    session.execute(statement, sorted(rows, key=lambda row: tuple(row[name] for name in key_names)))
 
 
 def end_read_transaction():

@@ -28,6 +28,7 @@ from app import create_app  # noqa: E402
 from app.common import new_id, utcnow  # noqa: E402
 from app.database import write_transaction  # noqa: E402
 from app.models import DeliveryAttempt, Event, Subscription  # noqa: E402
+from app.services import events, outbox  # noqa: E402
 from app.services import accounts  # noqa: E402
 from app.services.transport import Outgoing, signed_headers  # noqa: E402
 from tests.dashboard_helpers import Browser  # noqa: E402
@@ -69,6 +70,8 @@ def fill(account_id):
         for model, rows in ((Subscription, subscription_rows), (Event, event_rows), (DeliveryAttempt, attempt_rows)):
             for start in range(0, len(rows), 10_000):
                 session.execute(insert(model), rows[start:start + 10_000])
+        events.count_by_day(session, event_rows)  # what events.store and outbox.store_attempts do beside their inserts
+        outbox.count_attempts_by_day(session, attempt_rows)
     return subscription_rows[0]["id"], event_rows[0]["id"]
 
 

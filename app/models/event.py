@@ -1,7 +1,7 @@
-from datetime import datetime
+from datetime import date, datetime
 from typing import Optional
 
-from sqlalchemy import JSON, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, Date, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.common import utcnow
@@ -23,10 +23,22 @@ class Event(db.Model):
 
     __table_args__ = (
         Index("ix_events_account_order", "account_id", "created_at", "id"),
-        Index("ix_events_account_subscription", "account_id", "subscription_id"),
-        # The event list filtered by type, and (covering) the dashboard's events-per-day chart.
+        Index("ix_events_account_subscription", "account_id", "subscription_id", "created_at", "id"),
+        # The event list filtered by type.
         Index("ix_events_account_type_order", "account_id", "type", "created_at"),
     )
+
+
+class EventDayCount(db.Model):
+    """How many events of a type an account has of a UTC day: changed in the same transaction as the events are
+    inserted or pruned (`events.count_by_day`), so the dashboard's chart and the usage report read a row a day
+    and type instead of every event."""
+    __tablename__ = "event_day_counts"
+
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"), primary_key=True)
+    day: Mapped[date] = mapped_column(Date, primary_key=True)
+    type: Mapped[str] = mapped_column(String(60), primary_key=True)
+    count: Mapped[int] = mapped_column(Integer)
 
 
 class OutboxDelivery(db.Model):
@@ -69,3 +81,15 @@ class DeliveryAttempt(db.Model):
         Index("ix_delivery_attempts_account_order", "account_id", "attempted_at", "id"),
         Index("ix_delivery_attempts_event", "event_id"),
     )
+
+
+class DeliveryDayCount(db.Model):
+    """Delivery attempts of an account per UTC day and status, with their summed duration: changed in the same
+    transaction as the attempts are inserted or pruned (`outbox.count_attempts_by_day`)."""
+    __tablename__ = "delivery_day_counts"
+
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"), primary_key=True)
+    day: Mapped[date] = mapped_column(Date, primary_key=True)
+    status: Mapped[str] = mapped_column(String(10), primary_key=True)
+    count: Mapped[int] = mapped_column(Integer)
+    duration_ms: Mapped[int] = mapped_column(Integer)  # the sum over the attempts that have one

@@ -1,14 +1,15 @@
 """The event log: building envelopes and recording events with their outbox delivery (contract §5, §6)."""
 import json
+from collections import Counter
 
 from sqlalchemy import insert, select
 
 from app import metrics
 from app.common import isoformat, new_sortable_id, unix_seconds, utcnow
-from app.database import newest_first_page
+from app.database import add_to_counters, newest_first_page
 from app.errors import NotFound
 from app.extensions import db
-from app.models import DeliveryAttempt, Event, OutboxDelivery, WebhookConfig
+from app.models import DeliveryAttempt, Event, EventDayCount, OutboxDelivery, WebhookConfig
 
 EVENT_TYPES = (
     "test",
@@ -100,6 +101,7 @@ def record(session, account_id, event_type, data, *, subscription=None, config=N
     session.add(event)
     if delivery_row is not None:
         session.add(OutboxDelivery(**delivery_row))
+    count_by_day(session, [event_row])
     metrics.count_events([event_type])
     return event
 
@@ -111,9 +113,18 @@ def store(session, built):
     delivery_rows = [delivery for _, delivery in built if delivery is not None]
     if event_rows:
         session.execute(insert(Event.__table__), event_rows)
+        count_by_day(session, event_rows)
         metrics.count_events(event["type"] for event in event_rows)
     if delivery_rows:
         session.execute(insert(OutboxDelivery.__table__), delivery_rows)
+
+
+def count_by_day(session, event_rows, sign=1):
+    """Add (sign 1) or take away (-1) event rows in `event_day_counts`, inside the caller's transaction."""
+    counts = Counter((row["account_id"], row["created_at"].date(), row["type"]) for row in event_rows)
+    add_to_counters(session, EventDayCount, ("account_id", "day", "type"),
+                    [{"account_id": account_id, "day": day, "type": event_type, "count": sign * count}
+                     for (account_id, day, event_type), count in counts.items()])
 
 
 def on_new_deliveries(listener):

@@ -19,9 +19,9 @@ from sqlalchemy import DateTime, Integer, String, insert, literal, select, updat
 
 from app import metrics
 from app.common import isoformat, new_id, new_sortable_id, utcnow
-from app.database import newest_first_page, write_transaction
+from app.database import add_to_counters, newest_first_page, write_transaction
 from app.errors import ValidationFailed
-from app.models import DeliveryAttempt, Event, OutboxDelivery, WebhookConfig
+from app.models import DeliveryAttempt, DeliveryDayCount, Event, OutboxDelivery, WebhookConfig
 from app.services import events, webhooks
 from app.services.transport import Outcome, Outgoing
 
@@ -136,6 +136,25 @@ def attempt_row(account_id, event_id, event_type, attempt, outcome: Outcome, now
             "request_headers": outcome.request_headers}
 
 
+def store_attempts(session, attempt_rows):
+    """Insert attempts (`attempt_row`s) and count them per day and status, inside the caller's transaction."""
+    session.execute(insert(DeliveryAttempt), attempt_rows)
+    count_attempts_by_day(session, attempt_rows)
+
+
+def count_attempts_by_day(session, attempt_rows, sign=1):
+    """Add (sign 1) or take away (-1) attempt rows in `delivery_day_counts`."""
+    counts, durations = Counter(), Counter()
+    for row in attempt_rows:
+        key = (row["account_id"], row["attempted_at"].date(), row["status"])
+        counts[key] += 1
+        durations[key] += row["duration_ms"] or 0
+    add_to_counters(session, DeliveryDayCount, ("account_id", "day", "status"),
+                    [{"account_id": account_id, "day": day, "status": status, "count": sign * count,
+                      "duration_ms": sign * durations[account_id, day, status]}
+                     for (account_id, day, status), count in counts.items()])
+
+
 def record_results(token: str, results: list) -> None:
     """Write a sent batch [(Claimed, Outcome)] in one transaction."""
     if not results:
@@ -159,7 +178,7 @@ def record_results(token: str, results: list) -> None:
                                    "next_attempt_at": next_at or now, "claim_token": None, "claimed_until": None})
                 event_changes.append({"id": claimed.outgoing.event_id, "delivery_status": status,
                                       "attempt_count": claimed.outgoing.attempt})
-        session.execute(insert(DeliveryAttempt), attempts)
+        store_attempts(session, attempts)
         if deliveries:
             session.execute(update(OutboxDelivery), deliveries)
             session.execute(update(Event), event_changes)
@@ -211,8 +230,7 @@ def send_test(account_id: str, transport) -> dict:
         outgoing = outgoing_for(config, event.id, event.body, 1, now)
     outcome = transport.send(outgoing)
     with write_transaction() as session:
-        session.execute(insert(DeliveryAttempt), [attempt_row(account_id, outgoing.event_id, "test", 1, outcome,
-                                                              utcnow(), None)])
+        store_attempts(session, [attempt_row(account_id, outgoing.event_id, "test", 1, outcome, utcnow(), None)])
         session.execute(update(Event).where(Event.id == outgoing.event_id).values(
             attempt_count=1, delivery_status="succeeded" if outcome.succeeded else "failed"))
     return {"event_id": outgoing.event_id, "delivered": outcome.succeeded, "status_code": outcome.status_code,

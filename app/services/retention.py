@@ -13,6 +13,7 @@ from app.common import utcnow
 from app.database import end_read_transaction, write_transaction
 from app.extensions import db
 from app.models import DeliveryAttempt, Event, OutboxDelivery
+from app.services import events, outbox
 
 
 @dataclass
@@ -38,6 +39,15 @@ def _prunable_event_ids(cutoff, limit) -> list:
     return ids
 
 
+def _uncount(session, event_ids):
+    """Take the events and their attempts about to be deleted out of the per-day counters."""
+    events.count_by_day(session, session.execute(select(Event.account_id, Event.created_at, Event.type)
+                                                 .where(Event.id.in_(event_ids))).mappings().all(), sign=-1)
+    outbox.count_attempts_by_day(session, session.execute(
+        select(DeliveryAttempt.account_id, DeliveryAttempt.attempted_at, DeliveryAttempt.status,
+               DeliveryAttempt.duration_ms).where(DeliveryAttempt.event_id.in_(event_ids))).mappings().all(), sign=-1)
+
+
 def prune_batch(cutoff, batch_size) -> Pruned:
     """Delete up to `batch_size` events created before `cutoff`, with their outbox rows and attempts."""
     ids = _prunable_event_ids(cutoff, batch_size)
@@ -48,10 +58,11 @@ def prune_batch(cutoff, batch_size) -> Pruned:
         kept = set(session.scalars(select(OutboxDelivery.event_id).where(
             OutboxDelivery.event_id.in_(ids), OutboxDelivery.status == "pending")))
         ids = [event_id for event_id in ids if event_id not in kept]
+        _uncount(session, ids)
         attempts = session.execute(delete(DeliveryAttempt).where(DeliveryAttempt.event_id.in_(ids))).rowcount
-        outbox = session.execute(delete(OutboxDelivery).where(OutboxDelivery.event_id.in_(ids))).rowcount
-        events = session.execute(delete(Event).where(Event.id.in_(ids))).rowcount
-    return Pruned(events, outbox, attempts)
+        outbox_rows = session.execute(delete(OutboxDelivery).where(OutboxDelivery.event_id.in_(ids))).rowcount
+        pruned = session.execute(delete(Event).where(Event.id.in_(ids))).rowcount
+    return Pruned(pruned, outbox_rows, attempts)
 
 
 def prune(days=None, batch_size=None, max_batches=None) -> Pruned:

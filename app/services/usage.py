@@ -4,14 +4,14 @@ import logging
 import threading
 import time
 from collections import Counter
-from datetime import date, datetime, time as clock
+from datetime import date
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import func, select
 
 from app.common import utcnow
-from app.database import upsert, write_transaction
+from app.database import add_to_counters, write_transaction
 from app.extensions import db
-from app.models import Account, DeliveryAttempt, Event, UsageCounter
+from app.models import Account, DeliveryDayCount, EventDayCount, UsageCounter
 from app.services import subscription_counts
 from app.services.accounts import live_subscription_count, subscription_limit
 from app.services.provider_status import provider_status
@@ -26,16 +26,9 @@ COUNTERS = ("requests", "checks", "provider_calls", "provider_credits")
 def add_counts(session, rows):
     """Add {(account_id, day): {"requests": n, "checks": m, …}} (any of COUNTERS) inside the caller's
     transaction, with one statement however many accounts."""
-    if not rows:
-        return
-    statement = upsert(session, UsageCounter).values(
-        account_id=bindparam("account_id"), day=bindparam("day"), **{name: bindparam(name) for name in COUNTERS})
-    statement = statement.on_conflict_do_update(
-        index_elements=["account_id", "day"],
-        set_={name: getattr(UsageCounter, name) + getattr(statement.excluded, name) for name in COUNTERS})
-    session.execute(statement, [{"account_id": account_id, "day": day,
-                                 **{name: counts.get(name, 0) for name in COUNTERS}}
-                                for (account_id, day), counts in rows.items()])
+    add_to_counters(session, UsageCounter, ("account_id", "day"),
+                    [{"account_id": account_id, "day": day, **{name: counts.get(name, 0) for name in COUNTERS}}
+                     for (account_id, day), counts in rows.items()])
 
 
 class RequestCounter:
@@ -70,22 +63,19 @@ class RequestCounter:
 requests = RequestCounter()
 
 
-def _since(day: date) -> datetime:
-    return datetime.combine(day, clock.min)
-
-
 def _period_counts(account_id: str, start: date) -> dict:
     session = db.session
     counters = session.execute(select(*(func.coalesce(func.sum(getattr(UsageCounter, name)), 0) for name in COUNTERS))
                                .where(UsageCounter.account_id == account_id, UsageCounter.day >= start)).one()
-    events = session.scalar(select(func.count()).select_from(Event).where(
-        Event.account_id == account_id, Event.created_at >= _since(start)))
+    events = session.scalar(select(func.coalesce(func.sum(EventDayCount.count), 0)).where(
+        EventDayCount.account_id == account_id, EventDayCount.day >= start))
     deliveries = dict(session.execute(
-        select(DeliveryAttempt.status, func.count()).where(
-            DeliveryAttempt.account_id == account_id, DeliveryAttempt.attempted_at >= _since(start))
-        .group_by(DeliveryAttempt.status)).all())
-    return {**dict(zip(COUNTERS, counters)), "events_created": events,
-            "deliveries_succeeded": deliveries.get("succeeded", 0), "deliveries_failed": deliveries.get("failed", 0)}
+        select(DeliveryDayCount.status, func.sum(DeliveryDayCount.count)).where(
+            DeliveryDayCount.account_id == account_id, DeliveryDayCount.day >= start)
+        .group_by(DeliveryDayCount.status)).all())
+    return {**dict(zip(COUNTERS, counters)), "events_created": int(events),
+            "deliveries_succeeded": int(deliveries.get("succeeded", 0)),
+            "deliveries_failed": int(deliveries.get("failed", 0))}
 
 
 def report(account) -> dict:
