@@ -4,9 +4,9 @@ from app.models.dashboard import DashboardSession
 from app.models.event import DeliveryAttempt, Event, OutboxDelivery
 from app.models.provider import ProviderBudget, ProviderSlot, ProviderState
 from app.models.scheduler import SchedulerHeartbeat
-from app.models.subscription import Subscription, SubscriptionCount
+from app.models.subscription import Subscription, SubscriptionCount, SubscriptionGramCount
 from app.models.webhook import WebhookConfig
 
-__all__ = ["Account", "ApiKey", "UsageCounter", "Subscription", "SubscriptionCount", "Event", "OutboxDelivery",
-           "DeliveryAttempt", "WebhookConfig", "SchedulerHeartbeat", "ProviderBudget", "ProviderSlot",
-           "ProviderState", "DashboardSession"]
+__all__ = ["Account", "ApiKey", "UsageCounter", "Subscription", "SubscriptionCount", "SubscriptionGramCount",
+           "Event", "OutboxDelivery", "DeliveryAttempt", "WebhookConfig", "SchedulerHeartbeat", "ProviderBudget",
+           "ProviderSlot", "ProviderState", "DashboardSession"]

@@ -60,3 +60,16 @@ class SubscriptionCount(db.Model):
     entity_type: Mapped[str] = mapped_column(String(10), primary_key=True)
     status: Mapped[str] = mapped_column(String(10), primary_key=True)
     count: Mapped[int] = mapped_column(Integer)
+
+
+class SubscriptionGramCount(db.Model):
+    """How many subscriptions of an account, entity type and status hold a 1- or 2-character substring `gram`
+    of their network id, or start with one (`gram` = `^` and the start). Kept by database triggers (migration
+    e5f1a2b3c4d6) like SubscriptionCount; a search too short for the trigram index takes its total from it."""
+    __tablename__ = "subscription_gram_counts"
+
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"), primary_key=True)
+    entity_type: Mapped[str] = mapped_column(String(10), primary_key=True)
+    status: Mapped[str] = mapped_column(String(10), primary_key=True)
+    gram: Mapped[str] = mapped_column(String(3), primary_key=True)
+    count: Mapped[int] = mapped_column(Integer)
