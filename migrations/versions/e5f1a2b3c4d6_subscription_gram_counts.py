@@ -1,4 +1,5 @@
-"""search: counters of the ids' 1- and 2-character grams, for searches too short for a trigram
+"""search: counters of the ids' 1- and 2-character grams, for searches too short for a trigram; the account's
+order index carries the columns a search tests
 
 Revision ID: e5f1a2b3c4d6
 Revises: c7e3a9d15f42
@@ -9,6 +10,10 @@ from `subscription_gram_counts`: per (account, entity type, status), how many su
 2-character substring of their network id (`a`, `ab`) and each 1- and 2-character start of it (`^a`, `^ab`).
 Kept by triggers in the same transaction as every insert, status change, id change and delete of a
 subscription, like `subscription_counts`.
+
+A search whose matches are many (or not indexed) reads the account's newest rows one by one until it has a
+page: `ix_subscriptions_account_order` now carries `entity_type` and `network_id`, so SQLite tests them in the
+index and reads the table only for the rows of the page (a third of the time per row walked).
 """
 from alembic import op
 import sqlalchemy as sa
@@ -128,9 +133,14 @@ def upgrade():
     statements = (*POSTGRESQL_STATEMENTS, POSTGRESQL_FILL) if _postgresql() else (*SQLITE_STATEMENTS, SQLITE_FILL)
     for statement in statements:
         op.execute(statement)
+    op.drop_index('ix_subscriptions_account_order', table_name='subscriptions')
+    op.create_index('ix_subscriptions_account_order', 'subscriptions',
+                    ['account_id', 'created_at', 'id', 'entity_type', 'network_id'], unique=False)
 
 
 def downgrade():
+    op.drop_index('ix_subscriptions_account_order', table_name='subscriptions')
+    op.create_index('ix_subscriptions_account_order', 'subscriptions', ['account_id', 'created_at', 'id'], unique=False)
     for statement in POSTGRESQL_DROPS if _postgresql() else SQLITE_DROPS:
         op.execute(statement)
     op.drop_table('subscription_gram_counts')
