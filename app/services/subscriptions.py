@@ -270,12 +270,21 @@ def _search_page(params: dict, needle: str):
         total += indexed_matches
     if total <= params["offset"]:
         return [], total
-    walk = (bool(search.whole_types or search.counted_grams) or indexed_matches ** 2 > (
-        params["offset"] + params["limit"]) * db.session.scalar(
-        subscription_counts.total_statement(bool(entity_type), bool(status)), params))
+    walk = _walks(search, indexed_matches, params)
     conditions = _list_conditions(bool(entity_type), bool(status), indexed=walk or not on_trigrams)
     page = _page_statement([*conditions, subscription_search.condition(search, dialect, use_index=not walk)])
     return db.session.execute(page, params).all(), total
+
+
+def _walks(search, indexed_matches: int, params: dict) -> bool:
+    """Whether a search's page is found by testing the newest rows one by one rather than by sorting the index's
+    matches: when some part has no index, or the matches are many (a walk reads about (offset + limit) × rows /
+    matches rows)."""
+    if search.whole_types or search.counted_grams:
+        return True
+    rows = db.session.scalar(subscription_counts.total_statement(bool(params["entity_type"]), bool(params["status"])),
+                             params)
+    return indexed_matches ** 2 > (params["offset"] + params["limit"]) * rows
 
 
 def _cancel_in(subscription: Subscription, now) -> None:
