@@ -41,8 +41,9 @@ def grams(network_id) -> set:
 def gram_counted(account_id) -> dict:
     """{(entity_type, status, gram): n} from the gram counters, zero rows left out."""
     db.session.rollback()
-    query = select(SubscriptionGramCount.entity_type, SubscriptionGramCount.status, SubscriptionGramCount.gram,
-                   SubscriptionGramCount.count).where(SubscriptionGramCount.account_id == account_id)
+    counter = SubscriptionGramCount
+    query = select(counter.entity_type, counter.status, counter.gram, counter.count).where(
+        counter.account_id == account_id)
     return {(entity_type, status, gram): n for entity_type, status, gram, n in db.session.execute(query) if n}
 
 

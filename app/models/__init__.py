@@ -8,5 +8,5 @@ from app.models.subscription import Subscription, SubscriptionCount, Subscriptio
 from app.models.webhook import WebhookConfig
 
 __all__ = ["Account", "ApiKey", "UsageCounter", "Subscription", "SubscriptionCount", "SubscriptionGramCount",
-           "Event", "OutboxDelivery", "DeliveryAttempt", "WebhookConfig", "SchedulerHeartbeat", "ProviderBudget",
-           "ProviderSlot", "ProviderState", "DashboardSession"]
+           "Event", "OutboxDelivery", "DeliveryAttempt", "WebhookConfig", "SchedulerHeartbeat",
+           "ProviderBudget", "ProviderSlot", "ProviderState", "DashboardSession"]

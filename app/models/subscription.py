@@ -40,7 +40,8 @@ class Subscription(db.Model):
 
     __table_args__ = (
         # entity_type and network_id: a search walking the account's newest rows tests them in the index
-        Index("ix_subscriptions_account_order", "account_id", "created_at", "id", "entity_type", "network_id"),
+        Index("ix_subscriptions_account_order", "account_id", "created_at", "id", "entity_type",
+              "network_id"),
         Index("ix_subscriptions_account_status_order", "account_id", "status", "created_at", "id"),
         Index("ix_subscriptions_due", "status", "next_check_at"),
         # At most one live (active or paused) subscription per entity and account; a cancelled one

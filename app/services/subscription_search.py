@@ -75,8 +75,8 @@ def plan(needle: str, domain: str, entity_types=ENTITY_TYPES) -> SearchPlan:
 def gram_total(search: SearchPlan, by_status: bool):
     """The number of rows matching the parts of `counted_grams`, in the account of the parameter `account_id`
     (and of `status` when asked): disjoint parts (see the module), so a sum of counters."""
-    conditions = [SubscriptionGramCount.account_id == bindparam("account_id"),
-                  tuple_(SubscriptionGramCount.entity_type, SubscriptionGramCount.gram).in_(search.counted_grams)]
+    pair = tuple_(SubscriptionGramCount.entity_type, SubscriptionGramCount.gram)
+    conditions = [SubscriptionGramCount.account_id == bindparam("account_id"), pair.in_(search.counted_grams)]
     if by_status:
         conditions.append(SubscriptionGramCount.status == bindparam("status"))
     return select(func.coalesce(func.sum(SubscriptionGramCount.count), 0)).where(*conditions)

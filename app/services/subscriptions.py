@@ -277,13 +277,13 @@ def _search_page(params: dict, needle: str):
 
 
 def _walks(search, indexed_matches: int, params: dict) -> bool:
-    """Whether a search's page is found by testing the newest rows one by one rather than by sorting the index's
-    matches: when some part has no index, or the matches are many (a walk reads about (offset + limit) × rows /
-    matches rows)."""
+    """Whether a search's page is found by testing the newest rows one by one rather than by sorting the
+    index's matches: when some part has no index, or the matches are many (a walk reads about
+    (offset + limit) * rows / matches rows)."""
     if search.whole_types or search.counted_grams:
         return True
-    rows = db.session.scalar(subscription_counts.total_statement(bool(params["entity_type"]), bool(params["status"])),
-                             params)
+    in_filters = subscription_counts.total_statement(bool(params["entity_type"]), bool(params["status"]))
+    rows = db.session.scalar(in_filters, params)
     return indexed_matches ** 2 > (params["offset"] + params["limit"]) * rows
 
 

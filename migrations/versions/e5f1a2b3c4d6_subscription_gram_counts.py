@@ -75,7 +75,8 @@ SQLITE_DROPS = ("DROP TRIGGER subscriptions_grams_update", "DROP TRIGGER subscri
 POSTGRESQL_STATEMENTS = (
     f"""CREATE FUNCTION subscription_grams(network_id text) RETURNS SETOF text LANGUAGE sql IMMUTABLE AS $$
         SELECT substr(network_id, n, 1) FROM generate_series(1, least(length(network_id), {MAX_ID})) n
-        UNION SELECT substr(network_id, n, 2) FROM generate_series(1, least(length(network_id), {MAX_ID}) - 1) n
+        UNION SELECT substr(network_id, n, 2)
+        FROM generate_series(1, least(length(network_id), {MAX_ID}) - 1) n
         UNION SELECT '^' || substr(network_id, 1, 1) UNION SELECT '^' || substr(network_id, 1, 2)
         ORDER BY 1
     $$""",
@@ -88,7 +89,8 @@ POSTGRESQL_STATEMENTS = (
         END IF;
         IF TG_OP IN ('INSERT', 'UPDATE') THEN
             INSERT INTO subscription_gram_counts (account_id, entity_type, status, gram, count)
-            SELECT NEW.account_id, NEW.entity_type, NEW.status, gram, 1 FROM subscription_grams(NEW.network_id) gram
+            SELECT NEW.account_id, NEW.entity_type, NEW.status, gram, 1
+            FROM subscription_grams(NEW.network_id) gram
             ON CONFLICT (account_id, entity_type, status, gram)
             DO UPDATE SET count = subscription_gram_counts.count + 1;
         END IF;
@@ -99,8 +101,9 @@ POSTGRESQL_STATEMENTS = (
     """CREATE TRIGGER subscriptions_grams_delete AFTER DELETE ON subscriptions
     FOR EACH ROW EXECUTE FUNCTION subscription_grams_track()""",
     """CREATE TRIGGER subscriptions_grams_update AFTER UPDATE OF account_id, entity_type, status, network_id
-    ON subscriptions FOR EACH ROW WHEN ((OLD.account_id, OLD.entity_type, OLD.status, OLD.network_id)
-                                        IS DISTINCT FROM (NEW.account_id, NEW.entity_type, NEW.status, NEW.network_id))
+    ON subscriptions FOR EACH ROW
+    WHEN ((OLD.account_id, OLD.entity_type, OLD.status, OLD.network_id)
+          IS DISTINCT FROM (NEW.account_id, NEW.entity_type, NEW.status, NEW.network_id))
     EXECUTE FUNCTION subscription_grams_track()""",
 )
 POSTGRESQL_DROPS = ("DROP TRIGGER subscriptions_grams_update ON subscriptions",
@@ -119,16 +122,16 @@ def _grams(network_id: str) -> set:
 
 def _count_existing_rows():
     counts = collections.Counter()
-    rows = op.get_bind().execute(sa.text("SELECT account_id, entity_type, status, network_id FROM subscriptions")
-                                 .execution_options(yield_per=10_000))
+    query = sa.text("SELECT account_id, entity_type, status, network_id FROM subscriptions")
+    rows = op.get_bind().execute(query.execution_options(yield_per=10_000))
     for account_id, entity_type, status, network_id in rows:
         counts.update((account_id, entity_type, status, gram) for gram in _grams(network_id))
     if counts:
         op.get_bind().execute(
             sa.text("INSERT INTO subscription_gram_counts (account_id, entity_type, status, gram, count) "
                     "VALUES (:account_id, :entity_type, :status, :gram, :count)"),
-            [{"account_id": account_id, "entity_type": entity_type, "status": status, "gram": gram, "count": n}
-             for (account_id, entity_type, status, gram), n in counts.items()])
+            [dict(zip(("account_id", "entity_type", "status", "gram"), key), count=n)
+             for key, n in counts.items()])
 
 
 def _postgresql() -> bool:
@@ -155,7 +158,8 @@ def upgrade():
 
 def downgrade():
     op.drop_index('ix_subscriptions_account_order', table_name='subscriptions')
-    op.create_index('ix_subscriptions_account_order', 'subscriptions', ['account_id', 'created_at', 'id'], unique=False)
+    op.create_index('ix_subscriptions_account_order', 'subscriptions', ['account_id', 'created_at', 'id'],
+                    unique=False)
     for statement in POSTGRESQL_DROPS if _postgresql() else SQLITE_DROPS:
         op.execute(statement)
     op.drop_table('subscription_gram_counts')
