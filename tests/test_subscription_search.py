@@ -1,5 +1,6 @@
 """`search=` (contract: any part of the network id or URL, case-insensitively), answered by a trigram index of
-the ids (issue 12): the same rows and totals as a plain substring test of the id and the URL."""
+the ids and, for texts shorter than a trigram, counters of the ids' 1- and 2-character grams (issue 12): the
+same rows and totals as a plain substring test of the id and the URL."""
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
