@@ -1,5 +1,6 @@
 """Subscription counters (issue 12): kept by triggers in the same transaction as the rows, so list totals and
-the tier cap are exact without counting rows, whatever writes the rows."""
+the tier cap are exact without counting rows, whatever writes the rows. The same for the counters of the ids'
+1- and 2-character grams, which give the totals of searches too short for a trigram."""
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import delete, func, insert, select, update
@@ -7,7 +8,7 @@ from sqlalchemy import delete, func, insert, select, update
 from app.common import new_id, utcnow
 from app.errors import ServiceError
 from app.extensions import db
-from app.models import Subscription, SubscriptionCount
+from app.models import Subscription, SubscriptionCount, SubscriptionGramCount
 from app.schemas.subscriptions import SubscriptionCreateSchema
 from app.services import accounts, subscriptions
 
@@ -29,6 +30,33 @@ def recounted(account_id=None) -> dict:
     if account_id is not None:
         query = query.where(Subscription.account_id == account_id)
     return {(entity_type, status): n for entity_type, status, n in db.session.execute(query)}
+
+
+def grams(network_id) -> set:
+    """What subscription_gram_counts counts for an id: its 1- and 2-character substrings and starts."""
+    return ({network_id[n:n + size] for size in (1, 2) for n in range(len(network_id) - size + 1)}
+            | {"^" + network_id[:1], "^" + network_id[:2]})
+
+
+def gram_counted(account_id) -> dict:
+    """{(entity_type, status, gram): n} from the gram counters, zero rows left out."""
+    db.session.rollback()
+    counter = SubscriptionGramCount
+    query = select(counter.entity_type, counter.status, counter.gram, counter.count).where(
+        counter.account_id == account_id)
+    return {(entity_type, status, gram): n for entity_type, status, gram, n in db.session.execute(query) if n}
+
+
+def gram_recounted(account_id) -> dict:
+    """The same from the rows themselves."""
+    db.session.rollback()
+    found = {}
+    for entity_type, status, network_id in db.session.execute(select(
+            Subscription.entity_type, Subscription.status, Subscription.network_id).where(
+            Subscription.account_id == account_id)):
+        for gram in grams(network_id):
+            found[entity_type, status, gram] = found.get((entity_type, status, gram), 0) + 1
+    return found
 
 
 def item(network_id, entity_type="contact"):
@@ -80,9 +108,12 @@ def test_core_inserts_updates_and_deletes_are_counted_too(app, alice):
     db.session.execute(update(Subscription).where(Subscription.network_id.in_(["p-0", "p-1"])).values(status="paused"))
     db.session.execute(update(Subscription).where(Subscription.network_id == "p-2").values(entity_type="company"))
     db.session.execute(delete(Subscription).where(Subscription.network_id == "p-3"))
+    db.session.execute(update(Subscription).where(Subscription.network_id == "p-4").values(network_id="q-4"))
     db.session.commit()
     assert counted(alice.account_id) == recounted(alice.account_id) == {
         ("contact", "active"): 2, ("contact", "paused"): 2, ("company", "active"): 1}
+    assert gram_counted(alice.account_id) == gram_recounted(alice.account_id)
+    assert gram_counted(alice.account_id)["contact", "active", "q"] == 1
 
 
 def test_the_tier_cap_reads_the_counters(alice):
@@ -154,6 +185,7 @@ def test_any_sequence_of_writes_leaves_the_counters_equal_to_the_rows(module_app
         except ServiceError:
             pass  # a duplicate, a cancelled one paused, an unknown id: refused, nothing written
     assert counted(account.id) == recounted(account.id)
+    assert gram_counted(account.id) == gram_recounted(account.id)
     page_total = subscriptions.list_page(account.id, 1, 0)[1]
     assert page_total == sum(recounted(account.id).values())
     assert accounts.live_subscription_count(db.session, account.id) == sum(
@@ -174,3 +206,5 @@ def test_the_migration_counts_and_indexes_the_rows_already_there(app, alice):
     assert counted(alice.account_id) == recounted(alice.account_id) == {
         ("company", "active"): 2, ("company", "paused"): 1, ("contact", "active"): 1}
     assert alice.get("/subscriptions", query_string={"search": "der-j"}).get_json()["pagination"]["total"] == 1
+    assert gram_counted(alice.account_id) == gram_recounted(alice.account_id)
+    assert alice.get("/subscriptions", query_string={"search": "-j"}).get_json()["pagination"]["total"] == 1

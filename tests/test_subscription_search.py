@@ -1,10 +1,13 @@
 """`search=` (contract: any part of the network id or URL, case-insensitively), answered by a trigram index of
-the ids (issue 12): the same rows and totals as a plain substring test of the id and the URL."""
+the ids and, for texts shorter than a trigram, counters of the ids' 1- and 2-character grams (issue 12): the
+same rows and totals as a plain substring test of the id and the URL."""
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy import update
 
 from app.extensions import db
+from app.models import SubscriptionGramCount
 from app.services import accounts, subscriptions
 from app.services.entities import search_form
 from app.services.subscription_search import SearchPlan, plan
@@ -49,6 +52,8 @@ def people(alice):
     ("%", ["jos%c3%a9-garc%c3%ada"]), ("_", ["janet_o-neil"]), ("t_o", ["janet_o-neil"]), ("t%o", []),
     ("\\", []), ('"', []), ('jane"', []), ('"jane"', []), ("jane OR acme", []), ("jane*", []), ("NEAR(jane", []),
     ("network_id:jane", []), ("-doe", ["jane-doe"]), ("^jane", []), ("smith AND", []),
+    ("in/j", ["jane-doe", "janet_o-neil", "john-smith", "jos%c3%a9-garc%c3%ada"]),  # starts the id: 1 character
+    ("y/j", ["janeway-labs"]), ("^j", []), ("^", []), ("zz", []),
 ])
 def test_search_matches_literally_anywhere_in_the_id_or_url(people, search, expected):
     everyone = sorted(item["network_id"] for item in people.get("/subscriptions?limit=100").get_json()["data"])
@@ -76,6 +81,15 @@ def test_search_sees_only_the_callers_rows(people, bob):
     assert _search(people, "doe-2") == ([], 0)
 
 
+def test_a_search_too_short_for_a_trigram_takes_its_total_from_the_gram_counters(people):
+    assert _search(people, "-d") == (["jane-doe"], 1)
+    counter = SubscriptionGramCount
+    db.session.execute(update(counter).where(counter.account_id == people.account_id, counter.gram == "-d")
+                       .values(count=counter.count + 5))
+    db.session.commit()
+    assert _search(people, "-d") == (["jane-doe"], 6)  # the rows were not counted
+
+
 def test_the_plan_splits_a_needle_over_the_url_and_the_id():
     assert plan("ww.link", "linkedin.com").whole_types == ("contact", "company")
     assert ("contact", "ja") in plan("/in/ja", "linkedin.com").id_starts
@@ -83,6 +97,10 @@ def test_the_plan_splits_a_needle_over_the_url_and_the_id():
     assert plan("n/x", "linkedin.com").id_starts == (("contact", "x"),)
     assert plan("jane", "linkedin.com") == SearchPlan("jane", (), ("contact", "company"), ())
     assert plan("y/", "linkedin.com").whole_types == ("company",)
+    assert plan("n/x.y", "linkedin.com") == SearchPlan("n/x.y", (), (), ())  # '/' and '.' are in no id
+    assert plan("/x", "linkedin.com").counted_grams == (("contact", "^x"), ("company", "^x"))
+    assert plan("x-", "linkedin.com").counted_grams == (("contact", "x-"), ("company", "x-"))
+    assert not plan("x-", "linkedin.com").indexed and plan("/xyz", "linkedin.com").indexed
 
 
 # --- a property: the index answers like a plain substring test ----------------------------------

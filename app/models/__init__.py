@@ -4,9 +4,9 @@ from app.models.dashboard import DashboardSession
 from app.models.event import DeliveryAttempt, DeliveryDayCount, Event, EventDayCount, OutboxDelivery
 from app.models.provider import ProviderBudget, ProviderSlot, ProviderState
 from app.models.scheduler import SchedulerHeartbeat
-from app.models.subscription import Subscription, SubscriptionCount
+from app.models.subscription import Subscription, SubscriptionCount, SubscriptionGramCount
 from app.models.webhook import WebhookConfig
 
-__all__ = ["Account", "ApiKey", "UsageCounter", "Subscription", "SubscriptionCount", "Event", "EventDayCount",
-           "OutboxDelivery", "DeliveryAttempt", "DeliveryDayCount", "WebhookConfig", "SchedulerHeartbeat", "ProviderBudget", "ProviderSlot",
-           "ProviderState", "DashboardSession"]
+__all__ = ["Account", "ApiKey", "UsageCounter", "Subscription", "SubscriptionCount", "SubscriptionGramCount",
+           "Event", "EventDayCount", "OutboxDelivery", "DeliveryAttempt", "DeliveryDayCount", "WebhookConfig",
+           "SchedulerHeartbeat", "ProviderBudget", "ProviderSlot", "ProviderState", "DashboardSession"]

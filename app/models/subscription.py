@@ -39,7 +39,9 @@ class Subscription(db.Model):
     claimed_until: Mapped[Optional[datetime]]
 
     __table_args__ = (
-        Index("ix_subscriptions_account_order", "account_id", "created_at", "id"),
+        # entity_type and network_id: a search walking the account's newest rows tests them in the index
+        Index("ix_subscriptions_account_order", "account_id", "created_at", "id", "entity_type",
+              "network_id"),
         Index("ix_subscriptions_account_status_order", "account_id", "status", "created_at", "id"),
         Index("ix_subscriptions_due", "status", "next_check_at"),
         # At most one live (active or paused) subscription per entity and account; a cancelled one
@@ -59,4 +61,17 @@ class SubscriptionCount(db.Model):
     account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"), primary_key=True)
     entity_type: Mapped[str] = mapped_column(String(10), primary_key=True)
     status: Mapped[str] = mapped_column(String(10), primary_key=True)
+    count: Mapped[int] = mapped_column(Integer)
+
+
+class SubscriptionGramCount(db.Model):
+    """How many subscriptions of an account, entity type and status hold a 1- or 2-character substring `gram`
+    of their network id, or start with one (`gram` = `^` and the start). Kept by database triggers (migration
+    e5f1a2b3c4d6) like SubscriptionCount; a search too short for the trigram index takes its total from it."""
+    __tablename__ = "subscription_gram_counts"
+
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"), primary_key=True)
+    entity_type: Mapped[str] = mapped_column(String(10), primary_key=True)
+    status: Mapped[str] = mapped_column(String(10), primary_key=True)
+    gram: Mapped[str] = mapped_column(String(3), primary_key=True)
     count: Mapped[int] = mapped_column(Integer)

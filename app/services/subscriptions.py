@@ -248,28 +248,43 @@ def _list_statements(by_entity_type: bool, by_status: bool):
 
 def _search_page(params: dict, needle: str):
     """(rows, total) of the rows matching `needle`. The total is the counters of the entity types that match
-    whole plus a count of the index's matches among the others. The page comes from the index's matches
-    when they are few; when they are many, from the newest rows of the account tested one by one, which
-    finds a page's worth sooner than sorting every match."""
+    whole, the gram counters of the parts too short for a trigram, and a count of the index's matches for the
+    rest; no page is read past it. The page comes from the index's matches when they are few; when they are
+    many, or not indexed, from the newest rows of the account tested one by one, which finds a page's worth
+    sooner than sorting every match."""
     entity_type, status = params["entity_type"], params["status"]
     search = subscription_search.plan(needle, current_app.config["NETWORK_DOMAIN"],
                                       (entity_type,) if entity_type else ENTITY_TYPES)
     dialect = db.session.get_bind().dialect.name
-    on_trigrams = dialect == "sqlite" and len(needle) >= subscription_search.TRIGRAM
-    total = matches = 0
+    on_trigrams = dialect == "sqlite" and search.indexed
+    total = indexed_matches = 0
     if search.whole_types:
         total += db.session.scalar(subscription_counts.total_statement(
             by_status=bool(status), entity_types=search.whole_types), params)
-    if search.partial_types:
-        matches = db.session.scalar(select(func.count()).select_from(Subscription).where(
+    if search.counted_grams:
+        total += db.session.scalar(subscription_search.gram_total(search, bool(status)), params)
+    if search.indexed:
+        indexed_matches = db.session.scalar(select(func.count()).select_from(Subscription).where(
             *_list_conditions(bool(entity_type), bool(status), indexed=not on_trigrams),
-            subscription_search.partial_condition(search, dialect)), params)
-        total += matches
-    rows_in_filters = db.session.scalar(subscription_counts.total_statement(bool(entity_type), bool(status)), params)
-    walk = bool(search.whole_types) or matches ** 2 > (params["offset"] + params["limit"]) * rows_in_filters
+            subscription_search.partial_condition(search, dialect, indexed_only=True)), params)
+        total += indexed_matches
+    if total <= params["offset"]:
+        return [], total
+    walk = _walks(search, indexed_matches, params)
     conditions = _list_conditions(bool(entity_type), bool(status), indexed=walk or not on_trigrams)
     page = _page_statement([*conditions, subscription_search.condition(search, dialect, use_index=not walk)])
     return db.session.execute(page, params).all(), total
+
+
+def _walks(search, indexed_matches: int, params: dict) -> bool:
+    """Whether a search's page is found by testing the newest rows one by one rather than by sorting the
+    index's matches: when some part has no index, or the matches are many (a walk reads about
+    (offset + limit) * rows / matches rows)."""
+    if search.whole_types or search.counted_grams:
+        return True
+    in_filters = subscription_counts.total_statement(bool(params["entity_type"]), bool(params["status"]))
+    rows = db.session.scalar(in_filters, params)
+    return indexed_matches ** 2 > (params["offset"] + params["limit"]) * rows
 
 
 def _cancel_in(subscription: Subscription, now) -> None:
