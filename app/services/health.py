@@ -32,16 +32,21 @@ def forget_stale_schedulers() -> None:
         session.execute(delete(SchedulerHeartbeat).where(SchedulerHeartbeat.last_tick_at < utcnow() - FORGET_AFTER))
 
 
+# Built once and run through Core on the session's connection: /healthz is polled, and building statements
+# plus the ORM's execution layer cost far more than these indexed reads.
+_LAST_TICK = select(func.max(SchedulerHeartbeat.last_tick_at))
+_BACKLOG = select(func.count(), func.min(OutboxDelivery.created_at)).where(OutboxDelivery.status == "pending")
+
+
 def scheduler_heartbeat() -> dict:
     """The newest tick of any scheduler and how long ago it was (None when none ever ticked)."""
-    last = db.session.scalar(select(func.max(SchedulerHeartbeat.last_tick_at)))
+    last = db.session.connection().execute(_LAST_TICK).scalar()
     return {"last_tick_at": last, "lag_seconds": None if last is None else _seconds_since(last)}
 
 
 def outbox_backlog() -> dict:
     """Deliveries still owed (due now or waiting for a retry) and the age of the oldest one."""
-    pending, oldest = db.session.execute(
-        select(func.count(), func.min(OutboxDelivery.created_at)).where(OutboxDelivery.status == "pending")).one()
+    pending, oldest = db.session.connection().execute(_BACKLOG).one()
     return {"pending": pending, "oldest_pending_seconds": None if oldest is None else _seconds_since(oldest)}
 
 
