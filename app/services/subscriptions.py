@@ -231,8 +231,9 @@ def list_page(account_id, limit, offset, entity_type=None, status=None, search=N
     if search:
         return _search_page(params, search_form(search))
     page_query, total_query = _list_statements(bool(entity_type), bool(status))
-    rows = db.session.execute(page_query, params).all()
-    total = rows[0].total if rows else db.session.scalar(total_query, params)
+    connection = db.session.connection()  # Core on the session's connection: no ORM layer for plain columns
+    rows = connection.execute(page_query, params).all()
+    total = rows[0].total if rows else connection.execute(total_query, params).scalar()
     return rows, total
 
 
