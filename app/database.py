@@ -93,7 +93,8 @@ class PreparedSelect:
     session's connection (so inside its transaction), with the statement's own bind and result processing
     (e.g. SQLite's text timestamps and JSON). For indexed reads of a few rows, SQLAlchemy's execution layer
     (an execution context and result objects per call) costs many times what the database spends. Rows have
-    attribute access by column key, like SQLAlchemy's. No expanding or literal-execute parameters."""
+    attribute access by column key, like SQLAlchemy's. No expanding or literal-execute parameters. SQLAlchemy's
+    cursor events and echo do not see these statements."""
 
     def __init__(self, statement):
         self.statement = statement
