@@ -73,8 +73,8 @@ def _register_request_hooks(app):
     from app.api.auth import assign_request_id, count_request, identify_caller, set_request_id_header
     from app.api.http import refuse_nul_in_query_and_form
     from app.api.limits import add_rate_limit_headers
-    # Order matters: the caller is identified before flask-limiter's own before_request hook,
-    # which init_app registers next, so limits key on the validated API key.
+    # Order matters: the caller is identified before flask-limiter's own before_request hook, which init_app
+    # registers next, so limits key on the validated API key; a request refused for NUL spends no limit.
     app.before_request(assign_request_id)
     app.before_request(identify_caller)
     app.before_request(refuse_nul_in_query_and_form)

@@ -1,6 +1,6 @@
 """Extensions, created once and bound to the app in `create_app`."""
-from flask import g, request
-from flask_limiter import Limiter
+from flask import current_app, g, request
+from flask_limiter import Limit, Limiter
 from flask_migrate import Migrate
 from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy import MetaData
@@ -31,4 +31,26 @@ def rate_limit_key():
     return f"key:{key_id}" if key_id else f"addr:{request.remote_addr}"
 
 
-limiter = Limiter(key_func=rate_limit_key, headers_enabled=False)
+def limit_string(rate_class: str) -> str:
+    """The keyed caller's tier's limit of a rate-limit class (contract §8), e.g. `1000 per 900 seconds`."""
+    config = current_app.config
+    return f"{config['TIERS'][g.tier]['rate_limits'][rate_class]} per {config['RATELIMIT_WINDOW_SECONDS']} seconds"
+
+
+def request_rate_class():
+    """The class the view of a keyed request is tagged with (`app.api.limits`); None for a request without a
+    valid key (limited apart, per address), an untagged view, or OPTIONS (answered by Flask, never counted)."""
+    if not g.get("api_key_id") or request.method == "OPTIONS":
+        return None
+    return getattr(current_app.view_functions.get(request.endpoint), "rate_limit_class", None)
+
+
+def _class_limit() -> str:
+    rate_class = request_rate_class()
+    return limit_string(rate_class) if rate_class else ""  # "": no limit applies to this request
+
+
+# One shared default limit whose size and bucket follow the request's class: flask-limiter evaluates it once,
+# in its before_request hook (route decorators would add a second evaluation per request on top of that hook).
+limiter = Limiter(key_func=rate_limit_key, headers_enabled=False,
+                  default_limits=[Limit(_class_limit, scope=lambda _endpoint: request_rate_class(), shared=True)])

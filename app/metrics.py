@@ -8,6 +8,7 @@ database (outbox, subscriptions, the scheduler's last tick) are read from the da
 so every process answers the same."""
 import os
 from collections import Counter as Tally
+from functools import lru_cache
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily
@@ -61,8 +62,20 @@ def observe_deliveries(results, now) -> None:
 
 
 def observe_request(route: str, status: int, seconds: float) -> None:
-    HTTP_REQUESTS.labels(route, str(status)).inc()
-    HTTP_DURATION.labels(route).observe(seconds)
+    _request_counter(route, status).inc()
+    _request_histogram(route).observe(seconds)
+
+
+# The labelled children, looked up once per route and status (bounded: the app's routes, the statuses it
+# answers); `labels()` validates and locks on every call.
+@lru_cache(maxsize=None)
+def _request_counter(route: str, status: int):
+    return HTTP_REQUESTS.labels(route, str(status))
+
+
+@lru_cache(maxsize=None)
+def _request_histogram(route: str):
+    return HTTP_DURATION.labels(route)
 
 
 # --- the scrape -----------------------------------------------------------------------------------

@@ -38,9 +38,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from itertools import islice
+from typing import Optional
 from urllib.parse import urlsplit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -114,6 +115,24 @@ class Server:
     def url(self, path):
         return f"http://127.0.0.1:{self.port}{path}"
 
+    def cpu_seconds(self):
+        """CPU time (user + system) the server's processes (gunicorn's arbiter and its worker) have used so far;
+        None where /proc cannot tell (not Linux)."""
+        try:
+            return sum(_process_cpu_seconds(pid) for pid in _process_tree(self.process.pid))
+        except OSError:
+            return None
+
+
+def _process_tree(pid):
+    children = open(f"/proc/{pid}/task/{pid}/children").read().split()
+    return [pid, *(found for child in children for found in _process_tree(int(child)))]
+
+
+def _process_cpu_seconds(pid):
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
 
 def request(method, url, headers=None, body=None):
     """(status, headers, body) of one request on a new connection."""
@@ -177,6 +196,7 @@ class Result:
     p99_ms: float
     requests: int
     failed: int  # non-2xx answers and socket errors
+    cpu_ms: Optional[float] = None  # the server's CPU time per request (None: unknown)
 
 
 def with_wrk(url, seconds, connections, mode, key="", prefix="", rows=1) -> Result:
@@ -243,22 +263,33 @@ def with_python(url, seconds, connections, mode, key="", prefix="", rows=1) -> R
 
 # --- the run ----------------------------------------------------------------------------------------
 
-def measure(generator, label, *args, **kwargs) -> Result:
+def measure(generator, label, server, *args, **kwargs) -> Result:
+    """One run against `server`, with the server's CPU time per request: unlike rates, it hardly moves when
+    other work shares the machine."""
+    cpu_before = server.cpu_seconds()
     result = generator(*args, **kwargs)
-    print(f"  {label:44} {result.rate:8.0f} req/s  p50 {result.p50_ms:7.2f} ms  p99 {result.p99_ms:7.2f} ms",
-          flush=True)
     if result.failed:
         raise SystemExit(f"{label}: {result.failed} of {result.requests} requests failed")
     # The generator stops with requests still in flight; let the server finish them before the next run
     # (at 1M rows a list page can take seconds, which would land in the next endpoint's figures).
     time.sleep(min(10.0, 1.5 * result.p99_ms / 1000))
+    cpu_after = server.cpu_seconds()
+    if cpu_before is not None and cpu_after is not None:
+        result = replace(result, cpu_ms=1000 * (cpu_after - cpu_before) / result.requests)
+    print(f"  {label:44} {result.rate:8.0f} req/s  p50 {result.p50_ms:7.2f} ms  p99 {result.p99_ms:7.2f} ms"
+          f"  CPU {_cpu_text(result.cpu_ms)} ms/req", flush=True)
     return result
 
 
+def _cpu_text(cpu_ms):
+    return "   ?" if cpu_ms is None else f"{cpu_ms:4.2f}"
+
+
 def median_result(results) -> Result:
+    cpu = [r.cpu_ms for r in results if r.cpu_ms is not None]
     return Result(statistics.median(r.rate for r in results), statistics.median(r.p50_ms for r in results),
                   statistics.median(r.p99_ms for r in results), sum(r.requests for r in results),
-                  sum(r.failed for r in results))
+                  sum(r.failed for r in results), statistics.median(cpu) if cpu else None)
 
 
 def check_limiter_runs(app_server, key):
@@ -280,9 +311,10 @@ def print_table(rows, generator_name, options, database):
     print(f"\n{database}, {options.rows:,} subscriptions in one account; gunicorn gthread, 1 process x "
           f"{os.environ.get('GUNICORN_THREADS', '8')} threads; load: {generator_name}, {options.connections} "
           f"connections ({options.writers} for POST), {options.rounds} x {options.seconds:g} s, medians")
-    print(f"{'endpoint':46} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'x bare':>7}")
+    print(f"{'endpoint':46} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'x bare':>7} {'CPU ms/req':>11}")
     for label, result in rows:
-        print(f"{label:46} {result.rate:8.0f} {result.p50_ms:8.2f} {result.p99_ms:8.2f} {result.rate / bare:7.2f}")
+        print(f"{label:46} {result.rate:8.0f} {result.p50_ms:8.2f} {result.p99_ms:8.2f} {result.rate / bare:7.2f} "
+              f"{_cpu_text(result.cpu_ms):>11}")
 
 
 def main():
@@ -318,29 +350,28 @@ def main():
             check_limiter_runs(service, key)
             check_total(service, key, options.rows)
             endpoints = [
-                ("GET /hello (bare Flask, same gunicorn)", hello.url("/hello"), {}),
-                ("GET /healthz", service.url("/healthz"), {}),
-                ("GET /api/v1/subscriptions?limit=20", service.url("/api/v1/subscriptions?limit=20"),
-                 {"key": key}),
-                ("GET /api/v1/subscriptions/<id>", service.url("/api/v1/subscriptions"),
+                ("GET /hello (bare Flask, same gunicorn)", hello, "/hello", {}),
+                ("GET /healthz", service, "/healthz", {}),
+                ("GET /api/v1/subscriptions?limit=20", service, "/api/v1/subscriptions?limit=20", {"key": key}),
+                ("GET /api/v1/subscriptions/<id>", service, "/api/v1/subscriptions",
                  {"mode": "byid", "key": key, "prefix": id_prefix, "rows": options.rows}),
             ]
-            for label, url, extra in endpoints[:3]:  # warm-up: imports, caches, connections
-                generator(url, 1, options.connections, extra.get("mode", "static"), **{
+            for label, server, path, extra in endpoints[:3]:  # warm-up: imports, caches, connections
+                generator(server.url(path), 1, options.connections, extra.get("mode", "static"), **{
                     name: value for name, value in extra.items() if name != "mode"})
-            found = {label: [] for label, _url, _extra in endpoints}
+            found = {label: [] for label, _server, _path, _extra in endpoints}
             post_label = f"POST /api/v1/subscriptions ({options.writers} writers)"
             found[post_label] = []
             posted = 0
             for round_number in range(options.rounds):
                 print(f"round {round_number + 1}", flush=True)
-                for label, url, extra in endpoints:
+                for label, server, path, extra in endpoints:
                     extra = dict(extra)
                     mode = extra.pop("mode", "static")
-                    found[label].append(measure(generator, label, url, options.seconds, options.connections, mode,
-                                                **extra))
-                result = measure(generator, post_label, service.url("/api/v1/subscriptions"), options.seconds,
-                                 options.writers, "post", key=key, prefix=f"post{round_number}")
+                    found[label].append(measure(generator, label, server, server.url(path), options.seconds,
+                                                options.connections, mode, **extra))
+                result = measure(generator, post_label, service, service.url("/api/v1/subscriptions"),
+                                 options.seconds, options.writers, "post", key=key, prefix=f"post{round_number}")
                 found[post_label].append(result)
                 posted += result.requests
             check_total(service, key, options.rows + posted, options.writers * options.rounds)

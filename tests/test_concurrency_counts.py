@@ -50,15 +50,15 @@ def _by_key(query):
 
 
 def test_racing_creators_and_cancellers_leave_exact_counters(app):
-    account, _key = accounts.create_account("Race", "enterprise")
-    seed = [subscriptions.create(account.id, _item(f"seed-{n}", ("contact", "company")[n % 2])).id for n in range(40)]
+    account_id = accounts.create_account("Race", "enterprise")[0].id  # a plain value: the threads share it
+    seed = [subscriptions.create(account_id, _item(f"seed-{n}", ("contact", "company")[n % 2])).id for n in range(40)]
     load = SubscriptionCreateSchema().load
 
     def creator(number):
         for n in range(15):
-            subscriptions.create(account.id, _item(f"c{number}-{n}", ("contact", "company")[n % 2]))
+            subscriptions.create(account_id, _item(f"c{number}-{n}", ("contact", "company")[n % 2]))
             kinds = ("company", "contact") if n % 2 else ("contact", "company")  # both lock orders
-            subscriptions.bulk_create(account.id, [{"entity_type": kind, "network_id": f"b{number}-{n}-{kind}"}
+            subscriptions.bulk_create(account_id, [{"entity_type": kind, "network_id": f"b{number}-{n}-{kind}"}
                                                    for kind in kinds], load)
 
     def mover(number):
@@ -66,38 +66,38 @@ def test_racing_creators_and_cancellers_leave_exact_counters(app):
         for _ in range(20):
             picked = chooser.sample(seed, 4)
             try:
-                subscriptions.bulk_set_status(account.id, picked, chooser.choice(["active", "paused"]))
-                subscriptions.set_status(account.id, picked[0], chooser.choice(["active", "paused"]))
+                subscriptions.bulk_set_status(account_id, picked, chooser.choice(["active", "paused"]))
+                subscriptions.set_status(account_id, picked[0], chooser.choice(["active", "paused"]))
                 if chooser.random() < 0.3:
-                    subscriptions.bulk_cancel(account.id, picked[2:])
-                    subscriptions.cancel(account.id, picked[1])
+                    subscriptions.bulk_cancel(account_id, picked[2:])
+                    subscriptions.cancel(account_id, picked[1])
             except ServiceError:
                 pass  # a cancelled one cannot be paused: refused, nothing written
 
     assert _race(app, [creator, creator, mover, mover, mover]) == []
     counters = _by_key(select(SubscriptionCount.entity_type, SubscriptionCount.status, SubscriptionCount.count)
-                       .where(SubscriptionCount.account_id == account.id))
+                       .where(SubscriptionCount.account_id == account_id))
     rows = _by_key(select(Subscription.entity_type, Subscription.status, func.count())
-                   .where(Subscription.account_id == account.id)
+                   .where(Subscription.account_id == account_id)
                    .group_by(Subscription.entity_type, Subscription.status))
     assert counters == rows
     assert sum(rows.values()) == 40 + 2 * 15 * 3
 
 
 def test_the_tier_cap_holds_against_concurrent_creators(app):
-    account, _key = accounts.create_account("Capped", "starter")  # 100 live subscriptions
+    account_id = accounts.create_account("Capped", "starter")[0].id  # 100 live subscriptions
     created = []
 
     def creator(number):
         for n in range(40):
             try:
-                created.append(subscriptions.create(account.id, _item(f"p{number}-{n}")).id)
+                created.append(subscriptions.create(account_id, _item(f"p{number}-{n}")).id)
             except ServiceError:
                 pass
 
     assert _race(app, [creator] * 4) == []
     assert len(created) == 100
-    assert accounts.live_subscription_count(db.session, account.id) == 100
+    assert accounts.live_subscription_count(db.session, account_id) == 100
 
 
 def test_search_on_postgres_answers_like_a_substring_test(app):

@@ -77,8 +77,7 @@ def test_an_unreachable_database_is_503_with_the_error_shape(anon, monkeypatch, 
     def broken(*args, **kwargs):
         raise RuntimeError("database is gone")
 
-    monkeypatch.setattr(db.session, "execute", broken)
-    monkeypatch.setattr(db.session, "scalar", broken)
+    monkeypatch.setattr(db.session, "connection", broken)
     status, body = get_health(anon.client)
     assert status == 503
     assert body["database"] == "unreachable" and body["scheduler"] is None and body["outbox"] is None

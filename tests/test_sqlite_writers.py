@@ -6,7 +6,7 @@ import pytest
 
 from sqlalchemy import event, update
 
-from app.database import write_transaction
+from app.database import IMMEDIATE, write_transaction
 from app.extensions import db
 from app.models import Account
 from conftest import make_tenant, subscription_count
@@ -41,9 +41,9 @@ def test_eight_threads_creating_at_once_all_succeed_and_every_row_is_counted(app
 def _count_immediate_begins(app):
     begins = []
 
-    @event.listens_for(db.engine, "before_cursor_execute")
-    def _seen(_connection, _cursor, statement, *_args):
-        if statement == "BEGIN IMMEDIATE":
+    @event.listens_for(db.engine, "begin")
+    def _seen(connection):
+        if connection.get_execution_options().get(IMMEDIATE):
             begins.append(threading.current_thread().name)
     return begins
 

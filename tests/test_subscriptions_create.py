@@ -398,7 +398,7 @@ def test_the_duplicate_check_looks_the_entity_up_in_the_live_unique_index(app, a
 
     @event.listens_for(db.engine, "before_cursor_execute")
     def _explain(_connection, cursor, statement, parameters, *_args):
-        if "network_id IN" in statement and not statement.startswith("EXPLAIN"):
+        if ("network_id IN" in statement or "network_id = ?" in statement) and not statement.startswith("EXPLAIN"):
             plans.append(cursor.connection.execute("EXPLAIN QUERY PLAN " + statement, parameters).fetchall())
 
     assert alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "jane-doe"}).status_code == 201

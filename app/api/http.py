@@ -21,10 +21,14 @@ class SubscriptionIdConverter(BaseConverter):
     regex = r"(?!(?:bulk|export)$)[^/\x00]+"
 
 
+FORM_MIMETYPES = ("application/x-www-form-urlencoded", "multipart/form-data")  # the bodies request.form parses
+
+
 def refuse_nul_in_query_and_form():
     """A 400 for NUL in a query or form parameter, on every database alike: PostgreSQL cannot compare or store
-    it in text."""
-    for source in (request.args, request.form):
+    it in text. The form is read only when the body is one (reading it otherwise builds an empty parser)."""
+    sources = (request.args, request.form) if request.mimetype in FORM_MIMETYPES else (request.args,)
+    for source in sources:
         for name, value in source.items(multi=True):
             if "\x00" in name or "\x00" in value:
                 raise ValidationFailed(name, f"{name} must not contain the NUL character (U+0000).", value)

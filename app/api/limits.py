@@ -7,8 +7,7 @@ from flask import current_app, g
 from limits import RateLimitItemPerSecond, parse
 
 from app.errors import ServiceError
-from app.extensions import limiter, rate_limit_key
-from app.services.accounts import tier_settings
+from app.extensions import limit_string, limiter, rate_limit_key
 
 RATE_LIMIT_MESSAGE = "Rate limit exceeded for this API key. Retry after the window resets."
 
@@ -29,27 +28,27 @@ def seconds_until(reset_time: float) -> int:
     return max(1, math.ceil(reset_time - time.time()))
 
 
-def _limit_string(scope: str):
-    def limit():
-        tier = g.get("tier")
-        amount = (tier_settings(tier)["rate_limits"][scope] if tier
-                  else current_app.config["RATELIMIT_UNAUTHENTICATED"])
-        return f"{amount} per {current_app.config['RATELIMIT_WINDOW_SECONDS']} seconds"
-    return limit
+def rate_class(name: str):
+    """Tags a view with its rate-limit class; the limiter's one default limit (app.extensions) sizes and
+    buckets each keyed request by it, so the class is shared by every view tagged with it."""
+    def tag(view):
+        view.rate_limit_class = name
+        return view
+    return tag
 
 
-read_limit = limiter.shared_limit(_limit_string("read"), scope="read")
-write_limit = limiter.shared_limit(_limit_string("write"), scope="write")
-bulk_limit = limiter.shared_limit(_limit_string("bulk"), scope="bulk")
-default_limit = limiter.shared_limit(_limit_string("default"), scope="default")
+read_limit = rate_class("read")
+write_limit = rate_class("write")
+bulk_limit = rate_class("bulk")
+default_limit = rate_class("default")
 
 
 def limit_unauthenticated():
     """Requests refused for want of a valid key (missing, malformed, unknown) are limited per client
     address, one bucket for every route, so guessing keys is slow.
 
-    flask-limiter checks decorated limits when the view is called, which a refused request never
-    reaches; hence this explicit check, made just before the 401."""
+    flask-limiter's class limit applies only to keyed requests; hence this explicit check, made just before
+    the 401."""
     config = current_app.config
     if not config.get("RATELIMIT_ENABLED", True):
         return
@@ -69,7 +68,7 @@ def add_rate_limit_headers(response):
     if current is not None:
         amount, remaining, reset_at = current.limit.amount, current.remaining, current.reset_at
     else:  # no limited view ran (an unknown route, a wrong method): report the default class, unspent
-        item = parse(_limit_string("default")())
+        item = parse(limit_string("default"))
         reset_time, remaining = limiter.limiter.get_window_stats(item, rate_limit_key(), "default")
         amount, reset_at = item.amount, int(reset_time + 1)
     response.headers["X-RateLimit-Limit"] = str(amount)

@@ -1,6 +1,7 @@
 """`GET /metrics` (no API key): Prometheus text format. Off with METRICS_ENABLED=0; `metrics serve` answers
 it on an address of its own instead."""
 import re
+from functools import lru_cache
 
 from flask import Blueprint, Response, request
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -21,10 +22,15 @@ def scrape():
 
 def observe_request(response):
     """Requests by route template (never the raw path: ids would make unbounded label values)."""
-    route = ROUTE_CONVERTER.sub(r"<\1>", request.url_rule.rule) if request.url_rule is not None else "unmatched"
+    route = route_template(request.url_rule.rule) if request.url_rule is not None else "unmatched"
     if route != "/metrics":
         metrics.observe_request(route, response.status_code, elapsed_seconds())
     return response
+
+
+@lru_cache(maxsize=None)  # one entry per rule of the app
+def route_template(rule: str) -> str:
+    return ROUTE_CONVERTER.sub(r"<\1>", rule)
 
 
 def metrics_only(app):

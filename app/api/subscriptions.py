@@ -19,6 +19,7 @@ create_schema = SubscriptionCreateSchema()
 created_schema = SubscriptionCreatedSchema()
 detail_schema = SubscriptionSchema()
 list_query_schema = SubscriptionListQuerySchema()
+created_item = flat_dumper(created_schema)
 list_item = flat_dumper(SubscriptionListItemSchema())
 detail_item = flat_dumper(detail_schema)
 cancelled_schema = SubscriptionCancelledSchema()
@@ -38,7 +39,7 @@ export_query_schema = ExportQuerySchema()
       status=201, tag="subscriptions", errors=(TierLimitExceeded, TrialExpired, DuplicateSubscription))
 def create_subscription():
     subscription = subscriptions.create(account_id(), load_body(create_schema))
-    return (created_schema.dump(subscription), 201,
+    return (created_item(subscription), 201,
             {"Location": f"/api/v1/subscriptions/{subscription.id}"})
 
 

@@ -71,7 +71,7 @@ LIVE_TOTAL = subscription_counts.total_statement(statuses=LIVE_STATUSES)
 
 def live_subscription_count(session, account_id: str) -> int:
     """Active and paused subscriptions, from the counters (the tier cap)."""
-    return session.scalar(LIVE_TOTAL, {"account_id": account_id})
+    return session.connection().execute(LIVE_TOTAL, {"account_id": account_id}).scalar()
 
 
 def describe(account: Account) -> dict:

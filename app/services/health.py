@@ -6,7 +6,7 @@ from datetime import timedelta
 from sqlalchemy import delete, func, select
 
 from app.common import new_id, utcnow
-from app.database import upsert, write_transaction
+from app.database import PreparedSelect, upsert, write_transaction
 from app.extensions import db
 from app.models import OutboxDelivery, SchedulerHeartbeat
 from app.services.provider_status import provider_status
@@ -32,16 +32,22 @@ def forget_stale_schedulers() -> None:
         session.execute(delete(SchedulerHeartbeat).where(SchedulerHeartbeat.last_tick_at < utcnow() - FORGET_AFTER))
 
 
+# Prepared once: /healthz is polled, and building statements plus SQLAlchemy's execution layers cost far more
+# than these indexed reads.
+_LAST_TICK = PreparedSelect(select(func.max(SchedulerHeartbeat.last_tick_at)))
+_BACKLOG = PreparedSelect(select(func.count(), func.min(OutboxDelivery.created_at))
+                          .where(OutboxDelivery.status == "pending"))
+
+
 def scheduler_heartbeat() -> dict:
     """The newest tick of any scheduler and how long ago it was (None when none ever ticked)."""
-    last = db.session.scalar(select(func.max(SchedulerHeartbeat.last_tick_at)))
+    last = _LAST_TICK.first()[0]
     return {"last_tick_at": last, "lag_seconds": None if last is None else _seconds_since(last)}
 
 
 def outbox_backlog() -> dict:
     """Deliveries still owed (due now or waiting for a retry) and the age of the oldest one."""
-    pending, oldest = db.session.execute(
-        select(func.count(), func.min(OutboxDelivery.created_at)).where(OutboxDelivery.status == "pending")).one()
+    pending, oldest = _BACKLOG.first()
     return {"pending": pending, "oldest_pending_seconds": None if oldest is None else _seconds_since(oldest)}
 
 

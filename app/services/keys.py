@@ -12,7 +12,7 @@ from flask import current_app
 from sqlalchemy import bindparam, func, select, update
 
 from app.common import new_id, random_alphanumeric, utcnow
-from app.database import write_transaction
+from app.database import PreparedSelect, write_transaction
 from app.errors import InvalidState, KeyLimitExceeded, NotFound, Unauthorized
 from app.extensions import db
 from app.models import Account, ApiKey
@@ -75,9 +75,9 @@ def _key_count(session, account_id):
     return session.scalar(select(func.count()).select_from(ApiKey).where(ApiKey.account_id == account_id))
 
 
-# Built once: every request runs it, and building plus cache-keying a statement costs more than SQLite.
-_BY_HASH = (select(ApiKey.id, ApiKey.account_id, ApiKey.last_used_at, ApiKey.key_hash, Account.tier)
-            .join(Account, Account.id == ApiKey.account_id).where(ApiKey.key_hash == bindparam("digest")))
+# Prepared once: every request runs it (one lookup in the unique index of key hashes).
+_BY_HASH = PreparedSelect(select(ApiKey.id, ApiKey.account_id, ApiKey.last_used_at, ApiKey.key_hash, Account.tier)
+                          .join(Account, Account.id == ApiKey.account_id).where(ApiKey.key_hash == bindparam("digest")))
 
 
 @dataclass
@@ -99,9 +99,7 @@ def authenticate(header_value):
     if match.group(1) != current_app.config["API_KEY_MODE"]:
         raise Unauthorized(INVALID_MESSAGE)
     digest = hash_key(header_value)
-    # Core execution on the session's connection (same transaction): the ORM layer adds nothing to plain
-    # columns but doubled the cost of this query, which every request runs.
-    row = db.session.connection().execute(_BY_HASH, {"digest": digest}).first()
+    row = _BY_HASH.first({"digest": digest})
     # The lookup is by hash, so timing reveals nothing of the key; compare anyway, in constant time.
     if row is None or not hmac.compare_digest(row.key_hash, digest):
         raise Unauthorized(INVALID_MESSAGE)

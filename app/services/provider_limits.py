@@ -18,7 +18,7 @@ from typing import Optional
 import limits.storage
 import limits.strategies
 from flask import current_app
-from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy import bindparam, delete, func, or_, select, update
 
 from app.common import utcnow
 from app.database import end_read_transaction, upsert, write_transaction
@@ -194,13 +194,16 @@ def pause(provider: str, reason: str, until: Optional[datetime], detail: str) ->
                     until.isoformat() + "Z" if until else "an operator resumes it", detail)
 
 
+# Built once and run through Core: /healthz reads it on every call.
+_PAUSE = select(ProviderState.paused_reason, ProviderState.paused_at, ProviderState.paused_until,
+                ProviderState.detail).where(ProviderState.provider == bindparam("provider"))
+
+
 def current_pause(provider: str):
     """The ongoing pause (a row: paused_reason, paused_at, paused_until, detail), or None. A pause whose
     time has come is lifted here (and logged once)."""
     now = utcnow()
-    state = db.session.execute(select(ProviderState.paused_reason, ProviderState.paused_at,
-                                      ProviderState.paused_until, ProviderState.detail)
-                               .where(ProviderState.provider == provider)).one_or_none()
+    state = db.session.connection().execute(_PAUSE, {"provider": provider}).one_or_none()
     end_read_transaction()
     if state is None or state.paused_reason is None:
         return None

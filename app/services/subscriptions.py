@@ -1,14 +1,16 @@
 """Subscriptions: the rules of contract §3 (identity, duplicates, caps, trial, states)."""
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Optional
 
 from flask import current_app
-from sqlalchemy import String, Text, bindparam, cast, func, literal, literal_column, select, tuple_, type_coerce
+from sqlalchemy import (String, Text, bindparam, cast, func, insert, literal, literal_column, select, tuple_,
+                        type_coerce)
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.types import NullType
 
 from app.common import isoformat, new_id, utcnow
-from app.database import write_transaction
+from app.database import PreparedSelect, write_transaction
 from app.errors import (DuplicateSubscription, InvalidState, NotFound, ServiceError, TierLimitExceeded,
                         TrialExpired)
 from app.extensions import db
@@ -26,12 +28,18 @@ def _resolve(item: dict):
                           current_app.config["NETWORK_DOMAIN"])
 
 
-def _lock_account(session, account_id) -> Account:
-    """The account, locked until commit (PostgreSQL; SQLite serialises writers already): every write to its
-    subscriptions takes it first, so the tier cap holds against concurrent creators and writers never
-    deadlock on the counter rows their triggers move. `key_share` makes it FOR NO KEY UPDATE, so foreign-key
-    checks of other writers (events, keys) go on."""
-    return session.scalar(select(Account).where(Account.id == account_id).with_for_update(key_share=True))
+# Built once, run through Core on the session's connection (like every statement of a create): the write
+# lock is held from BEGIN IMMEDIATE to commit, and the ORM's layers would hold it several times longer.
+_ACCOUNT_LOCK = (select(Account.tier, Account.trial_ends_at).where(Account.id == bindparam("account_id"))
+                 .with_for_update(key_share=True))
+
+
+def _lock_account(session, account_id):
+    """The account's tier and trial_ends_at, its row locked until commit (PostgreSQL; SQLite serialises writers
+    already): every write to its subscriptions takes it first, so the tier cap holds against concurrent
+    creators and writers never deadlock on the counter rows their triggers move. `key_share` makes it FOR NO
+    KEY UPDATE, so foreign-key checks of other writers (events, keys) go on."""
+    return session.connection().execute(_ACCOUNT_LOCK, {"account_id": account_id}).one()
 
 
 def _ensure_trial_open(account: Account, now):
@@ -65,35 +73,49 @@ def _duplicate_error(network_id, existing_id):
                                  {"existing_subscription_id": existing_id, "network_id": network_id})
 
 
-def _new_subscription(account_id, entity_type, network_id, network_url, custom_metadata, now):
-    return Subscription(id=new_id("sub"), account_id=account_id, entity_type=entity_type,
-                        network_id=network_id, network_url=network_url, status="active",
-                        custom_metadata=custom_metadata, created_at=now, updated_at=now,
-                        next_check_at=first_check_at(now))
+def _new_row(account_id, entity_type, network_id, network_url, custom_metadata, now) -> dict:
+    """A new subscription's columns (the model's defaults fill the others)."""
+    return {"id": new_id("sub"), "account_id": account_id, "entity_type": entity_type, "network_id": network_id,
+            "network_url": network_url, "status": "active", "custom_metadata": custom_metadata, "created_at": now,
+            "updated_at": now, "next_check_at": first_check_at(now)}
+
+
+def _new_subscription(*columns) -> Subscription:
+    return Subscription(**_new_row(*columns))
+
+
+_LIVE_ENTITY = select(Subscription.id).where(
+    Subscription.account_id == bindparam("account_id"), Subscription.entity_type == bindparam("entity_type"),
+    Subscription.network_id == bindparam("network_id"), _LIVE)
+_INSERT = insert(Subscription.__table__)
+
+
+def _live_duplicate(session, values: dict) -> Optional[str]:
+    """The id of the live subscription to the entity of `values`, if any."""
+    return session.connection().execute(_LIVE_ENTITY, values).scalar()
 
 
 def create(account_id: str, item: dict) -> Subscription:
-    """One subscription from a validated create body."""
+    """One subscription from a validated create body (a new, detached instance)."""
     network_id, network_url = _resolve(item)
     try:
         with write_transaction() as session:
             now = utcnow()
+            values = _new_row(account_id, item["entity_type"], network_id, network_url, item["custom_metadata"],
+                              now)
             account = _lock_account(session, account_id)
             _ensure_trial_open(account, now)
-            existing = _existing_live(session, account_id, item["entity_type"], [network_id])
+            existing = _live_duplicate(session, values)
             if existing:
-                raise _duplicate_error(network_id, existing[network_id])
+                raise _duplicate_error(network_id, existing)
             limit = accounts.subscription_limit(account)
             count = accounts.live_subscription_count(session, account_id)
             if limit is not None and count >= limit:
                 raise _tier_limit_error(account, count, limit)
-            subscription = _new_subscription(account_id, item["entity_type"], network_id, network_url,
-                                             item["custom_metadata"], now)
-            session.add(subscription)
+            session.connection().execute(_INSERT, values)
     except IntegrityError:  # a concurrent create won the unique index (PostgreSQL; SQLite serialises)
-        existing = _existing_live(db.session, account_id, item["entity_type"], [network_id])
-        raise _duplicate_error(network_id, existing.get(network_id))
-    return subscription
+        raise _duplicate_error(network_id, _live_duplicate(db.session, values))  # values: the insert raised
+    return Subscription(**values)
 
 
 @dataclass
@@ -180,16 +202,15 @@ DETAIL_COLUMNS = (Subscription.id, Subscription.entity_type, Subscription.networ
                   Subscription.updated_at, Subscription.last_checked_at, Subscription.last_change_at,
                   Subscription.last_check_status, Subscription.next_check_at, Subscription.paused_at,
                   Subscription.cancelled_at, Subscription.check_count, Subscription.change_count)
-# Built once: the get endpoint is hot, and building plus cache-keying a statement costs more than SQLite.
-_DETAIL_BY_ID = select(*DETAIL_COLUMNS).where(Subscription.id == bindparam("subscription_id"),
-                                              Subscription.account_id == bindparam("account_id"))
+# Prepared once: the get endpoint is hot.
+_DETAIL_BY_ID = PreparedSelect(select(*DETAIL_COLUMNS).where(Subscription.id == bindparam("subscription_id"),
+                                                             Subscription.account_id == bindparam("account_id")))
 
 
 def get_detail(account_id: str, subscription_id: str):
     """The get shape's columns of one subscription (a row with attribute access like the model's; no
-    snapshot JSON), through Core on the session's connection: no ORM work for a read-only answer."""
-    row = db.session.connection().execute(_DETAIL_BY_ID, {"subscription_id": subscription_id,
-                                                          "account_id": account_id}).first()
+    snapshot JSON), by a prepared statement: no ORM work for a read-only answer."""
+    row = _DETAIL_BY_ID.first({"subscription_id": subscription_id, "account_id": account_id})
     if row is None:
         raise NotFound("subscription", subscription_id)
     return row
@@ -209,8 +230,8 @@ def list_page(account_id, limit, offset, entity_type=None, status=None, search=N
     if search:
         return _search_page(params, search_form(search))
     page_query, total_query = _list_statements(bool(entity_type), bool(status))
-    rows = db.session.execute(page_query, params).all()
-    total = rows[0].total if rows else db.session.scalar(total_query, params)
+    rows = page_query.rows(params)
+    total = rows[0].total if rows else total_query.first(params)[0]
     return rows, total
 
 
@@ -237,13 +258,13 @@ def _page_statement(conditions, *extra_columns):
 
 @lru_cache(maxsize=None)
 def _list_statements(by_entity_type: bool, by_status: bool):
-    """The list's page and total statements for one combination of filters, built once with bound
-    parameters (building and cache-keying statements was a good part of the list endpoint's time).
-    The total rides along the page as a scalar subquery of the counters: one round trip."""
+    """The list's page and total statements for one combination of filters, prepared once with bound
+    parameters (building, cache-keying and executing statements through SQLAlchemy's layers was most of the
+    list endpoint's time). The total rides along the page as a scalar subquery of the counters: one round trip."""
     total_query = subscription_counts.total_statement(by_entity_type, by_status)
     page_query = _page_statement(_list_conditions(by_entity_type, by_status),
                                  total_query.scalar_subquery().label("total"))
-    return page_query, total_query
+    return PreparedSelect(page_query), PreparedSelect(total_query)
 
 
 def _search_page(params: dict, needle: str):
