@@ -111,10 +111,11 @@ def _csv_head(dialect: _Dialect) -> str:
 
 def _json_head(dialect: _Dialect) -> str:
     """A JSON item up to its metadata, each text between quotes as it is: '{"subscription_id": "…", …,
-    "custom_metadata": '."""
-    fields = " || ', ' || ".join(f"'\"{name}\": \"' || {column} || '\"'"
-                                 for name, column in zip(COLUMNS, (*_TEXT_COLUMNS, dialect.created_at)))
-    return f"'{{' || {fields} || ', \"custom_metadata\": '"
+    "custom_metadata": '. The constant text between two fields is one literal (SQLite concatenates each `||`)."""
+    parts = []
+    for number, (name, value) in enumerate(zip(COLUMNS, (*_TEXT_COLUMNS, dialect.created_at))):
+        parts += [f"""'{'{' if number == 0 else '", '}"{name}": "'""", value]
+    return " || ".join([*parts, """'", "custom_metadata": '"""])
 
 
 _CSV_HEAD_COMMAS = len(COLUMNS) - 1
