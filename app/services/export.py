@@ -14,6 +14,7 @@ import csv
 import io
 import json
 from dataclasses import dataclass
+from itertools import chain, repeat
 
 
 from app.common import isoformat
@@ -80,7 +81,6 @@ class _Dialect:
     """The SQL pieces that differ between SQLite and PostgreSQL."""
     param: str       # a named parameter in the driver's style, "{}" its name
     created_at: str  # iso_created_at of the column: the stored text on SQLite, a timestamp on PostgreSQL
-    metadata: str    # custom_metadata as its JSON text
 
 
 _DIALECTS = {
@@ -91,17 +91,16 @@ _DIALECTS = {
                    "WHEN substr(created_at, 20) = '.000000' THEN '' "
                    "WHEN length(created_at) = 26 THEN substr(created_at, 20, 4) "
                    "WHEN rtrim(substr(created_at, 21, 6), '0') = '' THEN '' "
-                   "ELSE '.' || substr(substr(created_at, 21, 6) || '000', 1, 3) END || 'Z'",
-        metadata="custom_metadata"),
+                   "ELSE '.' || substr(substr(created_at, 21, 6) || '000', 1, 3) END || 'Z'"),
     # to_char's MS truncates, as isoformat does.
     "postgresql": _Dialect(
         param="%({})s",
         created_at="to_char(created_at, 'YYYY-MM-DD\"T\"HH24:MI:SS') || CASE "
                    "WHEN date_trunc('second', created_at) = created_at THEN '' "
-                   "ELSE to_char(created_at, '.MS') END || 'Z'",
-        metadata="CAST(custom_metadata AS TEXT)"),
+                   "ELSE to_char(created_at, '.MS') END || 'Z'"),
 }
 _TEXT_COLUMNS = ("id", "entity_type", "network_id", "network_url", "status")
+_METADATA = "CAST(custom_metadata AS TEXT)"  # its JSON text (SQLite gives a number stored as JSON as a number)
 
 
 def _csv_head(dialect: _Dialect) -> str:
@@ -137,36 +136,44 @@ def _plain_json_heads(heads: str, count: int) -> bool:
 
 
 def _csv_metadata_field(metadata) -> str:
+    """The CSV field of stored metadata that is not '{}', quoted as csv.writer quotes it."""
     field = _metadata_csv(metadata)
-    return f'"{field.replace(chr(34), chr(34) * 2)}"' if any(c in field for c in ',"\r\n') else field
+    if '"' in field or "," in field or "\n" in field or "\r" in field:
+        return '"' + field.replace('"', '""') + '"'
+    return field
 
 
-def _csv_lines(heads, metadata) -> list:
-    return [f"{head}{'{}' if value == '{}' else _csv_metadata_field(value)}\r\n"
-            for head, value in zip(heads, metadata)]
+def _csv_text(heads, metadata) -> str:
+    """The chunk's lines, each its head, its metadata field and CRLF, joined without a string per line."""
+    fields = [value if value == "{}" else _csv_metadata_field(value) for value in metadata]
+    return "".join(chain.from_iterable(zip(heads, fields, repeat("\r\n"))))
 
 
 _EMPTY_METADATA = frozenset((None, "", "{}", "null"))  # _is_empty of stored JSON text
 
 
-def _json_items(heads, metadata) -> list:
-    return [f"{head}{'{}' if value in _EMPTY_METADATA else value}}}" for head, value in zip(heads, metadata)]
+def _json_text(heads, metadata) -> str:
+    """The chunk's items, each its head, its metadata and '}', joined by ','."""
+    values = ["{}" if value in _EMPTY_METADATA else value for value in metadata]
+    return "".join(chain.from_iterable(zip(heads, values, repeat("},"))))[:-1]
 
 
 @dataclass(frozen=True)
 class _Format:
-    head: object      # dialect -> SQL of the row's text up to its metadata
-    plain: object     # (joined heads, count) -> whether every head is exactly the reference's
-    lines: object     # (heads, stored metadata) -> the rows' texts
-    first_id: object  # a plain head -> the subscription id in it
-    reference: object  # stored row -> its text
+    head: object       # dialect -> SQL of the row's text up to its metadata
+    plain: object      # (joined heads, count) -> whether every head is exactly the reference's
+    text: object       # (heads, stored metadata) -> the chunk's text
+    first_id: object   # a plain head -> the subscription id in it
+    reference: object  # stored row -> its text (a CSV line, a JSON item)
+    separator: str     # between two rows' texts
 
 
 _FORMATS = {
-    "csv": _Format(_csv_head, _plain_csv_heads, _csv_lines, lambda head: head[:head.index(",")], format_csv_row),
-    "json": _Format(_json_head, _plain_json_heads, _json_items, lambda head: head[21:head.index('"', 21)],
-                    format_json_item),
+    "csv": _Format(_csv_head, _plain_csv_heads, _csv_text, lambda head: head[:head.index(",")], format_csv_row, ""),
+    "json": _Format(_json_head, _plain_json_heads, _json_text, lambda head: head[21:head.index('"', 21)],
+                    format_json_item, ","),
 }
+
 
 def _window_sql(dialect: _Dialect, columns: str, status: str, after) -> str:
     """The next CHUNK_ROWS rows of the account after `after` (created_at, id), oldest first. A row-value
@@ -193,54 +200,54 @@ def _fetch(sql: str, params: dict) -> list:
 
 
 def _formatted_chunks(account_id: str, status: str, export_format: str):
-    """Lists of the formatted rows (CSV lines or JSON items) of the account's subscriptions matching `status`,
-    oldest first, CHUNK_ROWS at a time, each chunk read in a transaction of its own."""
+    """(text, row count) of each chunk of the account's subscriptions matching `status` (CSV lines or JSON items
+    joined by ','), oldest first, CHUNK_ROWS rows at a time, each chunk read in a transaction of its own."""
     dialect, form = _DIALECTS[db.session.get_bind().dialect.name], _FORMATS[export_format]
     after = None
     while True:
-        texts, last_id = _formatted_chunk(dialect, form, account_id, status, after)
-        if texts:
+        text, count, last_id = _formatted_chunk(dialect, form, account_id, status, after)
+        if count:
             stored_created_at = _fetch(f"SELECT created_at FROM subscriptions WHERE id = {dialect.param.format('id')}",
                                        {"id": last_id})[0][0]
         db.session.rollback()
-        if not texts:
+        if not count:
             return
-        yield texts
-        if len(texts) < CHUNK_ROWS:
+        yield text, count
+        if count < CHUNK_ROWS:
             return
         after = (stored_created_at, last_id)
 
 
 def _formatted_chunk(dialect: _Dialect, form: _Format, account_id: str, status: str, after):
-    """(texts, id of the last row) of the next chunk after `after`. When a head is not plain, the chunk is read
-    again as stored values and formatted by the reference."""
+    """(text, row count, id of the last row) of the next chunk after `after`. When a head is not plain, the
+    chunk is read again as stored values and formatted by the reference."""
     params = {"account_id": account_id, "status": status,
               **({"after_created_at": after[0], "after_id": after[1]} if after else {})}
-    rows = _fetch(_window_sql(dialect, f"{form.head(dialect)}, {dialect.metadata}", status, after), params)
+    rows = _fetch(_window_sql(dialect, f"{form.head(dialect)}, {_METADATA}", status, after), params)
     if not rows:
-        return [], None
+        return "", 0, None
     heads, metadata = zip(*rows)
     if form.plain("".join(heads), len(heads)):
-        return form.lines(heads, metadata), form.first_id(heads[-1])
-    stored = ", ".join((*_TEXT_COLUMNS, "created_at", dialect.metadata))
+        return form.text(heads, metadata), len(heads), form.first_id(heads[-1])
+    stored = ", ".join((*_TEXT_COLUMNS, "created_at", _METADATA))
     rows = _fetch(_window_sql(dialect, stored, status, after), params)
-    return [form.reference(row) for row in rows], rows[-1][0] if rows else None
+    return form.separator.join(map(form.reference, rows)), len(rows), rows[-1][0] if rows else None
 
 
 def csv_chunks(account_id: str, status: str):
     """A header, then one line per subscription."""
     yield ",".join(COLUMNS) + "\r\n"
-    for lines in _formatted_chunks(account_id, status, "csv"):
-        yield "".join(lines)
+    for text, _count in _formatted_chunks(account_id, status, "csv"):
+        yield text
 
 
 def json_chunks(account_id: str, status: str):
     """`{data: [...], total}` written a chunk of items at a time."""
     yield '{"data": ['
     total = 0
-    for items in _formatted_chunks(account_id, status, "json"):
-        yield ("," if total else "") + ",".join(items)
-        total += len(items)
+    for text, count in _formatted_chunks(account_id, status, "json"):
+        yield ("," if total else "") + text
+        total += count
     yield f'], "total": {total}}}'
 
 
