@@ -114,7 +114,7 @@ def test_search_on_postgres_answers_like_a_substring_test(app):
 
 def test_export_walks_every_chunk_on_postgres(app, monkeypatch):
     from app.services import export
-    monkeypatch.setattr(subscriptions, "EXPORT_CHUNK", 3)
+    monkeypatch.setattr(export, "CHUNK_ROWS", 3)
     account, _key = accounts.create_account("Export", "enterprise")
     created = subscriptions.bulk_create(account.id, [{"entity_type": "contact", "network_id": f"person-{n}",
                                                       "custom_metadata": {"n": str(n), "who": "Zoë"}} for n in range(8)],

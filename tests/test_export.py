@@ -2,15 +2,18 @@
 import csv
 import io
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sqlalchemy import insert, select
 
 from app.common import isoformat
-from app.services import subscriptions
-from app.services.export import _json_item, _metadata_csv, csv_line, iso_created_at
+from app.extensions import db
+from app.models import Subscription
+from app.services import export
+from app.services.export import _metadata_csv, format_json_item, iso_created_at
 
 COLUMNS = ["subscription_id", "entity_type", "network_id", "network_url", "status", "created_at",
            "custom_metadata"]
@@ -103,7 +106,7 @@ def test_export_holds_only_the_callers_subscriptions(alice, bob):
 
 
 def test_export_walks_every_row_across_chunks_with_equal_created_at(alice, monkeypatch):
-    monkeypatch.setattr(subscriptions, "EXPORT_CHUNK", 4)
+    monkeypatch.setattr(export, "CHUNK_ROWS", 4)
     body = alice.post("/subscriptions/bulk", json={"subscriptions": [
         {"entity_type": "contact", "network_id": f"person-{n:02d}"} for n in range(11)]}).get_json()
     ids = [item["id"] for item in body["subscriptions"]]  # one bulk call: one created_at for all
@@ -139,6 +142,54 @@ def test_bad_export_parameters_are_400(alice, query, field):
 
 # --- the fast formatting equals the plain one ------------------------------------------------------
 
+AWKWARD_TEXTS = ["plain-id", "with,comma", 'with"quote', "with\nnewline", "with\rreturn", "zoë-ünïcode", "日本",
+                 "back\\slash", "control\x01char", "tab\there", "", "😀"]
+AWKWARD_METADATA = [{}, None, {"crm_id": "42"}, {"owner": "Zoë, sales"}, {"note": 'say "hi"\non two lines'},
+                    {"escaped": "\\u00e9 as text"}, {"control": "\x1f"}, {"nested": {"list": [1, "ü", None]}}, [1, 2],
+                    "text", 5]
+
+
+def _reference_export(account_id):
+    """The export as csv.writer and json.dumps write it from the stored subscriptions, oldest first."""
+    stored = db.session.scalars(select(Subscription).where(Subscription.account_id == account_id)
+                                .order_by(Subscription.created_at, Subscription.id)).all()
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(COLUMNS)
+    items = []
+    for row in stored:
+        fields = [row.id, row.entity_type, row.network_id, row.network_url, row.status, isoformat(row.created_at)]
+        metadata = row.custom_metadata or {}
+        writer.writerow([*fields, json.dumps(metadata, ensure_ascii=False)])
+        items.append(json.dumps(dict(zip(COLUMNS, [*fields, metadata]))))
+    return buffer.getvalue(), f'{{"data": [{",".join(items)}], "total": {len(items)}}}'
+
+
+def test_export_bytes_equal_csv_writer_and_json_dumps_with_awkward_values(alice, monkeypatch):
+    """Every field may hold what CSV quotes or JSON escapes (rows written past the API's validation), chunks mix
+    plain rows and such rows, timestamps have all their fraction forms."""
+    monkeypatch.setattr(export, "CHUNK_ROWS", 5)
+    start = datetime(2026, 3, 1, 12, 0, 0)
+    fractions = [0, 123456, 999999, 500, 1000]
+    rows = []
+    for n in range(60):
+        row = {"id": f"sub_{n:04d}", "account_id": alice.account_id, "entity_type": "contact",
+               "network_id": f"person-{n}", "network_url": f"https://www.linkedin.com/in/person-{n}",
+               "status": ("active", "paused", "cancelled")[n % 3], "custom_metadata": AWKWARD_METADATA[n % 11],
+               "created_at": start + timedelta(seconds=n // 2, microseconds=fractions[n % 5])}
+        if n % 4 == 0:  # every other chunk keeps its fields plain
+            awkward = AWKWARD_TEXTS[n // 4 % len(AWKWARD_TEXTS)]
+            field = ("network_id", "network_url", "entity_type", "status", "id")[n // 4 % 5]
+            row[field] = f"{row[field]}{awkward}" if field in ("id", "network_id") else awkward[:10]  # varchar(10)
+        rows.append({**row, "updated_at": row["created_at"]})
+    db.session.execute(insert(Subscription), rows)
+    db.session.commit()
+    expected_csv, expected_json = _reference_export(alice.account_id)
+    assert alice.get("/subscriptions/export").get_data(as_text=True) == expected_csv
+    assert alice.get("/subscriptions/export?format=json").get_data(as_text=True) == expected_json
+    assert json.loads(expected_json)["total"] == 60 == len(_csv_rows(alice.get("/subscriptions/export"))) - 1
+
+
 moments = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1))
 
 
@@ -159,13 +210,6 @@ def test_json_items_and_csv_metadata_equal_json_dumps(texts, moment, custom_meta
     expected = dict(zip(COLUMNS, [*texts, isoformat(moment), custom_metadata]))
     for stored_metadata in (custom_metadata, json.dumps(custom_metadata)):  # parsed (PostgreSQL) or text
         row = (*texts, moment, stored_metadata)
-        assert json.loads(_json_item(row)) == expected
-        assert _json_item(row) == json.dumps(expected)
+        assert json.loads(format_json_item(row)) == expected
+        assert format_json_item(row) == json.dumps(expected)
         assert json.loads(_metadata_csv(stored_metadata)) == custom_metadata
-
-
-@given(st.lists(st.text(alphabet=st.sampled_from('ab,"\r\n é{}:'), max_size=6), min_size=1, max_size=7))
-def test_csv_lines_equal_csv_writer(fields):
-    buffer = io.StringIO()
-    csv.writer(buffer).writerow(fields)
-    assert csv_line(fields) == buffer.getvalue()

@@ -4,10 +4,8 @@ from functools import lru_cache
 from typing import Optional
 
 from flask import current_app
-from sqlalchemy import (String, Text, bindparam, cast, func, insert, literal, literal_column, select, tuple_,
-                        type_coerce)
+from sqlalchemy import bindparam, func, insert, literal_column, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.types import NullType
 
 from app.common import isoformat, new_id, utcnow
 from app.database import PreparedSelect, write_transaction
@@ -19,8 +17,6 @@ from app.models.subscription import LIVE_STATUSES
 from app.services import accounts, subscription_counts, subscription_search
 from app.services.entities import ENTITY_TYPES, resolve_entity, search_form
 from app.services.scheduling import first_check_at
-
-EXPORT_CHUNK = 10_000
 
 
 def _resolve(item: dict):
@@ -407,39 +403,3 @@ def bulk_cancel(account_id: str, ids: list):
 
 def bulk_set_status(account_id: str, ids: list, status: str):
     return _bulk_apply(account_id, ids, lambda subscription, now: _set_status_in(subscription, status, now))
-
-
-EXPORT_COLUMNS = ("subscription_id", "entity_type", "network_id", "network_url", "status", "created_at",
-                  "custom_metadata")
-
-
-def export_rows(account_id: str, status: str):
-    """Every matching subscription as a tuple of EXPORT_COLUMNS, oldest first, read in keyset chunks
-    so memory stays bounded and no read transaction stays open between chunks. `created_at` and
-    `custom_metadata` come unconverted: the timestamp as the driver gives it (text on SQLite, a datetime on
-    PostgreSQL), the metadata as its JSON text; export.py formats them, and converting a million values
-    to Python objects and back was most of an export's time."""
-    raw_created_at = type_coerce(Subscription.created_at, String)
-    columns = (Subscription.id, Subscription.entity_type, Subscription.network_id, Subscription.network_url,
-               Subscription.status, raw_created_at, cast(Subscription.custom_metadata, Text))
-    conditions = [Subscription.account_id == account_id]
-    if status != "all":
-        conditions.append(Subscription.status == status)
-    after = None
-    while True:
-        query = select(*columns).where(*conditions)
-        if after is not None:
-            # A row-value comparison, so the index range starts right after the last row (an OR of
-            # the two cases made SQLite rescan the account from its first row for every chunk). The raw
-            # created_at goes back as the driver gave it, untyped (no cast), so it compares like the
-            # stored value: text on SQLite, a timestamp on PostgreSQL.
-            query = query.where(tuple_(Subscription.created_at, Subscription.id)
-                                > tuple_(literal(after[0], NullType()), literal(after[1], String)))
-        # Plain Core rows through the session's connection: no ORM row processing.
-        chunk = db.session.connection().execute(query.order_by(Subscription.created_at, Subscription.id)
-                                                .limit(EXPORT_CHUNK)).all()
-        db.session.rollback()
-        yield from chunk
-        if len(chunk) < EXPORT_CHUNK:
-            return
-        after = (chunk[-1][5], chunk[-1][0])
