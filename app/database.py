@@ -107,12 +107,9 @@ class PreparedSelect:
         values = compiled.construct_params(parameters)
         for name, process in binds:
             values[name] = process(values[name])
-        cursor = connection.connection.cursor()
-        try:
-            cursor.execute(compiled.string, [values[name] for name in order] if order is not None else values)
-            return [make_row(raw) for raw in cursor.fetchall()]
-        finally:
-            cursor.close()
+        raw_rows = driver_rows(connection, compiled.string,
+                               [values[name] for name in order] if order is not None else values)
+        return [make_row(raw) for raw in raw_rows]
 
     def first(self, parameters=None):
         found = self.rows(parameters)
@@ -142,6 +139,17 @@ class PreparedSelect:
 
 def _same(value):
     return value
+
+
+def driver_rows(connection, sql: str, parameters) -> list:
+    """Plain tuples of `sql` (in the driver's parameter style) run on the DBAPI connection under a SQLAlchemy
+    `connection`, so inside its transaction: no execution context, no Row objects."""
+    cursor = connection.connection.cursor()
+    try:
+        cursor.execute(sql, parameters)
+        return cursor.fetchall()
+    finally:
+        cursor.close()
 
 
 def upsert(session, model):
@@ -190,4 +198,9 @@ def url_with_fresh_schema(url: str, schema: str) -> str:
         connection.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
         connection.execute(text(f'CREATE SCHEMA "{schema}"'))
     engine.dispose()
+    return url_with_schema(url, schema)
+
+
+def url_with_schema(url: str, schema: str) -> str:
+    """A PostgreSQL `url` whose connections see the schema `schema` first on their search path."""
     return f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{schema}"

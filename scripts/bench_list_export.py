@@ -43,6 +43,7 @@ sys.path.insert(0, ROOT)
 SYLLABLES = ["an", "bel", "cor", "dan", "el", "fio", "gra", "han", "is", "jo", "ka", "lu", "mar", "ni", "ol",
              "pe", "ra", "sa", "ti", "vi", "wen", "xa", "yo", "zu"]
 PARTS = ("list", "search", "export")
+POSTGRES_SCHEMA = "bench_list_export"
 CONFIG = {"SCHEDULER_ENABLED": False, "TESTING": True}
 
 
@@ -63,18 +64,6 @@ def network_id(n):
 def app_for(database_url):
     from app import create_app
     return create_app({**CONFIG, "SQLALCHEMY_DATABASE_URI": database_url})
-
-
-def postgres_schema_url(url, empty=True):
-    from sqlalchemy import create_engine, text
-    if empty:
-        engine = create_engine(url)
-        with engine.begin() as connection:
-            connection.execute(text("DROP SCHEMA IF EXISTS bench_list_export CASCADE"))
-            connection.execute(text("CREATE SCHEMA bench_list_export"))
-            connection.execute(text("CREATE EXTENSION IF NOT EXISTS pg_trgm"))
-        engine.dispose()
-    return f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3Dbench_list_export,public"
 
 
 def fill(database_url, count):
@@ -236,7 +225,8 @@ def main():
     state = path + ".account.json"
     kept = bool(args.keep) and os.path.exists(state)
     if args.database_url and args.database_url.startswith("postgresql"):
-        url = postgres_schema_url(args.database_url, empty=not kept)
+        from app.database import url_with_fresh_schema, url_with_schema
+        url = (url_with_schema if kept else url_with_fresh_schema)(args.database_url, POSTGRES_SCHEMA)
     else:
         url = f"sqlite:///{os.path.abspath(path)}"
     if kept:

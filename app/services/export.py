@@ -16,8 +16,8 @@ import json
 from dataclasses import dataclass
 from itertools import chain, repeat
 
-
 from app.common import isoformat
+from app.database import driver_rows
 from app.extensions import db
 
 COLUMNS = ("subscription_id", "entity_type", "network_id", "network_url", "status", "created_at", "custom_metadata")
@@ -191,12 +191,7 @@ def _window_sql(dialect: _Dialect, columns: str, status: str, after) -> str:
 
 def _fetch(sql: str, params: dict) -> list:
     """Plain tuples from the session's own DBAPI connection (its transaction): no Row objects."""
-    cursor = db.session.connection().connection.cursor()
-    try:
-        cursor.execute(sql, params)
-        return cursor.fetchall()
-    finally:
-        cursor.close()
+    return driver_rows(db.session.connection(), sql, params)
 
 
 def _formatted_chunks(account_id: str, status: str, export_format: str):
