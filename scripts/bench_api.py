@@ -18,7 +18,10 @@ through the API.
 Per round, each for --seconds, 8 connections (--connections): GET /hello (bare), GET /healthz,
 GET /api/v1/subscriptions?limit=20, GET /api/v1/subscriptions/<random filled id>, then POST
 /api/v1/subscriptions with --writers connections, each request a new entity. The table shows medians over
-the rounds of requests/s, p50 and p99, and each rate as a fraction of the bare view's.
+the rounds of requests/s, p50 and p99, and each rate as a fraction of the bare view's. Then the same rounds
+again at --light-connections (default 1, for GET and POST alike; 0 skips them), in a second table: with one
+process of threads sharing one interpreter, a request under 8 connections waits for the CPU time of the
+others, so its latency there is mostly queueing; at one connection it is the request's own.
 
 Load generator: wrk when it is on PATH (scripts/bench_api.lua sets the headers, builds the requests and
 reports the latency percentiles). Without wrk, a fallback of one Python client process per connection
@@ -306,11 +309,32 @@ def check_total(app_server, key, expected, in_flight=0):
         raise SystemExit(f"the list's total is {total}, expected {expected} (+ up to {in_flight})")
 
 
-def print_table(rows, generator_name, options, database):
+def measure_rounds(generator, endpoints, service, key, options, connections, writers, post_prefix):
+    """--rounds rounds over the GET endpoints with `connections` connections, then POST with `writers`:
+    ({label: [Result per round]}, rows created)."""
+    found = {label: [] for label, _server, _path, _extra in endpoints}
+    post_label = f"POST /api/v1/subscriptions ({writers} writers)"
+    found[post_label] = []
+    posted = 0
+    for round_number in range(options.rounds):
+        print(f"round {round_number + 1}, {connections} connections", flush=True)
+        for label, server, path, extra in endpoints:
+            extra = dict(extra)
+            mode = extra.pop("mode", "static")
+            found[label].append(measure(generator, label, server, server.url(path), options.seconds,
+                                        connections, mode, **extra))
+        result = measure(generator, post_label, service, service.url("/api/v1/subscriptions"), options.seconds,
+                         writers, "post", key=key, prefix=f"{post_prefix}{round_number}")
+        found[post_label].append(result)
+        posted += result.requests
+    return found, posted
+
+
+def print_table(rows, generator_name, options, database, connections, writers):
     bare = rows[0][1].rate
     print(f"\n{database}, {options.rows:,} subscriptions in one account; gunicorn gthread, 1 process x "
-          f"{os.environ.get('GUNICORN_THREADS', '8')} threads; load: {generator_name}, {options.connections} "
-          f"connections ({options.writers} for POST), {options.rounds} x {options.seconds:g} s, medians")
+          f"{os.environ.get('GUNICORN_THREADS', '8')} threads; load: {generator_name}, {connections} "
+          f"connections ({writers} for POST), {options.rounds} x {options.seconds:g} s, medians")
     print(f"{'endpoint':46} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'x bare':>7} {'CPU ms/req':>11}")
     for label, result in rows:
         print(f"{label:46} {result.rate:8.0f} {result.p50_ms:8.2f} {result.p99_ms:8.2f} {result.rate / bare:7.2f} "
@@ -324,6 +348,9 @@ def main():
     parser.add_argument("--rounds", type=int, default=3, help="rounds over every endpoint (medians reported)")
     parser.add_argument("--connections", type=int, default=8, help="concurrent connections of the GET runs")
     parser.add_argument("--writers", type=int, default=8, help="concurrent connections of the POST run")
+    parser.add_argument("--light-connections", type=int, default=1,
+                        help="then the same rounds at this load, every endpoint and POST (0: skip): the "
+                             "latency of a request that does not queue behind others")
     parser.add_argument("--python-client", action="store_true", help="use the Python fallback even with wrk")
     options = parser.parse_args()
 
@@ -359,25 +386,20 @@ def main():
             for label, server, path, extra in endpoints[:3]:  # warm-up: imports, caches, connections
                 generator(server.url(path), 1, options.connections, extra.get("mode", "static"), **{
                     name: value for name, value in extra.items() if name != "mode"})
-            found = {label: [] for label, _server, _path, _extra in endpoints}
-            post_label = f"POST /api/v1/subscriptions ({options.writers} writers)"
-            found[post_label] = []
-            posted = 0
-            for round_number in range(options.rounds):
-                print(f"round {round_number + 1}", flush=True)
-                for label, server, path, extra in endpoints:
-                    extra = dict(extra)
-                    mode = extra.pop("mode", "static")
-                    found[label].append(measure(generator, label, server, server.url(path), options.seconds,
-                                                options.connections, mode, **extra))
-                result = measure(generator, post_label, service, service.url("/api/v1/subscriptions"),
-                                 options.seconds, options.writers, "post", key=key, prefix=f"post{round_number}")
-                found[post_label].append(result)
-                posted += result.requests
-            check_total(service, key, options.rows + posted, options.writers * options.rounds)
+            loads = [(options.connections, options.writers)]
+            if options.light_connections:
+                loads.append((options.light_connections, options.light_connections))
+            tables, posted, unanswered = [], 0, 0
+            for connections, writers in loads:
+                found, posted_now = measure_rounds(generator, endpoints, service, key, options, connections,
+                                                   writers, f"post{len(tables)}-")
+                tables.append((found, connections, writers))
+                posted, unanswered = posted + posted_now, unanswered + writers * options.rounds
+                check_total(service, key, options.rows + posted, unanswered)
         database = "PostgreSQL" if database_url.startswith("postgresql") else "SQLite"
-        print_table([(label, median_result(results)) for label, results in found.items()], generator_name,
-                    options, database)
+        for found, connections, writers in tables:
+            print_table([(label, median_result(results)) for label, results in found.items()], generator_name,
+                        options, database, connections, writers)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 

@@ -260,6 +260,7 @@ def test_a_scheduler_killed_with_sigkill_leaves_claims_that_return_within_the_co
     ("DATABASE_URL", "mysql://db/x", "DATABASE_URL names 'mysql'"),
     ("RATELIMIT_STORAGE_URI", "redis//oops", "RATELIMIT_STORAGE_URI='redis//oops' is not a limits storage URI"),
     ("CHECK_LEASE_SECONDS", "0", "CHECK_LEASE_SECONDS=0 is too small"),
+    ("DATABASE_POOL_SIZE", "0", "DATABASE_POOL_SIZE=0 is too small: the smallest accepted value is 1"),
     ("EMPLOYEE_COUNT_MIN_PERCENT", "nan", "EMPLOYEE_COUNT_MIN_PERCENT='nan' is not a finite number"),
 ])
 def test_a_bad_setting_is_refused_with_one_line_naming_it(service, name, value, says):
