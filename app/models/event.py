@@ -42,20 +42,21 @@ class EventDayCount(db.Model):
 
 
 class OutboxDelivery(db.Model):
-    """A delivery owed to the endpoint: written with its event, claimed by a sender with a lease."""
+    """A delivery owed to the endpoint: written with its event, claimed by a sender with a lease, deleted when
+    the delivery ends (it succeeded, or its retry schedule is spent); the event's `delivery_status` and the
+    delivery attempts keep what happened."""
     __tablename__ = "outbox"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     event_id: Mapped[str] = mapped_column(ForeignKey("events.id", ondelete="CASCADE"), index=True)
     account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
-    status: Mapped[str] = mapped_column(String(10), default="pending")  # pending|succeeded|failed
     attempts: Mapped[int] = mapped_column(Integer, default=0)  # tries made by this delivery
     next_attempt_at: Mapped[datetime] = mapped_column(default=utcnow)
     claim_token: Mapped[Optional[str]] = mapped_column(String(40))
     claimed_until: Mapped[Optional[datetime]]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
-    __table_args__ = (Index("ix_outbox_due", "status", "next_attempt_at"),)
+    __table_args__ = (Index("ix_outbox_due", "next_attempt_at"),)
 
 
 class DeliveryAttempt(db.Model):
