@@ -87,9 +87,25 @@ def test_every_attempt_keeps_the_headers_it_was_sent_with_and_never_the_secret(a
         assert kept["X-Webhook-Attempt"] == str(attempt.attempt) and kept["X-Webhook-Id"] == event_id
         assert kept["X-Webhook-Signature"] == sign(secret, int(kept["X-Webhook-Timestamp"]), request.body)
         assert secret not in str(kept)
+        assert set(attempt.kept_headers) == {"User-Agent", "X-Webhook-Timestamp", "X-Webhook-Signature"}
     shown = alice.get(f"/events/{event_id}").json["attempts"]
     assert [attempt["request_headers"] for attempt in shown] == [attempt.request_headers for attempt in attempts]
     assert alice.get("/webhooks/deliveries").json["data"][0]["request_headers"] == attempts[1].request_headers
+
+
+def test_an_attempt_that_kept_every_header_reads_the_same(alice):
+    with Receiver() as receiver:
+        configure(alice, receiver.url)
+        [event_id] = record_events(alice.account_id)
+        deliver_due()
+    [attempt] = attempts_of(event_id)
+    sent = attempt.request_headers
+    db.session.execute(DeliveryAttempt.__table__.update().values(request_headers=sent))  # as older rows hold them
+    db.session.commit()
+    db.session.expunge_all()
+    [older] = attempts_of(event_id)
+    assert older.kept_headers == sent and older.request_headers == sent
+    assert list(older.request_headers.items()) == list(sent.items())
 
 
 def test_a_receiver_down_for_the_whole_schedule_ends_failed_then_redelivery_succeeds(alice, clock):

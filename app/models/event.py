@@ -6,6 +6,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from app.common import utcnow
 from app.extensions import db
+from app.services.transport import row_headers
 
 
 class Event(db.Model):
@@ -74,14 +75,31 @@ class DeliveryAttempt(db.Model):
     error: Mapped[Optional[str]] = mapped_column(String(500))
     attempted_at: Mapped[datetime] = mapped_column(default=utcnow)
     next_attempt_at: Mapped[Optional[datetime]]
-    # The headers of the request as sent (signature included, never a secret); null when the try was
-    # refused before a request was made, or was recorded before this column existed.
-    request_headers: Mapped[Optional[dict]] = mapped_column(JSON)
+    # The headers of the request as sent (signature included, never a secret) less those the row says anyway
+    # (`headers_to_keep`; rows written before migration b2d9f4e6a813 hold them all); null when the try was refused
+    # before a request was made, or was recorded before this column existed. Read them whole from `request_headers`.
+    kept_headers: Mapped[Optional[dict]] = mapped_column("request_headers", JSON)
 
     __table_args__ = (
         Index("ix_delivery_attempts_account_order", "account_id", "attempted_at", "id"),
         Index("ix_delivery_attempts_event", "event_id"),
     )
+
+    @staticmethod
+    def headers_to_keep(headers: Optional[dict], event_id: str, attempt: int) -> Optional[dict]:
+        """What `kept_headers` stores of the headers a try was sent with."""
+        if headers is None:
+            return None
+        said = row_headers(event_id, attempt)
+        return {name: value for name, value in headers.items() if said.get(name) != value}
+
+    @property
+    def request_headers(self) -> Optional[dict]:
+        """The headers as sent, in the order they were sent."""
+        kept = self.kept_headers
+        if kept is None:
+            return None
+        return {"User-Agent": kept["User-Agent"], **row_headers(self.event_id, self.attempt), **kept}
 
 
 class DeliveryDayCount(db.Model):

@@ -132,7 +132,7 @@ def attempt_row(account_id, event_id, event_type, attempt, outcome: Outcome, now
             "event_type": event_type, "attempt": attempt, "status": "succeeded" if outcome.succeeded else "failed",
             "response_status": outcome.status_code, "duration_ms": outcome.duration_ms,
             "error": outcome.error, "attempted_at": now, "next_attempt_at": next_attempt_at,
-            "request_headers": outcome.request_headers}
+            "kept_headers": DeliveryAttempt.headers_to_keep(outcome.request_headers, event_id, attempt)}
 
 
 def store_attempts(session, attempt_rows):
