@@ -1,11 +1,12 @@
 from datetime import date, datetime
 from typing import Optional
 
-from sqlalchemy import JSON, Date, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, Date, ForeignKey, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.common import utcnow
 from app.extensions import db
+from app.models.compressed_text import CompressedText
 from app.services.transport import row_headers
 
 
@@ -17,7 +18,7 @@ class Event(db.Model):
     account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
     subscription_id: Mapped[Optional[str]] = mapped_column(String(40))
     type: Mapped[str] = mapped_column(String(60))
-    body: Mapped[str] = mapped_column(Text)
+    body: Mapped[str] = mapped_column(CompressedText)  # stored zlib-compressed, read back exactly
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     delivery_status: Mapped[str] = mapped_column(String(10), default="skipped")
     attempt_count: Mapped[int] = mapped_column(Integer, default=0)
