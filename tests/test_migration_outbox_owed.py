@@ -1,5 +1,5 @@
 """The migration b2d9f4e6a813: the outbox keeps only the deliveries still owed (pending ones), and loses its
-`status` column; down again, what is left is pending."""
+`status` column; down again, what is left is pending. The migrations after it keep what it kept."""
 from flask_migrate import downgrade, upgrade
 from sqlalchemy import text
 
