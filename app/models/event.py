@@ -25,7 +25,8 @@ class Event(db.Model):
 
     __table_args__ = (
         Index("ix_events_account_order", "account_id", "created_at", "id"),
-        Index("ix_events_account_subscription", "account_id", "subscription_id", "created_at", "id"),
+        # A subscription's events (its id is unique across accounts, so the account need not lead).
+        Index("ix_events_subscription_order", "subscription_id", "created_at", "id"),
         # The event list filtered by type.
         Index("ix_events_account_type_order", "account_id", "type", "created_at"),
     )
