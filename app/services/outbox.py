@@ -296,8 +296,8 @@ def _make_waiting_due(session, account_id, window, now) -> int:
     right now) become due now."""
     in_window = select(Event.id).where(*window)
     return session.execute(
-        update(OutboxDelivery).where(OutboxDelivery.account_id == account_id, OutboxDelivery.next_attempt_at > now, OutboxDelivery.claim_token.is_(None),
-                                     OutboxDelivery.event_id.in_(in_window))
+        update(OutboxDelivery).where(OutboxDelivery.account_id == account_id, OutboxDelivery.next_attempt_at > now,
+                                     OutboxDelivery.claim_token.is_(None), OutboxDelivery.event_id.in_(in_window))
         .values(next_attempt_at=now).execution_options(synchronize_session=False)).rowcount
 
 

@@ -1,6 +1,5 @@
-"""Retention (contract §10): events older than EVENT_RETENTION_DAYS go, with their outbox rows and
-delivery attempts, in small batches. An event whose delivery is still pending (it has an outbox row) is never
-pruned.
+"""Retention (contract §10): events older than EVENT_RETENTION_DAYS go, with their delivery attempts, in small
+batches. An event whose delivery is still pending (it has an outbox row) is never pruned.
 
 Each batch picks its event ids with a plain read (no write lock held while scanning), then deletes
 them in one short write transaction, so checks and deliveries interleave with a long prune."""
