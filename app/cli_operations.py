@@ -189,9 +189,9 @@ def export_subscriptions(account_id, export_format, status):
 @events_cli.command("prune")
 @click.option("--days", type=click.IntRange(min=0), help="Keep this many days (default: EVENT_RETENTION_DAYS).")
 def prune_events(days):
-    """Delete events older than the retention, with their deliveries and attempts (never a pending one)."""
+    """Delete events older than the retention, with their delivery attempts (never one still being delivered)."""
     pruned = retention.prune(days)
-    click.echo(f"events={pruned.events} outbox={pruned.outbox} attempts={pruned.attempts}")
+    click.echo(f"events={pruned.events} attempts={pruned.attempts}")
 
 
 # --- metrics serve ------------------------------------------------------------------------------

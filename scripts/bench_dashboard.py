@@ -64,7 +64,8 @@ def fill(account_id):
                      "event_type": event_rows[index]["type"], "attempt": 1,
                      "status": "failed" if index % 10 == 0 else "succeeded", "response_status": 200,
                      "duration_ms": 40, "attempted_at": event_rows[index]["created_at"],
-                     "request_headers": sent_headers(event_rows[index]["id"])}
+                     "kept_headers": DeliveryAttempt.headers_to_keep(sent_headers(event_rows[index]["id"]),
+                                                                     event_rows[index]["id"], 1)}
                     for index in range(ATTEMPTS)]
     with write_transaction() as session:
         for model, rows in ((Subscription, subscription_rows), (Event, event_rows), (DeliveryAttempt, attempt_rows)):

@@ -6,7 +6,7 @@ What it measures: N subscriptions (default 100,000; two thirds contacts, one thi
 enterprise accounts, each with a webhook configuration for every event type) checked once a day for D
 simulated days (default 3) against the simulated network at its default pace and rates (SIMULATED_RATES,
 `realistic`: a day per epoch), after their first check. Every event is delivered at its first try, recorded
-exactly as the sender records it (one outbox row and one delivery-attempt row per event; no HTTP is sent).
+exactly as the sender records it (one delivery-attempt row per event, its outbox row deleted; no HTTP is sent).
 Sizes are the pages each table and its indexes hold: SQLite's dbstat (after a WAL checkpoint), or on
 PostgreSQL pg_total_relation_size (table, indexes and TOAST, after VACUUM).
 
@@ -15,10 +15,10 @@ How it projects, linearly, to P subscriptions (default 1,000,000) after T days (
                    days left, at most SEEN_ACTIVITIES_KEPT of them): the subscriptions table and its indexes;
                    a snapshot grows only by the 8-character keys of the activities it has seen, up to a bound
                    (change events per subscription-day count as new activities: an upper bound)
-  initial states = P x bytes per `subscription.initial_state` event, with its outbox row and attempt
+  initial states = P x bytes per `subscription.initial_state` event, with its attempt
                    (kept while T < EVENT_RETENTION_DAYS)
   change events  = P x events per subscription-day x min(T, EVENT_RETENTION_DAYS) x bytes per change event,
-                   with its outbox row and attempt
+                   with its attempt
 Other tables (accounts, keys, usage counters…) do not grow with subscriptions and are left out.
 
     python scripts/measure_disk.py [--subscriptions 100000] [--days 3] [--project-subscriptions 1000000]
@@ -79,7 +79,7 @@ def part(sizes: dict, tables) -> int:
 
 
 def deliver_everything_at_once():
-    """Every pending delivery succeeds at its first try, recorded exactly as the sender records it."""
+    """Every delivery owed succeeds at its first try, recorded exactly as the sender records it."""
     from sqlalchemy import select
 
     from app.database import write_transaction
@@ -91,7 +91,7 @@ def deliver_everything_at_once():
     while True:
         rows = db.session.execute(select(OutboxDelivery.id, OutboxDelivery.event_id, OutboxDelivery.account_id,
                                          Event.type).join(Event, Event.id == OutboxDelivery.event_id)
-                                  .where(OutboxDelivery.status == "pending").limit(5000)).all()
+                                  .limit(5000)).all()
         db.session.rollback()
         if not rows:
             return
@@ -123,7 +123,8 @@ def print_breakdown(sizes: dict, rows: dict):
         for (owner, name), size in sorted(sizes.items(), key=lambda item: (item[0][1] != table, str(item[0][1]))):
             if owner == table:
                 label = name if name == table else f"  {name}"
-                print(f"  {label:<40}{size / 1e6:8,.1f}  {size / max(rows[table], 1):8,.0f}")
+                per_row = f"{size / rows[table]:8,.0f}" if rows[table] else "       -"
+                print(f"  {label:<40}{size / 1e6:8,.1f}  {per_row}")
     print(f"  {'whole database':<40}{sizes[None, None] / 1e6:8,.1f}")
 
 
@@ -221,7 +222,7 @@ def project(args, retention_days, first, last, initial_events, change_events):
     print(f"measured: {part(first, SUBSCRIPTION_TABLES) / count:,.0f} bytes per subscription after its first "
           f"check, {per_subscription:,.0f} after {args.days} days (+ at most {growth:,.0f} by day {horizon}); "
           f"{per_initial:,.0f} bytes per initial_state event and {per_change:,.0f} per change event (each with "
-          f"its outbox row and attempt); {rate:.3f} change events per subscription-day")
+          f"its delivery attempt); {rate:.3f} change events per subscription-day")
     print(f"projected for {target:,} subscriptions after {horizon} days of daily checks "
           f"({kept_days} days of events kept):")
     print(f"  subscriptions  {subscriptions / 1e9:8.2f} GB")

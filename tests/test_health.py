@@ -61,12 +61,12 @@ def test_the_newest_of_several_schedulers_counts(anon):
 def test_the_outbox_backlog_counts_pending_deliveries_and_the_oldest_age(anon, alice, ticking):
     now = utcnow()
     with write_transaction() as session:
-        for age_seconds, status in ((30, "pending"), (600, "pending"), (9000, "succeeded")):
+        for age_seconds in (30, 600):
             event_id = new_id("evt")
             session.execute(insert(Event).values(id=event_id, account_id=alice.account_id, type="test", body="{}",
                                                  created_at=now))
             session.execute(insert(OutboxDelivery).values(event_id=event_id, account_id=alice.account_id,
-                                                          status=status, created_at=now - timedelta(seconds=age_seconds)))
+                                                          created_at=now - timedelta(seconds=age_seconds)))
     status, body = get_health(anon.client)
     assert status == 200  # a backlog is reported, not a failure: the scheduler is draining it
     assert body["outbox"]["pending"] == 2

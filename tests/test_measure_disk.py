@@ -39,5 +39,5 @@ def test_a_tiny_run_measures_every_big_table(measure_disk, capsys, monkeypatch):
     assert measure_disk.main(["--subscriptions", "30", "--days", "1"]) == 0
     output = capsys.readouterr().out
     for name in ("subscriptions", "ix_subscriptions_due", "events", "outbox", "delivery_attempts"):
-        assert re.search(rf"^\s+{name}\s+[\d.]+\s+[\d,]+$", output, re.MULTILINE), name
+        assert re.search(rf"^\s+{name}\s+[\d.]+\s+([\d,]+|-)$", output, re.MULTILINE), name  # -: no rows
     assert "projected for 1,000,000 subscriptions after 30 days" in output

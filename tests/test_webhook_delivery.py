@@ -9,7 +9,7 @@ from sqlalchemy import select
 from app.common import always, isoformat, utcnow
 from app.extensions import db
 from app.models import DeliveryAttempt, Event, OutboxDelivery, WebhookConfig
-from app.services import outbox
+from app.services import health, outbox
 from app.services.transport import sign
 from app.worker import deliveries
 from app.worker.deliveries import deliver_due
@@ -58,6 +58,7 @@ def test_a_due_event_is_delivered_once_and_logged(alice):
         assert deliver_due() == 0
     assert receiver.event_ids == [event_id]
     assert event_row(event_id).delivery_status == "succeeded"
+    assert db.session.scalar(select(OutboxDelivery.id)) is None  # nothing is owed any more
     log = alice.get("/webhooks/deliveries").json
     assert log["pagination"] == {"total": 1, "limit": 20, "offset": 0, "has_more": False}
     [item] = log["data"]
@@ -86,9 +87,25 @@ def test_every_attempt_keeps_the_headers_it_was_sent_with_and_never_the_secret(a
         assert kept["X-Webhook-Attempt"] == str(attempt.attempt) and kept["X-Webhook-Id"] == event_id
         assert kept["X-Webhook-Signature"] == sign(secret, int(kept["X-Webhook-Timestamp"]), request.body)
         assert secret not in str(kept)
+        assert set(attempt.kept_headers) == {"User-Agent", "X-Webhook-Timestamp", "X-Webhook-Signature"}
     shown = alice.get(f"/events/{event_id}").json["attempts"]
     assert [attempt["request_headers"] for attempt in shown] == [attempt.request_headers for attempt in attempts]
     assert alice.get("/webhooks/deliveries").json["data"][0]["request_headers"] == attempts[1].request_headers
+
+
+def test_an_attempt_that_kept_every_header_reads_the_same(alice):
+    with Receiver() as receiver:
+        configure(alice, receiver.url)
+        [event_id] = record_events(alice.account_id)
+        deliver_due()
+    [attempt] = attempts_of(event_id)
+    sent = attempt.request_headers
+    db.session.execute(DeliveryAttempt.__table__.update().values(request_headers=sent))  # as older rows hold them
+    db.session.commit()
+    db.session.expunge_all()
+    [older] = attempts_of(event_id)
+    assert older.kept_headers == sent and older.request_headers == sent
+    assert list(older.request_headers.items()) == list(sent.items())
 
 
 def test_a_receiver_down_for_the_whole_schedule_ends_failed_then_redelivery_succeeds(alice, clock):
@@ -98,7 +115,7 @@ def test_a_receiver_down_for_the_whole_schedule_ends_failed_then_redelivery_succ
         for _ in range(20):  # bounded: the schedule has 8 tries
             deliver_due()
             row = db.session.scalar(select(OutboxDelivery).where(OutboxDelivery.event_id == event_id))
-            if row.status != "pending":
+            if row is None:  # the delivery ended
                 break
             clock.travel_to(row.next_attempt_at)
         attempts = attempts_of(event_id)
@@ -122,6 +139,28 @@ def test_a_receiver_down_for_the_whole_schedule_ends_failed_then_redelivery_succ
     assert receiver.requests[-1].headers["X-Webhook-Attempt"] == "9"
     assert event_row(event_id).delivery_status == "succeeded"
     assert [attempt["attempt"] for attempt in alice.get(f"/events/{event_id}").json["attempts"]] == list(range(1, 10))
+
+
+def test_a_delivery_whose_schedule_is_spent_leaves_the_outbox_and_stays_recoverable(alice, app):
+    app.config["WEBHOOK_RETRY_SCHEDULE"] = []  # the first failure ends the delivery
+    with Receiver(Reply(status=503)) as receiver:
+        configure(alice, receiver.url)
+        [event_id] = record_events(alice.account_id)
+        assert deliver_due() == 1
+        db.session.rollback()
+        assert db.session.scalar(select(OutboxDelivery.id)) is None
+        shown = alice.get(f"/events/{event_id}").json
+        assert shown["delivery_status"] == "failed" and [a["status"] for a in shown["attempts"]] == ["failed"]
+        assert health.outbox_backlog()["pending"] == 0
+
+        receiver.reply = Reply(status=200)
+        since = isoformat(utcnow() - timedelta(hours=1))
+        assert alice.post("/webhooks/recover", json={"since": since}).json == {"queued": 1}
+        assert deliver_due() == 1
+    assert receiver.event_ids == [event_id, event_id]
+    assert receiver.requests[-1].headers["X-Webhook-Attempt"] == "2"
+    assert event_row(event_id).delivery_status == "succeeded" and event_row(event_id).attempt_count == 2
+    assert db.session.scalar(select(OutboxDelivery.id)) is None
 
 
 def test_jitter_spreads_retries_within_twenty_percent(alice, app, clock):
@@ -462,7 +501,7 @@ def test_a_stopping_sender_gives_back_what_it_did_not_send_and_the_attempt_numbe
         assert sent == 0 and receiver.requests == []
         db.session.remove()
         rows = db.session.scalars(select(OutboxDelivery)).all()
-        assert all(row.claim_token is None and row.status == "pending" for row in rows)
+        assert len(rows) == 3 and all(row.claim_token is None for row in rows)
         assert all(event_row(event_id).attempt_count == 0 for event_id in ids)
         assert deliver_due() == 3  # released rows are due at once, and their first try is attempt 1
     assert sorted(request.headers["X-Webhook-Attempt"] for request in receiver.requests) == ["1", "1", "1"]

@@ -1,11 +1,13 @@
 from datetime import date, datetime
 from typing import Optional
 
-from sqlalchemy import JSON, Date, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, Date, ForeignKey, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.common import utcnow
 from app.extensions import db
+from app.models.compressed_text import CompressedText
+from app.services.transport import row_headers
 
 
 class Event(db.Model):
@@ -16,14 +18,15 @@ class Event(db.Model):
     account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
     subscription_id: Mapped[Optional[str]] = mapped_column(String(40))
     type: Mapped[str] = mapped_column(String(60))
-    body: Mapped[str] = mapped_column(Text)
+    body: Mapped[str] = mapped_column(CompressedText)  # stored zlib-compressed, read back exactly
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     delivery_status: Mapped[str] = mapped_column(String(10), default="skipped")
     attempt_count: Mapped[int] = mapped_column(Integer, default=0)
 
     __table_args__ = (
         Index("ix_events_account_order", "account_id", "created_at", "id"),
-        Index("ix_events_account_subscription", "account_id", "subscription_id", "created_at", "id"),
+        # A subscription's events (its id is unique across accounts, so the account need not lead).
+        Index("ix_events_subscription_order", "subscription_id", "created_at", "id"),
         # The event list filtered by type.
         Index("ix_events_account_type_order", "account_id", "type", "created_at"),
     )
@@ -42,20 +45,21 @@ class EventDayCount(db.Model):
 
 
 class OutboxDelivery(db.Model):
-    """A delivery owed to the endpoint: written with its event, claimed by a sender with a lease."""
+    """A delivery owed to the endpoint: written with its event, claimed by a sender with a lease, deleted when
+    the delivery ends (it succeeded, or its retry schedule is spent); the event's `delivery_status` and the
+    delivery attempts keep what happened."""
     __tablename__ = "outbox"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     event_id: Mapped[str] = mapped_column(ForeignKey("events.id", ondelete="CASCADE"), index=True)
     account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
-    status: Mapped[str] = mapped_column(String(10), default="pending")  # pending|succeeded|failed
     attempts: Mapped[int] = mapped_column(Integer, default=0)  # tries made by this delivery
     next_attempt_at: Mapped[datetime] = mapped_column(default=utcnow)
     claim_token: Mapped[Optional[str]] = mapped_column(String(40))
     claimed_until: Mapped[Optional[datetime]]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
-    __table_args__ = (Index("ix_outbox_due", "status", "next_attempt_at"),)
+    __table_args__ = (Index("ix_outbox_due", "next_attempt_at"),)
 
 
 class DeliveryAttempt(db.Model):
@@ -73,14 +77,31 @@ class DeliveryAttempt(db.Model):
     error: Mapped[Optional[str]] = mapped_column(String(500))
     attempted_at: Mapped[datetime] = mapped_column(default=utcnow)
     next_attempt_at: Mapped[Optional[datetime]]
-    # The headers of the request as sent (signature included, never a secret); null when the try was
-    # refused before a request was made, or was recorded before this column existed.
-    request_headers: Mapped[Optional[dict]] = mapped_column(JSON)
+    # The headers of the request as sent (signature included, never a secret) less those the row says anyway
+    # (`headers_to_keep`; rows written before migration b2d9f4e6a813 hold them all); null when the try was refused
+    # before a request was made, or was recorded before this column existed. Read them whole from `request_headers`.
+    kept_headers: Mapped[Optional[dict]] = mapped_column("request_headers", JSON)
 
     __table_args__ = (
         Index("ix_delivery_attempts_account_order", "account_id", "attempted_at", "id"),
         Index("ix_delivery_attempts_event", "event_id"),
     )
+
+    @staticmethod
+    def headers_to_keep(headers: Optional[dict], event_id: str, attempt: int) -> Optional[dict]:
+        """What `kept_headers` stores of the headers a try was sent with."""
+        if headers is None:
+            return None
+        said = row_headers(event_id, attempt)
+        return {name: value for name, value in headers.items() if said.get(name) != value}
+
+    @property
+    def request_headers(self) -> Optional[dict]:
+        """The headers as sent, in the order they were sent."""
+        kept = self.kept_headers
+        if kept is None:
+            return None
+        return {"User-Agent": kept["User-Agent"], **row_headers(self.event_id, self.attempt), **kept}
 
 
 class DeliveryDayCount(db.Model):

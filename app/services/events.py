@@ -86,8 +86,8 @@ def build(account_id, event_type, data, *, subscription=None, config=None, now=N
              "created_at": now, "delivery_status": "pending" if deliver else "skipped", "attempt_count": 0}
     delivery = None
     if deliver:
-        delivery = {"event_id": event_id, "account_id": account_id, "status": "pending", "attempts": 0,
-                    "next_attempt_at": now, "created_at": now}
+        delivery = {"event_id": event_id, "account_id": account_id, "attempts": 0, "next_attempt_at": now,
+                    "created_at": now}
     return event, delivery
 
 

@@ -35,8 +35,7 @@ def forget_stale_schedulers() -> None:
 # Prepared once: /healthz is polled, and building statements plus SQLAlchemy's execution layers cost far more
 # than these indexed reads.
 _LAST_TICK = PreparedSelect(select(func.max(SchedulerHeartbeat.last_tick_at)))
-_BACKLOG = PreparedSelect(select(func.count(), func.min(OutboxDelivery.created_at))
-                          .where(OutboxDelivery.status == "pending"))
+_BACKLOG = PreparedSelect(select(func.count(), func.min(OutboxDelivery.created_at)))
 
 
 def scheduler_heartbeat() -> dict:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from flask import current_app
-from sqlalchemy import DateTime, Integer, String, insert, literal, select, update
+from sqlalchemy import DateTime, Integer, delete, insert, literal, select, update
 
 from app import metrics
 from app.common import isoformat, new_id, new_sortable_id, utcnow
@@ -59,8 +59,7 @@ def claim_due(token: str, limit: int) -> list:
         lease_end = now + timedelta(seconds=current_app.config["WEBHOOK_LEASE_SECONDS"])
         due = (select(OutboxDelivery.id)
                .join(WebhookConfig, WebhookConfig.account_id == OutboxDelivery.account_id)
-               .where(OutboxDelivery.status == "pending", OutboxDelivery.next_attempt_at <= now,
-                      WebhookConfig.is_active.is_(True))
+               .where(OutboxDelivery.next_attempt_at <= now, WebhookConfig.is_active.is_(True))
                .order_by(OutboxDelivery.next_attempt_at).limit(limit)
                .with_for_update(skip_locked=True, of=OutboxDelivery))
         rows = session.execute(
@@ -133,7 +132,7 @@ def attempt_row(account_id, event_id, event_type, attempt, outcome: Outcome, now
             "event_type": event_type, "attempt": attempt, "status": "succeeded" if outcome.succeeded else "failed",
             "response_status": outcome.status_code, "duration_ms": outcome.duration_ms,
             "error": outcome.error, "attempted_at": now, "next_attempt_at": next_attempt_at,
-            "request_headers": outcome.request_headers}
+            "kept_headers": DeliveryAttempt.headers_to_keep(outcome.request_headers, event_id, attempt)}
 
 
 def store_attempts(session, attempt_rows):
@@ -156,7 +155,9 @@ def count_attempts_by_day(session, attempt_rows, sign=1):
 
 
 def record_results(token: str, results: list) -> None:
-    """Write a sent batch [(Claimed, Outcome)] in one transaction."""
+    """Write a sent batch [(Claimed, Outcome)] in one transaction: every try, and for each delivery still
+    leased by this sender its next try, or the end of the delivery (its outbox row goes; the event keeps the
+    outcome)."""
     if not results:
         return
     with write_transaction() as session:
@@ -164,7 +165,7 @@ def record_results(token: str, results: list) -> None:
         still_ours = set(session.scalars(select(OutboxDelivery.id).where(
             OutboxDelivery.id.in_([claimed.delivery_id for claimed, _ in results]),
             OutboxDelivery.claim_token == token)))
-        attempts, deliveries, event_changes = [], [], []
+        attempts, retries, ended, event_changes = [], [], [], []
         for claimed, outcome in results:
             delay = None if outcome.succeeded else retry_delay(claimed.tries + 1, outcome)
             next_at = now + timedelta(seconds=delay) if delay is not None else None
@@ -174,13 +175,19 @@ def record_results(token: str, results: list) -> None:
             if not outcome.succeeded:
                 _log_failed_attempt(claimed, outcome, attempts[-1])
             if claimed.delivery_id in still_ours:
-                deliveries.append({"id": claimed.delivery_id, "status": status, "attempts": claimed.tries + 1,
-                                   "next_attempt_at": next_at or now, "claim_token": None, "claimed_until": None})
+                if next_at:
+                    retries.append({"id": claimed.delivery_id, "attempts": claimed.tries + 1,
+                                    "next_attempt_at": next_at, "claim_token": None, "claimed_until": None})
+                else:
+                    ended.append(claimed.delivery_id)
                 event_changes.append({"id": claimed.outgoing.event_id, "delivery_status": status,
                                       "attempt_count": claimed.outgoing.attempt})
         store_attempts(session, attempts)
-        if deliveries:
-            session.execute(update(OutboxDelivery), deliveries)
+        if retries:
+            session.execute(update(OutboxDelivery), retries)
+        if ended:
+            session.execute(delete(OutboxDelivery).where(OutboxDelivery.id.in_(ended)))
+        if event_changes:
             session.execute(update(Event), event_changes)
         _update_endpoint_health(session, results, now)
     metrics.observe_deliveries(results, now)
@@ -241,10 +248,10 @@ def send_test(account_id: str, transport) -> dict:
 
 def _queue_where(session, conditions, now) -> int:
     """One new pending delivery for every event matching `conditions` (one INSERT … SELECT)."""
-    chosen = select(Event.id, Event.account_id, literal("pending", String), literal(0, Integer),
-                    literal(now, DateTime), literal(now, DateTime)).where(*conditions)
+    chosen = select(Event.id, Event.account_id, literal(0, Integer), literal(now, DateTime),
+                    literal(now, DateTime)).where(*conditions)
     queued = len(session.execute(insert(OutboxDelivery).from_select(
-        ["event_id", "account_id", "status", "attempts", "next_attempt_at", "created_at"], chosen)
+        ["event_id", "account_id", "attempts", "next_attempt_at", "created_at"], chosen)
         .returning(OutboxDelivery.id)).all())
     session.execute(update(Event).where(*conditions).values(delivery_status="pending")
                     .execution_options(synchronize_session=False))
@@ -289,9 +296,8 @@ def _make_waiting_due(session, account_id, window, now) -> int:
     right now) become due now."""
     in_window = select(Event.id).where(*window)
     return session.execute(
-        update(OutboxDelivery).where(OutboxDelivery.account_id == account_id, OutboxDelivery.status == "pending",
-                                     OutboxDelivery.next_attempt_at > now, OutboxDelivery.claim_token.is_(None),
-                                     OutboxDelivery.event_id.in_(in_window))
+        update(OutboxDelivery).where(OutboxDelivery.account_id == account_id, OutboxDelivery.next_attempt_at > now,
+                                     OutboxDelivery.claim_token.is_(None), OutboxDelivery.event_id.in_(in_window))
         .values(next_attempt_at=now).execution_options(synchronize_session=False)).rowcount
 
 

@@ -1,5 +1,5 @@
-"""Retention (contract §10): events older than EVENT_RETENTION_DAYS go, with their outbox rows and
-delivery attempts, in small batches. An event whose delivery is still pending is never pruned.
+"""Retention (contract §10): events older than EVENT_RETENTION_DAYS go, with their delivery attempts, in small
+batches. An event whose delivery is still pending (it has an outbox row) is never pruned.
 
 Each batch picks its event ids with a plain read (no write lock held while scanning), then deletes
 them in one short write transaction, so checks and deliveries interleave with a long prune."""
@@ -19,12 +19,10 @@ from app.services import events, outbox
 @dataclass
 class Pruned:
     events: int = 0
-    outbox: int = 0
     attempts: int = 0
 
     def add(self, other: "Pruned") -> None:
         self.events += other.events
-        self.outbox += other.outbox
         self.attempts += other.attempts
 
 
@@ -33,7 +31,7 @@ def retention_cutoff(days=None):
 
 
 def _prunable_event_ids(cutoff, limit) -> list:
-    still_pending = exists().where(OutboxDelivery.event_id == Event.id, OutboxDelivery.status == "pending")
+    still_pending = exists().where(OutboxDelivery.event_id == Event.id)
     ids = db.session.scalars(select(Event.id).where(Event.created_at < cutoff, ~still_pending).limit(limit)).all()
     end_read_transaction()
     return ids
@@ -49,20 +47,18 @@ def _uncount(session, event_ids):
 
 
 def prune_batch(cutoff, batch_size) -> Pruned:
-    """Delete up to `batch_size` events created before `cutoff`, with their outbox rows and attempts."""
+    """Delete up to `batch_size` events created before `cutoff`, with their attempts."""
     ids = _prunable_event_ids(cutoff, batch_size)
     if not ids:
         return Pruned()
     with write_transaction() as session:
         # re-checked inside the transaction: a redelivery may have queued one of them meanwhile
-        kept = set(session.scalars(select(OutboxDelivery.event_id).where(
-            OutboxDelivery.event_id.in_(ids), OutboxDelivery.status == "pending")))
+        kept = set(session.scalars(select(OutboxDelivery.event_id).where(OutboxDelivery.event_id.in_(ids))))
         ids = [event_id for event_id in ids if event_id not in kept]
         _uncount(session, ids)
         attempts = session.execute(delete(DeliveryAttempt).where(DeliveryAttempt.event_id.in_(ids))).rowcount
-        outbox_rows = session.execute(delete(OutboxDelivery).where(OutboxDelivery.event_id.in_(ids))).rowcount
         pruned = session.execute(delete(Event).where(Event.id.in_(ids))).rowcount
-    return Pruned(pruned, outbox_rows, attempts)
+    return Pruned(pruned, attempts)
 
 
 def prune(days=None, batch_size=None, max_batches=None) -> Pruned:

@@ -114,13 +114,16 @@ def sign(secret: str, timestamp_ms: int, body: bytes) -> str:
     return hmac.new(secret.encode(), str(timestamp_ms).encode() + b"." + body, hashlib.sha256).hexdigest()
 
 
+def row_headers(event_id: str, attempt: int) -> dict:
+    """The headers of a try that its delivery attempt's row says anyway: the attempt does not store them twice."""
+    return {"Content-Type": "application/json", "X-Webhook-Id": event_id, "X-Webhook-Attempt": str(attempt)}
+
+
 def signed_headers(outgoing: Outgoing, timestamp_ms: int) -> dict:
     """Every header a try sets (what its attempt records)."""
     headers = {
         "User-Agent": USER_AGENT,
-        "Content-Type": "application/json",
-        "X-Webhook-Id": outgoing.event_id,
-        "X-Webhook-Attempt": str(outgoing.attempt),
+        **row_headers(outgoing.event_id, outgoing.attempt),
         "X-Webhook-Timestamp": str(timestamp_ms),
         "X-Webhook-Signature": sign(outgoing.secret, timestamp_ms, outgoing.body),
     }

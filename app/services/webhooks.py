@@ -159,12 +159,10 @@ def remove(account_id: str) -> dict:
     """Delete the configuration; its queued deliveries are dropped (their events become skipped or failed)."""
     with write_transaction() as session:
         config = get(account_id, session)
-        queued = select(OutboxDelivery.event_id).where(OutboxDelivery.account_id == account_id,
-                                                       OutboxDelivery.status == "pending")
+        queued = select(OutboxDelivery.event_id).where(OutboxDelivery.account_id == account_id)
         session.execute(update(Event).where(Event.id.in_(queued)).values(
             delivery_status=case((Event.attempt_count > 0, "failed"), else_="skipped")))
-        session.execute(delete(OutboxDelivery).where(OutboxDelivery.account_id == account_id,
-                                                     OutboxDelivery.status == "pending"))
+        session.execute(delete(OutboxDelivery).where(OutboxDelivery.account_id == account_id))
         session.delete(config)
         return {"id": config.id, "deleted": True}
 
