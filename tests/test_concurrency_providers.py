@@ -5,8 +5,11 @@ import time
 from datetime import timedelta
 
 import limits
+from sqlalchemy import func, select
 
 from app.common import utcnow
+from app.extensions import db
+from app.models import ProviderSlot
 from app.providers.coresignal import CoresignalProvider
 from app.services import checks, provider_limits
 from tests.fake_vendors import FakeCoresignal
@@ -71,3 +74,33 @@ def test_a_slot_is_never_given_twice_and_a_dead_holders_slot_returns_after_its_l
     later = utcnow() + lease + timedelta(seconds=1)
     monkeypatch.setattr(provider_limits, "utcnow", lambda: later)  # the holders died: their leases ran out
     assert provider_limits.try_take_slot("pg", 3, "late", lease) == 0
+
+
+def test_takers_churning_slots_each_hold_one_slot_at_most(app):
+    # Taking and giving back in a loop: an UPDATE … WHERE slot IN (SELECT … LIMIT 1 FOR UPDATE SKIP LOCKED)
+    # sometimes handed one taker two slots on PostgreSQL (MultipleResultsFound, or a vendor over its limit).
+    lease, numbers, held_twice, errors = timedelta(minutes=2), itertools.count(), [], []
+
+    def churn():
+        try:
+            take_and_give_back()
+        except Exception as error:  # noqa: BLE001 - a thread's exception would only be printed
+            errors.append(repr(error))
+
+    def take_and_give_back():
+        for _ in range(25):
+            holder = f"holder-{next(numbers)}"
+            slot = provider_limits.try_take_slot("churn", 2, holder, lease)
+            if slot is None:
+                continue
+            held = db.session.scalar(select(func.count()).where(ProviderSlot.provider == "churn",
+                                                                ProviderSlot.holder == holder))
+            db.session.rollback()
+            if held != 1:
+                held_twice.append((holder, held))
+            provider_limits.give_back_slot("churn", slot, holder)
+
+    race(app, 6, churn)
+    assert errors == [] and held_twice == []
+    assert db.session.scalar(select(func.count()).where(ProviderSlot.provider == "churn",
+                                                        ProviderSlot.holder.is_not(None))) == 0

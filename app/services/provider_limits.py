@@ -144,16 +144,18 @@ def try_take_slot(provider: str, concurrency: int, holder: str, lease: timedelta
             session.execute(upsert(session, ProviderSlot)
                             .values([{"provider": provider, "slot": number} for number in range(concurrency)])
                             .on_conflict_do_nothing())
-        free = (select(ProviderSlot.slot)
-                .where(ProviderSlot.provider == provider, ProviderSlot.slot < concurrency,
-                       or_(ProviderSlot.holder.is_(None), ProviderSlot.leased_until <= now))
-                .order_by(ProviderSlot.slot).limit(1).with_for_update(skip_locked=True))
-        return session.execute(update(ProviderSlot)
-                               .where(ProviderSlot.provider == provider,
-                                      ProviderSlot.slot.in_(free.scalar_subquery()))
-                               .values(holder=holder, leased_until=now + lease)
-                               .returning(ProviderSlot.slot)
-                               .execution_options(synchronize_session=False)).scalar_one_or_none()
+        # Locked by its own statement, then updated: an UPDATE … WHERE slot IN (SELECT … LIMIT 1 FOR UPDATE SKIP
+        # LOCKED) let PostgreSQL run the subquery again under concurrent takers and update two slots at once.
+        slot = session.scalar(select(ProviderSlot.slot)
+                              .where(ProviderSlot.provider == provider, ProviderSlot.slot < concurrency,
+                                     or_(ProviderSlot.holder.is_(None), ProviderSlot.leased_until <= now))
+                              .order_by(ProviderSlot.slot).limit(1).with_for_update(skip_locked=True))
+        if slot is None:
+            return None
+        session.execute(update(ProviderSlot).where(ProviderSlot.provider == provider, ProviderSlot.slot == slot)
+                        .values(holder=holder, leased_until=now + lease)
+                        .execution_options(synchronize_session=False))
+        return slot
 
 
 def give_back_slot(provider: str, slot: int, holder: str) -> None:
