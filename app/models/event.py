@@ -27,8 +27,8 @@ class Event(db.Model):
         Index("ix_events_account_order", "account_id", "created_at", "id"),
         # A subscription's events (its id is unique across accounts, so the account need not lead).
         Index("ix_events_subscription_order", "subscription_id", "created_at", "id"),
-        # The event list filtered by type.
-        Index("ix_events_account_type_order", "account_id", "type", "created_at"),
+        # The event list filtered by type (with the page's whole order, or SQLite walks ix_events_account_order).
+        Index("ix_events_account_type_order", "account_id", "type", "created_at", "id"),
     )
 
 
@@ -84,7 +84,8 @@ class DeliveryAttempt(db.Model):
 
     __table_args__ = (
         Index("ix_delivery_attempts_account_order", "account_id", "attempted_at", "id"),
-        Index("ix_delivery_attempts_event", "event_id"),
+        # An event's attempts; the delivery log filtered by event (its order too, as above).
+        Index("ix_delivery_attempts_event", "event_id", "attempted_at", "id"),
     )
 
     @staticmethod
