@@ -287,10 +287,19 @@ def _search_page(params: dict, needle: str):
         total += indexed_matches
     if total <= params["offset"]:
         return [], total
+    if dialect == "sqlite" and search.counted_grams:
+        rows = _page_from_neighbour_trigrams(search, total, params)
+        if rows is not None:
+            return rows, total
     walk = _walks(search, indexed_matches, params)
     conditions = _list_conditions(bool(entity_type), bool(status), indexed=walk or not on_trigrams)
     page = _page_statement([*conditions, subscription_search.condition(search, dialect, use_index=not walk)])
     return db.session.execute(page, params).all(), total
+
+
+def _rows_in_filters(params: dict) -> int:
+    in_filters = subscription_counts.total_statement(bool(params["entity_type"]), bool(params["status"]))
+    return db.session.scalar(in_filters, params)
 
 
 def _walks(search, indexed_matches: int, params: dict) -> bool:
@@ -299,9 +308,29 @@ def _walks(search, indexed_matches: int, params: dict) -> bool:
     (offset + limit) * rows / matches rows)."""
     if search.whole_types or search.counted_grams:
         return True
-    in_filters = subscription_counts.total_statement(bool(params["entity_type"]), bool(params["status"]))
-    rows = db.session.scalar(in_filters, params)
-    return indexed_matches ** 2 > (params["offset"] + params["limit"]) * rows
+    return indexed_matches ** 2 > (params["offset"] + params["limit"]) * _rows_in_filters(params)
+
+
+CANDIDATE_COST = 25  # SQLite: the count and the page each read a candidate's row by its rowid, ~12 walked rows each
+
+
+def _page_from_neighbour_trigrams(search, total: int, params: dict):
+    """SQLite, a 2-character needle in few ids (`-0`), where a walk would test most rows of the account: the
+    page from the ids holding one of its neighbour trigrams (subscription_search.neighbour_trigrams), when
+    they are fewer (in the whole table) than a walk's rows over CANDIDATE_COST and hold all `total` matches the
+    gram counters counted. Otherwise None: the page is walked (an id of exactly the needle has no trigram)."""
+    query = subscription_search.neighbour_trigrams(search)
+    if query is None:
+        return None
+    page_end = params["offset"] + params["limit"]
+    candidates = int(_rows_in_filters(params) * min(1, page_end / total) / CANDIDATE_COST)
+    if candidates < total:
+        return None
+    params = {**params, "candidates": candidates}
+    conditions = [*_list_conditions(bool(params["entity_type"]), bool(params["status"]), indexed=False),
+                  subscription_search.among_neighbours(search, query)]
+    found = db.session.scalar(select(func.count()).select_from(Subscription).where(*conditions), params)
+    return db.session.execute(_page_statement(conditions), params).all() if found == total else None
 
 
 def _cancel_in(subscription: Subscription, now) -> None:
