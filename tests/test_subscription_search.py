@@ -8,7 +8,7 @@ from sqlalchemy import update
 
 from app.extensions import db
 from app.models import SubscriptionGramCount
-from app.services import accounts, subscriptions
+from app.services import accounts, subscription_search, subscriptions
 from app.services.entities import search_form
 from app.services.subscription_search import SearchPlan, plan
 
@@ -88,6 +88,20 @@ def test_a_search_too_short_for_a_trigram_takes_its_total_from_the_gram_counters
                        .values(count=counter.count + 5))
     db.session.commit()
     assert _search(people, "-d") == (["jane-doe"], 6)  # the rows were not counted
+
+
+def test_an_account_alone_in_the_table_is_counted_by_the_trigram_index_alone(people, bob, monkeypatch):
+    counted_in_index = []
+    index_count = subscription_search.index_count
+    monkeypatch.setattr(subscription_search, "index_count", lambda needle: counted_in_index.append(needle)
+                        or index_count(needle))
+    janes = ["jane-doe", "janet_o-neil", "janeway-labs"]
+    assert _search(people, "jane") == (janes, 3)
+    assert counted_in_index == (["jane"] if db.engine.dialect.name == "sqlite" else [])
+    assert _search(people, "jane", status="active") == (janes, 3)  # filtered: each match's row is read
+    _create(bob, "jane-bob")
+    assert _search(people, "jane") == (janes, 3) and _search(bob, "jane") == (["jane-bob"], 1)
+    assert len(counted_in_index) <= 1
 
 
 @pytest.fixture

@@ -101,6 +101,21 @@ def _id_contains(needle: str, dialect: str, use_index=True):
     return Subscription.network_id.like(f"%{like_escape(needle)}%", escape=LIKE_ESCAPE)
 
 
+def counted_by_index_alone(search: SearchPlan) -> bool:
+    """Whether the matches are exactly the ids holding the needle, whatever their entity type, so that the
+    trigram index alone can count them (SQLite, in a table holding one account's rows)."""
+    return (len(search.needle) >= TRIGRAM and set(search.in_id_types) == set(ENTITY_TYPES)
+            and not search.whole_types and not search.id_starts)
+
+
+def index_count(needle: str):
+    """The number of ids in the whole table holding `needle` (3 characters or more), read from the FTS5 index
+    alone: no row is read."""
+    return (select(func.count()).select_from(table("subscriptions_search"))
+            .where(text("subscriptions_search MATCH :phrase").bindparams(
+                bindparam("phrase", _fts_phrase(needle), unique=True))))
+
+
 def neighbour_trigrams(search: SearchPlan):
     """For a 2-character needle found only inside ids (`-0`): the FTS5 query of every trigram holding it (`x-0`,
     `-0x`). An id of 3 characters or more holds the needle only if it holds one of them; an id of exactly the
