@@ -8,7 +8,7 @@ from sqlalchemy import update
 
 from app.extensions import db
 from app.models import SubscriptionGramCount
-from app.services import accounts, subscriptions
+from app.services import accounts, subscription_search, subscriptions
 from app.services.entities import search_form
 from app.services.subscription_search import SearchPlan, plan
 
@@ -90,6 +90,52 @@ def test_a_search_too_short_for_a_trigram_takes_its_total_from_the_gram_counters
     assert _search(people, "-d") == (["jane-doe"], 6)  # the rows were not counted
 
 
+def test_an_account_alone_in_the_table_is_counted_by_the_trigram_index_alone(people, bob, monkeypatch):
+    counted_in_index = []
+    index_count = subscription_search.index_count
+    monkeypatch.setattr(subscription_search, "index_count", lambda needle: counted_in_index.append(needle)
+                        or index_count(needle))
+    janes = ["jane-doe", "janet_o-neil", "janeway-labs"]
+    assert _search(people, "jane") == (janes, 3)
+    assert counted_in_index == (["jane"] if db.engine.dialect.name == "sqlite" else [])
+    assert _search(people, "jane", status="active") == (janes, 3)  # filtered: each match's row is read
+    _create(bob, "jane-bob")
+    assert _search(people, "jane") == (janes, 3) and _search(bob, "jane") == (["jane-bob"], 1)
+    assert len(counted_in_index) <= 1
+
+
+@pytest.fixture
+def neighbour_route(monkeypatch):
+    """What each search's neighbour-trigram page answered (None: it left the page to the walk)."""
+    answers = []
+    route = subscriptions._page_from_neighbour_trigrams
+
+    def recorded(*args):
+        answers.append(route(*args))
+        return answers[-1]
+    monkeypatch.setattr(subscriptions, "_page_from_neighbour_trigrams", recorded)
+    return answers
+
+
+def test_a_rare_2_character_needle_is_paged_from_its_neighbour_trigrams(people, bob, neighbour_route, monkeypatch):
+    for network_id in ("bob-0a", "bob-0b", "bob-0c"):  # other accounts' candidates come first in the index
+        _create(bob, network_id)
+    _create(people, "x-0y")
+    monkeypatch.setattr(subscriptions, "CANDIDATE_COST", 0.001)
+    assert _search(people, "-0") == (["x-0y"], 1)
+    if db.engine.dialect.name != "sqlite":  # PostgreSQL's trigram index serves the LIKE itself
+        assert neighbour_route == []
+        return
+    assert neighbour_route[-1] is not None
+    monkeypatch.setattr(subscriptions, "CANDIDATE_COST", 9 / 2)  # 2 candidates: bob's, so not all matches
+    assert _search(people, "-0") == (["x-0y"], 1)
+    assert neighbour_route[-1] is None
+    monkeypatch.setattr(subscriptions, "CANDIDATE_COST", 0.001)
+    _create(people, "-0")  # an id of exactly the needle holds no trigram: walked
+    assert _search(people, "-0") == (["-0", "x-0y"], 2)
+    assert neighbour_route[-1] is None
+
+
 def test_the_plan_splits_a_needle_over_the_url_and_the_id():
     assert plan("ww.link", "linkedin.com").whole_types == ("contact", "company")
     assert ("contact", "ja") in plan("/in/ja", "linkedin.com").id_starts
@@ -111,10 +157,13 @@ NEEDLES = st.one_of(st.text(st.sampled_from("abcin-_%0/.:ywmopst\"*\\ "), min_si
                     st.sampled_from(["https://www.linkedin.com/in/", "m/company/a", "com/c", "n/a", "in/"]))
 
 
+@pytest.mark.parametrize("candidate_cost", [subscriptions.CANDIDATE_COST, 0.001])  # 0.001: neighbour trigrams
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(ID_TEXT, st.sampled_from(["contact", "company"])), max_size=12), NEEDLES,
        st.sampled_from([None, "contact", "company"]))
-def test_search_equals_a_substring_test_of_id_and_url(module_app, entities, needle, entity_type):
+def test_search_equals_a_substring_test_of_id_and_url(module_app, monkeypatch, candidate_cost, entities, needle,
+                                                      entity_type):
+    monkeypatch.setattr(subscriptions, "CANDIDATE_COST", candidate_cost)
     account, _key = accounts.create_account("Property", "enterprise")
     stored = []
     for raw_id, kind in entities:

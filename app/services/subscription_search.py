@@ -101,6 +101,42 @@ def _id_contains(needle: str, dialect: str, use_index=True):
     return Subscription.network_id.like(f"%{like_escape(needle)}%", escape=LIKE_ESCAPE)
 
 
+def counted_by_index_alone(search: SearchPlan) -> bool:
+    """Whether the matches are exactly the ids holding the needle, whatever their entity type, so that the
+    trigram index alone can count them (SQLite, in a table holding one account's rows)."""
+    return (len(search.needle) >= TRIGRAM and set(search.in_id_types) == set(ENTITY_TYPES)
+            and not search.whole_types and not search.id_starts)
+
+
+def index_count(needle: str):
+    """The number of ids in the whole table holding `needle` (3 characters or more), read from the FTS5 index
+    alone: no row is read."""
+    return (select(func.count()).select_from(table("subscriptions_search"))
+            .where(text("subscriptions_search MATCH :phrase").bindparams(
+                bindparam("phrase", _fts_phrase(needle), unique=True))))
+
+
+def neighbour_trigrams(search: SearchPlan):
+    """For a 2-character needle found only inside ids (`-0`): the FTS5 query of every trigram holding it (`x-0`,
+    `-0x`). An id of 3 characters or more holds the needle only if it holds one of them; an id of exactly the
+    needle holds none. None for other plans."""
+    if len(search.needle) != 2 or search.whole_types or search.id_starts or not search.in_id_types:
+        return None
+    return " OR ".join(_fts_phrase(trigram) for character in sorted(ID_CHARACTERS)
+                       for trigram in (character + search.needle, search.needle + character))
+
+
+def among_neighbours(search: SearchPlan, query: str):
+    """The rows holding the needle among the first `:candidates` rows of the trigram index holding one of the
+    `neighbour_trigrams` (`query`), in any account."""
+    candidates = (select(literal_column("rowid")).select_from(table("subscriptions_search"))
+                  .where(text("subscriptions_search MATCH :neighbours").bindparams(
+                      bindparam("neighbours", query, unique=True)))
+                  .limit(bindparam("candidates")))
+    return and_(literal_column("subscriptions.rowid").in_(candidates),
+                Subscription.network_id.like(f"%{like_escape(search.needle)}%", escape=LIKE_ESCAPE))
+
+
 def _id_starts(start: str, dialect: str, use_index: bool):
     prefix = Subscription.network_id.like(f"{like_escape(start)}%", escape=LIKE_ESCAPE)
     return and_(_id_contains(start, dialect), prefix) if use_index and len(start) >= TRIGRAM else prefix

@@ -4,7 +4,7 @@ from functools import lru_cache
 from typing import Optional
 
 from flask import current_app
-from sqlalchemy import bindparam, func, insert, literal_column, select
+from sqlalchemy import bindparam, exists, func, insert, literal_column, select
 from sqlalchemy.exc import IntegrityError
 
 from app.common import isoformat, new_id, utcnow
@@ -281,16 +281,44 @@ def _search_page(params: dict, needle: str):
     if search.counted_grams:
         total += db.session.scalar(subscription_search.gram_total(search, bool(status)), params)
     if search.indexed:
-        indexed_matches = db.session.scalar(select(func.count()).select_from(Subscription).where(
-            *_list_conditions(bool(entity_type), bool(status), indexed=not on_trigrams),
-            subscription_search.partial_condition(search, dialect, indexed_only=True)), params)
+        indexed_matches = _indexed_matches(search, params, dialect)
         total += indexed_matches
     if total <= params["offset"]:
         return [], total
+    if dialect == "sqlite" and search.counted_grams:
+        rows = _page_from_neighbour_trigrams(search, total, params)
+        if rows is not None:
+            return rows, total
     walk = _walks(search, indexed_matches, params)
     conditions = _list_conditions(bool(entity_type), bool(status), indexed=walk or not on_trigrams)
     page = _page_statement([*conditions, subscription_search.condition(search, dialect, use_index=not walk)])
     return db.session.execute(page, params).all(), total
+
+
+def _indexed_matches(search, params: dict, dialect: str) -> int:
+    """The number of rows matching the parts the trigram index serves. On SQLite, unfiltered, when no other
+    account has a subscription and the matches are every id holding the needle: the FTS5 index counts them
+    alone (reading each match's row to test its account was most of a common needle's time, ~1 µs a match)."""
+    entity_type, status = params["entity_type"], params["status"]
+    on_trigrams = dialect == "sqlite"
+    if (on_trigrams and not entity_type and not status and subscription_search.counted_by_index_alone(search)
+            and _alone_in_the_table(params)):
+        return db.session.scalar(subscription_search.index_count(search.needle))
+    return db.session.scalar(select(func.count()).select_from(Subscription).where(
+        *_list_conditions(bool(entity_type), bool(status), indexed=not on_trigrams),
+        subscription_search.partial_condition(search, dialect, indexed_only=True)), params)
+
+
+def _alone_in_the_table(params: dict) -> bool:
+    """Whether no other account has a subscription (two seeks in the account index)."""
+    other = Subscription.account_id
+    return not db.session.scalar(select(exists().where(other < bindparam("account_id"))
+                                        | exists().where(other > bindparam("account_id"))), params)
+
+
+def _rows_in_filters(params: dict) -> int:
+    in_filters = subscription_counts.total_statement(bool(params["entity_type"]), bool(params["status"]))
+    return db.session.scalar(in_filters, params)
 
 
 def _walks(search, indexed_matches: int, params: dict) -> bool:
@@ -299,9 +327,29 @@ def _walks(search, indexed_matches: int, params: dict) -> bool:
     (offset + limit) * rows / matches rows)."""
     if search.whole_types or search.counted_grams:
         return True
-    in_filters = subscription_counts.total_statement(bool(params["entity_type"]), bool(params["status"]))
-    rows = db.session.scalar(in_filters, params)
-    return indexed_matches ** 2 > (params["offset"] + params["limit"]) * rows
+    return indexed_matches ** 2 > (params["offset"] + params["limit"]) * _rows_in_filters(params)
+
+
+CANDIDATE_COST = 25  # SQLite: the count and the page each read a candidate's row by its rowid, ~12 walked rows each
+
+
+def _page_from_neighbour_trigrams(search, total: int, params: dict):
+    """SQLite, a 2-character needle in few ids (`-0`), where a walk would test most rows of the account: the
+    page from the ids holding one of its neighbour trigrams (subscription_search.neighbour_trigrams), when
+    they are fewer (in the whole table) than a walk's rows over CANDIDATE_COST and hold all `total` matches the
+    gram counters counted. Otherwise None: the page is walked (an id of exactly the needle has no trigram)."""
+    query = subscription_search.neighbour_trigrams(search)
+    if query is None:
+        return None
+    page_end = params["offset"] + params["limit"]
+    candidates = int(_rows_in_filters(params) * min(1, page_end / total) / CANDIDATE_COST)
+    if candidates < total:
+        return None
+    params = {**params, "candidates": candidates}
+    conditions = [*_list_conditions(bool(params["entity_type"]), bool(params["status"]), indexed=False),
+                  subscription_search.among_neighbours(search, query)]
+    found = db.session.scalar(select(func.count()).select_from(Subscription).where(*conditions), params)
+    return db.session.execute(_page_statement(conditions), params).all() if found == total else None
 
 
 def _cancel_in(subscription: Subscription, now) -> None:
