@@ -52,6 +52,27 @@ def test_deeply_nested_json_is_a_400_and_logs_no_traceback(alice, caplog, method
     assert not [record for record in caplog.records if record.levelno >= logging.ERROR]
 
 
+def test_nesting_is_refused_past_200_levels_before_the_parser_recurses(alice):
+    # The parser's own RecursionError came at the interpreter's limit, where a garbage collection's finalizers
+    # failed too (an unraisable RecursionError in CI); the depth is now checked first.
+    def nested(depth):  # the body object, custom_metadata, then lists down to `depth` levels in all
+        return ('{"entity_type": "contact", "network_id": "deep", "custom_metadata": {"a": '
+                + "[" * (depth - 2) + "]" * (depth - 2) + "}}")
+
+    parsed = alice.post("/subscriptions", data=nested(200), content_type="application/json")
+    assert is_validation_error(parsed, "custom_metadata.a.value")  # parsed, then refused: not a string
+    refused = alice.post("/subscriptions", data=nested(201), content_type="application/json")
+    assert is_validation_error(refused, "body") and refused.json["message"] == "The request body nests too deeply."
+    assert alice.get("/subscriptions").json["pagination"]["total"] == 0
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting(alice):
+    note = '[{"' * 166  # 498 characters, each bracket inside the string
+    response = alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "brackets",
+                                                  "custom_metadata": {"note": note}})
+    assert response.status_code == 201 and response.json["custom_metadata"] == {"note": note}
+
+
 @pytest.mark.parametrize("path", ["/subscriptions", "/events", "/webhooks/deliveries"])
 @pytest.mark.parametrize("offset", ["9223372036854775808", str(2**31), "-1"])
 def test_offsets_past_the_range_are_a_400(alice, path, offset):

@@ -1,5 +1,6 @@
 """Request helpers for the blueprints: JSON bodies, schema loading, and OpenAPI metadata on views."""
 import json
+import re
 
 from flask import g, request
 from marshmallow import ValidationError
@@ -40,17 +41,41 @@ def json_body() -> dict:
     Decoded as UTF-8 only (RFC 8259): `json.loads` given bytes would guess UTF-16 or UTF-32 instead."""
     raw = request.get_data(cache=True)
     try:
-        data = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant) if raw else None
+        text = raw.decode("utf-8")
+        if _nests_deeper_than(text, MAX_BODY_DEPTH):
+            raise ValidationFailed("body", "The request body nests too deeply.")
+        data = json.loads(text, parse_constant=_refuse_constant) if raw else None
         json.dumps(data, ensure_ascii=False).encode("utf-8")  # a lone surrogate escape (\ud800) is no text
     except UnicodeError:
         raise ValidationFailed("body", "The request body must be JSON encoded as UTF-8.")
     except ValueError:
         raise ValidationFailed("body", "The request body is not valid JSON.")
-    except RecursionError:
-        raise ValidationFailed("body", "The request body nests too deeply.")
     if not isinstance(data, dict):
         raise ValidationFailed("body", "The request body must be a JSON object.")
     return data
+
+
+# Far below the interpreter's recursion limit, which the parser would otherwise meet: a garbage collection at that
+# depth runs finalizers that fail with RecursionError themselves (unraisable, logged, other objects' cleanup lost).
+MAX_BODY_DEPTH = 200
+_STRING_OR_BRACKET = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def _nests_deeper_than(text: str, limit: int) -> bool:
+    """Whether arrays and objects nest deeper than `limit` (brackets inside strings do not count). Only a body
+    with that many opening brackets at all is scanned."""
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    depth = 0
+    for match in _STRING_OR_BRACKET.finditer(text):
+        token = match.group()
+        if token in ("[", "{"):
+            depth += 1
+            if depth > limit:
+                return True
+        elif token in ("]", "}"):
+            depth -= 1
+    return False
 
 
 def _refuse_constant(name):
