@@ -244,6 +244,9 @@ def test_metadata_is_edited_as_json_and_bad_json_changes_nothing(browser, alice)
     browser.post(f"/subscriptions/{subscription.id}/metadata", data={"custom_metadata": "[1, 2"})
     page = browser.text(f"/subscriptions/{subscription.id}")
     assert "must be a JSON object" in page and "&#34;sam&#34;" in page
+    browser.post(f"/subscriptions/{subscription.id}/metadata", data={"custom_metadata": "[" * 50_000})
+    page = browser.text(f"/subscriptions/{subscription.id}")  # nesting the parser cannot take: same answer
+    assert "must be a JSON object" in page and "&#34;sam&#34;" in page
 
 
 def test_import_a_pasted_list_reports_each_refused_row(browser, alice):

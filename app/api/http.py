@@ -42,7 +42,7 @@ def json_body() -> dict:
     raw = request.get_data(cache=True)
     try:
         text = raw.decode("utf-8")
-        if _nests_deeper_than(text, MAX_BODY_DEPTH):
+        if nests_deeper_than(text, MAX_JSON_DEPTH):
             raise ValidationFailed("body", "The request body nests too deeply.")
         data = json.loads(text, parse_constant=_refuse_constant) if raw else None
         json.dumps(data, ensure_ascii=False).encode("utf-8")  # a lone surrogate escape (\ud800) is no text
@@ -57,11 +57,11 @@ def json_body() -> dict:
 
 # Far below the interpreter's recursion limit, which the parser would otherwise meet: a garbage collection at that
 # depth runs finalizers that fail with RecursionError themselves (unraisable, logged, other objects' cleanup lost).
-MAX_BODY_DEPTH = 200
+MAX_JSON_DEPTH = 200
 _STRING_OR_BRACKET = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
-def _nests_deeper_than(text: str, limit: int) -> bool:
+def nests_deeper_than(text: str, limit: int) -> bool:
     """Whether arrays and objects nest deeper than `limit` (brackets inside strings do not count). Only a body
     with that many opening brackets at all is scanned."""
     if text.count("[") + text.count("{") <= limit:

@@ -4,7 +4,7 @@ import json
 
 from flask import current_app, g, redirect, request, url_for
 
-from app.api.http import load
+from app.api.http import MAX_JSON_DEPTH, load, nests_deeper_than
 from app.api.limits import limit_unauthenticated
 from app.dashboard import (LOGIN_CSRF_COOKIE, SESSION_COOKIE, account_id, bp, check_login_csrf, new_login_csrf,
                            notify, render, safe_next, stream)
@@ -192,8 +192,11 @@ def change_subscription(subscription_id, action):
 @bp.post("/subscriptions/<subscription_id>/metadata")
 def edit_metadata(subscription_id):
     def change():
+        text = request.form.get("custom_metadata") or "{}"
         try:
-            value = json.loads(request.form.get("custom_metadata") or "{}")
+            if nests_deeper_than(text, MAX_JSON_DEPTH):
+                raise ValueError("nested too deeply for the parser")
+            value = json.loads(text)
         except ValueError:
             raise ValidationFailed("custom_metadata",
                                    'Custom metadata must be a JSON object, e.g. {"owner": "sam"}.')
