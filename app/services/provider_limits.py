@@ -4,9 +4,11 @@ and its pauses.
 All live in the database, so two schedulers (or twenty) share one budget, one set of slots and one pause;
 the budget can live in Redis instead (`PROVIDER_RATE_LIMIT_STORAGE_URI`).
 
-The budget is counted in slices of the vendor's period: a limit of L calls per period P becomes
-L // (k+1) calls per slice of P/k. Any P-long stretch of time overlaps at most k+1 slices, so no
-window the vendor may count (fixed or sliding) sees more than L calls; k is chosen to waste the least.
+The budget is counted in slices of the vendor's period lengthened by a margin M (a tenth of P, at most
+half a second): a limit of L calls per period P becomes L // (k+1) calls per slice of (P+M)/k. Any (P+M)-long
+stretch of time overlaps at most k+1 slices, so it holds at most L calls taken; and a call reaches the vendor a
+little after it was taken (scheduling, the request on the wire), so a window the vendor counts (fixed or sliding,
+P long) holds calls taken up to M before it: at most L while that delay stays under M. k wastes the least.
 """
 import logging
 import math
@@ -28,6 +30,7 @@ from app.models import ProviderBudget, ProviderSlot, ProviderState
 log = logging.getLogger(__name__)
 
 MAX_SLICES = 10
+MAX_ARRIVAL_DELAY_SECONDS = 0.5
 RATE_LIMITED = "rate_limited"
 QUOTA_EXHAUSTED = "quota_exhausted"
 KEEP_BUDGET_ROWS = timedelta(hours=1)
@@ -42,6 +45,7 @@ class Slicing:
 def slicing(rate) -> Slicing:
     """The slice length and the calls allowed per slice for a `limits` rate."""
     period, amount = rate.get_expiry(), rate.amount
+    period += min(period / 10, MAX_ARRIVAL_DELAY_SECONDS)  # the margin M of the module's docstring
     if amount < 2:  # one call per period: slices cannot help; a fixed window of the period itself
         return Slicing(period, amount)
     slices = max(range(1, MAX_SLICES + 1), key=lambda k: (k * (amount // (k + 1)), -k))
