@@ -78,7 +78,7 @@ class DeliveryAttempt(db.Model):
     attempted_at: Mapped[datetime] = mapped_column(default=utcnow)
     next_attempt_at: Mapped[Optional[datetime]]
     # The headers of the request as sent (signature included, never a secret) less those the row says anyway
-    # (`headers_to_keep`; rows written before migration b2d9f4e6a813 hold them all); null when the try was refused
+    # (`headers_to_keep`; rows written by earlier versions hold them all); null when the try was refused
     # before a request was made, or was recorded before this column existed. Read them whole from `request_headers`.
     kept_headers: Mapped[Optional[dict]] = mapped_column("request_headers", JSON)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from flask import current_app
-from sqlalchemy import DateTime, Integer, delete, insert, literal, select, update
+from sqlalchemy import DateTime, Integer, delete, func, insert, literal, select, update
 
 from app import metrics
 from app.common import isoformat, new_id, new_sortable_id, utcnow
@@ -152,6 +152,16 @@ def count_attempts_by_day(session, attempt_rows, sign=1):
                     [{"account_id": account_id, "day": day, "status": status, "count": sign * count,
                       "duration_ms": sign * durations[account_id, day, status]}
                      for (account_id, day, status), count in counts.items()])
+
+
+def attempt_totals_since(session, account_id: str, first_day) -> dict:
+    """{status: (attempts, summed duration_ms)} of an account's delivery attempts from `first_day` (UTC) on, read
+    from the per-day counters."""
+    rows = session.execute(select(DeliveryDayCount.status, func.sum(DeliveryDayCount.count),
+                                  func.sum(DeliveryDayCount.duration_ms))
+                           .where(DeliveryDayCount.account_id == account_id, DeliveryDayCount.day >= first_day)
+                           .group_by(DeliveryDayCount.status))
+    return {status: (int(count), int(duration_ms)) for status, count, duration_ms in rows}
 
 
 def record_results(token: str, results: list) -> None:

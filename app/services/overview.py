@@ -1,12 +1,12 @@
 """What the dashboard's overview shows of one account: a few reads of counters, each a row per day or status."""
 from datetime import timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from app.common import utcnow
 from app.extensions import db
-from app.models import DeliveryDayCount, EventDayCount
-from app.services import accounts, health, subscription_counts, webhooks
+from app.models import EventDayCount
+from app.services import accounts, health, outbox, subscription_counts, webhooks
 
 WINDOW_DAYS = 30
 
@@ -32,14 +32,9 @@ def _events_per_day(account_id, first_day) -> dict:
 
 
 def _delivery_stats(account_id, first_day) -> dict:
-    rows = db.session.execute(select(DeliveryDayCount.status, func.sum(DeliveryDayCount.count),
-                                     func.sum(DeliveryDayCount.duration_ms)).where(
-        DeliveryDayCount.account_id == account_id, DeliveryDayCount.day >= first_day)
-        .group_by(DeliveryDayCount.status))
-    counts, durations = {}, {}
-    for status, count, duration_ms in rows:
-        counts[status], durations[status] = int(count), int(duration_ms)
+    totals = outbox.attempt_totals_since(db.session, account_id, first_day)
+    counts = {status: count for status, (count, _duration_ms) in totals.items()}
     total, succeeded = sum(counts.values()), counts.get("succeeded", 0)
     return {"attempts": total, "succeeded": succeeded, "failed": counts.get("failed", 0),
             "success_rate": None if not total else succeeded / total,
-            "average_ms": round(durations["succeeded"] / succeeded) if succeeded else None}
+            "average_ms": round(totals["succeeded"][1] / succeeded) if succeeded else None}

@@ -11,8 +11,8 @@ from sqlalchemy import func, select
 from app.common import utcnow
 from app.database import add_to_counters, write_transaction
 from app.extensions import db
-from app.models import Account, DeliveryDayCount, EventDayCount, UsageCounter
-from app.services import subscription_counts
+from app.models import Account, EventDayCount, UsageCounter
+from app.services import outbox, subscription_counts
 from app.services.accounts import live_subscription_count, subscription_limit
 from app.services.provider_status import provider_status
 
@@ -69,13 +69,10 @@ def _period_counts(account_id: str, start: date) -> dict:
                                .where(UsageCounter.account_id == account_id, UsageCounter.day >= start)).one()
     events = session.scalar(select(func.coalesce(func.sum(EventDayCount.count), 0)).where(
         EventDayCount.account_id == account_id, EventDayCount.day >= start))
-    deliveries = dict(session.execute(
-        select(DeliveryDayCount.status, func.sum(DeliveryDayCount.count)).where(
-            DeliveryDayCount.account_id == account_id, DeliveryDayCount.day >= start)
-        .group_by(DeliveryDayCount.status)).all())
+    deliveries = outbox.attempt_totals_since(session, account_id, start)
     return {**dict(zip(COUNTERS, counters)), "events_created": int(events),
-            "deliveries_succeeded": int(deliveries.get("succeeded", 0)),
-            "deliveries_failed": int(deliveries.get("failed", 0))}
+            "deliveries_succeeded": deliveries.get("succeeded", (0, 0))[0],
+            "deliveries_failed": deliveries.get("failed", (0, 0))[0]}
 
 
 def report(account) -> dict:
