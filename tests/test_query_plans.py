@@ -10,7 +10,7 @@ from conftest import make_tenant
 pytestmark = pytest.mark.sqlite_only(reason="reads SQLite's EXPLAIN QUERY PLAN")
 
 
-def plans_of_pages(app, tenant, path, table):
+def plans_of_pages(tenant, path, table):
     """EXPLAIN QUERY PLAN of every ordered page statement on `table` that serving `path` ran."""
     seen = []
 
@@ -30,13 +30,13 @@ def plans_of_pages(app, tenant, path, table):
 
 def test_the_event_list_of_one_type_reads_the_type_index(app):
     tenant = make_tenant(app, "Plans", "growth")
-    plans = plans_of_pages(app, tenant, "/events?type=contact.position_changed", "events")
+    plans = plans_of_pages(tenant, "/events?type=contact.position_changed", "events")
     assert plans and all("USING INDEX ix_events_account_type_order (account_id=? AND type=?)" in plan
                          and "TEMP B-TREE" not in plan for plan in plans)
 
 
 def test_the_delivery_log_of_one_event_reads_the_event_index(app):
     tenant = make_tenant(app, "Plans", "growth")
-    plans = plans_of_pages(app, tenant, "/webhooks/deliveries?event_id=evt_missing", "delivery_attempts")
+    plans = plans_of_pages(tenant, "/webhooks/deliveries?event_id=evt_missing", "delivery_attempts")
     assert plans and all("USING INDEX ix_delivery_attempts_event (event_id=?)" in plan
                          and "TEMP B-TREE" not in plan for plan in plans)
