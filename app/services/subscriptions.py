@@ -260,7 +260,7 @@ def _list_statements(by_entity_type: bool, by_status: bool):
     total_query = subscription_counts.total_statement(by_entity_type, by_status)
     page_query = _page_statement(_list_conditions(by_entity_type, by_status),
                                  total_query.scalar_subquery().label("total"))
-    return PreparedSelect(page_query), PreparedSelect(total_query)
+    return PreparedSelect(page_query, one_fetch=True), PreparedSelect(total_query)
 
 
 def _search_page(params: dict, needle: str):
