@@ -23,8 +23,7 @@ from flask import current_app
 from sqlalchemy import bindparam, delete, func, or_, select, update
 
 from app.common import utcnow
-from app.database import end_read_transaction, upsert, write_transaction
-from app.extensions import db
+from app.database import PreparedSelect, end_read_transaction, upsert, write_transaction
 from app.models import ProviderBudget, ProviderSlot, ProviderState
 
 log = logging.getLogger(__name__)
@@ -200,16 +199,16 @@ def pause(provider: str, reason: str, until: Optional[datetime], detail: str) ->
                     until.isoformat() + "Z" if until else "an operator resumes it", detail)
 
 
-# Built once and run through Core: /healthz reads it on every call.
-_PAUSE = select(ProviderState.paused_reason, ProviderState.paused_at, ProviderState.paused_until,
-                ProviderState.detail).where(ProviderState.provider == bindparam("provider"))
+# Prepared once: /healthz reads it on every call.
+_PAUSE = PreparedSelect(select(ProviderState.paused_reason, ProviderState.paused_at, ProviderState.paused_until,
+                               ProviderState.detail).where(ProviderState.provider == bindparam("provider")))
 
 
 def current_pause(provider: str):
     """The ongoing pause (a row: paused_reason, paused_at, paused_until, detail), or None. A pause whose
     time has come is lifted here (and logged once)."""
     now = utcnow()
-    state = db.session.connection().execute(_PAUSE, {"provider": provider}).one_or_none()
+    state = _PAUSE.first({"provider": provider})
     end_read_transaction()
     if state is None or state.paused_reason is None:
         return None
