@@ -1,13 +1,22 @@
 from datetime import date, datetime
 from typing import Optional
 
-from sqlalchemy import JSON, Date, ForeignKey, Index, Integer, String
+from sqlalchemy import JSON, Date, ForeignKey, Index, Integer, String, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.common import utcnow
 from app.extensions import db
 from app.models.compressed_text import CompressedText
 from app.services.transport import row_headers
+
+
+def only_failed(status_column: str) -> dict:
+    """The WHERE of a partial index of the failed rows, on SQLite and PostgreSQL. A query uses it only when its own
+    WHERE holds this condition as written, the value a literal (`newest_first_page`'s `inline`). Failures are rare:
+    read in the account's date index, a page of them and its total walk every row between them (~1,000 rows a
+    failed one when 1 in 1,000 fails)."""
+    condition = text(f"{status_column} = 'failed'")
+    return {"sqlite_where": condition, "postgresql_where": condition}
 
 
 class Event(db.Model):
@@ -29,6 +38,8 @@ class Event(db.Model):
         Index("ix_events_subscription_order", "subscription_id", "created_at", "id"),
         # The event list filtered by type (with the page's whole order, or SQLite walks ix_events_account_order).
         Index("ix_events_account_type_order", "account_id", "type", "created_at", "id"),
+        # The event list filtered on delivery_status=failed.
+        Index("ix_events_account_failed_order", "account_id", "created_at", "id", **only_failed("delivery_status")),
     )
 
 
@@ -86,6 +97,8 @@ class DeliveryAttempt(db.Model):
         Index("ix_delivery_attempts_account_order", "account_id", "attempted_at", "id"),
         # An event's attempts; the delivery log filtered by event (its order too, as above).
         Index("ix_delivery_attempts_event", "event_id", "attempted_at", "id"),
+        # The delivery log filtered on status=failed.
+        Index("ix_delivery_attempts_account_failed_order", "account_id", "attempted_at", "id", **only_failed("status")),
     )
 
     @staticmethod

@@ -138,8 +138,9 @@ def notify_new_deliveries():
 
 
 def list_page(account_id, limit, offset, event_type=None, subscription_id=None, delivery_status=None):
-    return newest_first_page(Event, Event.created_at, limit, offset, account_id=account_id, type=event_type,
-                             subscription_id=subscription_id, delivery_status=delivery_status)
+    return newest_first_page(Event, Event.created_at, limit, offset, inline=("delivery_status",),
+                             account_id=account_id, type=event_type, subscription_id=subscription_id,
+                             delivery_status=delivery_status)
 
 
 def get(account_id, event_id) -> Event:

@@ -314,5 +314,5 @@ def _make_waiting_due(session, account_id, window, now) -> int:
 # --- the delivery log ---------------------------------------------------------------------------
 
 def attempts_page(account_id: str, limit: int, offset: int, status=None, event_id=None):
-    return newest_first_page(DeliveryAttempt, DeliveryAttempt.attempted_at, limit, offset, account_id=account_id,
-                             status=status, event_id=event_id)
+    return newest_first_page(DeliveryAttempt, DeliveryAttempt.attempted_at, limit, offset, inline=("status",),
+                             account_id=account_id, status=status, event_id=event_id)
