@@ -1,9 +1,10 @@
 """Subscription counters (issue 12): kept by triggers in the same transaction as the rows, so list totals and
 the tier cap are exact without counting rows, whatever writes the rows. The same for the counters of the ids'
 1- and 2-character grams, which give the totals of searches too short for a trigram."""
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import delete, event, func, insert, select, update
 
 from app.common import new_id, utcnow
 from app.errors import ServiceError
@@ -114,6 +115,39 @@ def test_core_inserts_updates_and_deletes_are_counted_too(app, alice):
         ("contact", "active"): 2, ("contact", "paused"): 2, ("company", "active"): 1}
     assert gram_counted(alice.account_id) == gram_recounted(alice.account_id)
     assert gram_counted(alice.account_id)["contact", "active", "q"] == 1
+
+
+def test_statements_of_many_rows_sharing_grams_count_every_row(app, alice):
+    """One INSERT of many rows and one DELETE of several, their ids sharing grams: PostgreSQL's statement-level
+    triggers add up the statement's rows per gram (migration d7e3a9c1f5b2); SQLite's count row by row."""
+    now = utcnow()
+    rows = [{"id": new_id("sub"), "account_id": alice.account_id, "entity_type": "contact", "network_id": f"aa{n}",
+             "network_url": f"https://www.linkedin.com/in/aa{n}", "status": "active", "custom_metadata": {},
+             "created_at": now, "updated_at": now} for n in range(30)]
+    db.session.execute(insert(Subscription), rows)
+    db.session.execute(delete(Subscription).where(Subscription.network_id.in_([f"aa{n}" for n in range(10)])))
+    db.session.commit()
+    assert gram_counted(alice.account_id) == gram_recounted(alice.account_id)
+    assert gram_counted(alice.account_id)["contact", "active", "^aa"] == 20
+
+
+@pytest.mark.postgresql_only(reason="psycopg 3 runs an executemany as one statement per row unless told")
+def test_a_bulk_create_reaches_postgresql_as_one_insert_of_all_its_rows(app, alice):
+    inserts = []
+
+    def record(_connection, _cursor, statement, _parameters, _context, _many):
+        if statement.startswith("INSERT INTO subscriptions "):
+            inserts.append(statement)
+
+    event.listen(db.engine, "before_cursor_execute", record)
+    try:
+        response = alice.post("/subscriptions/bulk", json={"subscriptions": [
+            {"entity_type": "contact", "network_id": f"bulk-{n}"} for n in range(100)]})
+    finally:
+        event.remove(db.engine, "before_cursor_execute", record)
+    assert response.get_json()["created"] == 100
+    assert len(inserts) == 1 and inserts[0].count("%(id__") == 100
+    assert gram_counted(alice.account_id) == gram_recounted(alice.account_id)
 
 
 def test_the_tier_cap_reads_the_counters(alice):
