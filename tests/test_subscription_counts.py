@@ -119,7 +119,7 @@ def test_core_inserts_updates_and_deletes_are_counted_too(app, alice):
 
 def test_statements_of_many_rows_sharing_grams_count_every_row(app, alice):
     """One INSERT of many rows and one DELETE of several, their ids sharing grams: PostgreSQL's statement-level
-    triggers add up the statement's rows per gram (migration d7e3a9c1f5b2); SQLite's count row by row."""
+    triggers add up the statement's rows per key (migration d7e3a9c1f5b2); SQLite's count row by row."""
     now = utcnow()
     rows = [{"id": new_id("sub"), "account_id": alice.account_id, "entity_type": "contact", "network_id": f"aa{n}",
              "network_url": f"https://www.linkedin.com/in/aa{n}", "status": "active", "custom_metadata": {},
@@ -127,6 +127,7 @@ def test_statements_of_many_rows_sharing_grams_count_every_row(app, alice):
     db.session.execute(insert(Subscription), rows)
     db.session.execute(delete(Subscription).where(Subscription.network_id.in_([f"aa{n}" for n in range(10)])))
     db.session.commit()
+    assert counted(alice.account_id) == recounted(alice.account_id) == {("contact", "active"): 20}
     assert gram_counted(alice.account_id) == gram_recounted(alice.account_id)
     assert gram_counted(alice.account_id)["contact", "active", "^aa"] == 20
 

@@ -1,14 +1,16 @@
-"""PostgreSQL: the id gram counters follow inserts and deletes once per statement, not once per row
+"""PostgreSQL: the subscription and id gram counters follow inserts and deletes once per statement, not once
+per row
 
 Revision ID: d7e3a9c1f5b2
 Revises: b6d2f8a4c1e7
 Create Date: 2026-11-25 16:10:00
 
-A row-level trigger upserted some 35 counter rows for every subscription inserted or deleted: a bulk create of
-100 spent ~70 of its ~100 ms there. A statement-level trigger sees the statement's rows as a transition table and
-adds each (account, entity type, status, gram) once with its count: one upsert of the distinct grams. UPDATE
-stays row-level: PostgreSQL allows no transition table on a trigger with a column list (`UPDATE OF ...`), and
-the row-level function now handles just that. SQLite's triggers are row-level by design; nothing changes there.
+A row-level trigger upserted some 35 gram counter rows for every subscription inserted or deleted (a bulk
+create of 100 spent ~70 of its ~100 ms there), and updated its account's counter row once a row (100 versions of
+one row for a bulk create). A statement-level trigger sees the statement's rows as a transition table and adds
+each key once with its count. UPDATE stays row-level: PostgreSQL allows no transition table on a trigger with a
+column list (`UPDATE OF ...`), and the row-level functions now handle just that. SQLite's triggers are
+row-level by design; nothing changes there.
 """
 from alembic import op
 
@@ -21,6 +23,43 @@ depends_on = None
 # Counter rows are written in key order, so two writers of one account cannot deadlock on them (the services
 # lock the account row first anyway).
 UPGRADE = (
+    "DROP TRIGGER subscriptions_count_insert ON subscriptions",
+    "DROP TRIGGER subscriptions_count_delete ON subscriptions",
+    """CREATE FUNCTION subscription_counts_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO subscription_counts (account_id, entity_type, status, count)
+        SELECT account_id, entity_type, status, count(*) FROM inserted_rows GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+        ON CONFLICT (account_id, entity_type, status) DO UPDATE SET count = subscription_counts.count + excluded.count;
+        RETURN NULL;
+    END $$""",
+    """CREATE FUNCTION subscription_counts_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        WITH removed AS (
+            SELECT account_id, entity_type, status, count(*) AS n FROM deleted_rows GROUP BY 1, 2, 3),
+        locked AS (
+            SELECT counter.account_id, counter.entity_type, counter.status, removed.n
+            FROM subscription_counts counter JOIN removed USING (account_id, entity_type, status)
+            ORDER BY 1, 2, 3 FOR UPDATE OF counter)
+        UPDATE subscription_counts counter SET count = counter.count - locked.n FROM locked
+        WHERE (counter.account_id, counter.entity_type, counter.status)
+              = (locked.account_id, locked.entity_type, locked.status);
+        RETURN NULL;
+    END $$""",
+    """CREATE TRIGGER subscriptions_count_insert AFTER INSERT ON subscriptions
+    REFERENCING NEW TABLE AS inserted_rows FOR EACH STATEMENT EXECUTE FUNCTION subscription_counts_inserted()""",
+    """CREATE TRIGGER subscriptions_count_delete AFTER DELETE ON subscriptions
+    REFERENCING OLD TABLE AS deleted_rows FOR EACH STATEMENT EXECUTE FUNCTION subscription_counts_deleted()""",
+    """CREATE OR REPLACE FUNCTION subscription_counts_track() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF (OLD.account_id, OLD.entity_type, OLD.status) < (NEW.account_id, NEW.entity_type, NEW.status) THEN
+            PERFORM subscription_count_add(OLD.account_id, OLD.entity_type, OLD.status, -1);
+            PERFORM subscription_count_add(NEW.account_id, NEW.entity_type, NEW.status, 1);
+        ELSE
+            PERFORM subscription_count_add(NEW.account_id, NEW.entity_type, NEW.status, 1);
+            PERFORM subscription_count_add(OLD.account_id, OLD.entity_type, OLD.status, -1);
+        END IF;
+        RETURN NULL;
+    END $$""",
     "DROP TRIGGER subscriptions_grams_insert ON subscriptions",
     "DROP TRIGGER subscriptions_grams_delete ON subscriptions",
     """CREATE FUNCTION subscription_grams_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -66,7 +105,7 @@ UPGRADE = (
     END $$""",
 )
 
-# The row-level triggers of e5f1a2b3c4d6, as they were.
+# The row-level triggers of a7d3f1c9e215 and e5f1a2b3c4d6, as they were.
 DOWNGRADE = (
     "DROP TRIGGER subscriptions_grams_delete ON subscriptions",
     "DROP TRIGGER subscriptions_grams_insert ON subscriptions",
@@ -92,6 +131,30 @@ DOWNGRADE = (
     FOR EACH ROW EXECUTE FUNCTION subscription_grams_track()""",
     """CREATE TRIGGER subscriptions_grams_delete AFTER DELETE ON subscriptions
     FOR EACH ROW EXECUTE FUNCTION subscription_grams_track()""",
+    "DROP TRIGGER subscriptions_count_delete ON subscriptions",
+    "DROP TRIGGER subscriptions_count_insert ON subscriptions",
+    "DROP FUNCTION subscription_counts_deleted()",
+    "DROP FUNCTION subscription_counts_inserted()",
+    """CREATE OR REPLACE FUNCTION subscription_counts_track() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP = 'INSERT' THEN
+            PERFORM subscription_count_add(NEW.account_id, NEW.entity_type, NEW.status, 1);
+        ELSIF TG_OP = 'DELETE' THEN
+            UPDATE subscription_counts SET count = count - 1
+            WHERE account_id = OLD.account_id AND entity_type = OLD.entity_type AND status = OLD.status;
+        ELSIF (OLD.account_id, OLD.entity_type, OLD.status) < (NEW.account_id, NEW.entity_type, NEW.status) THEN
+            PERFORM subscription_count_add(OLD.account_id, OLD.entity_type, OLD.status, -1);
+            PERFORM subscription_count_add(NEW.account_id, NEW.entity_type, NEW.status, 1);
+        ELSE
+            PERFORM subscription_count_add(NEW.account_id, NEW.entity_type, NEW.status, 1);
+            PERFORM subscription_count_add(OLD.account_id, OLD.entity_type, OLD.status, -1);
+        END IF;
+        RETURN NULL;
+    END $$""",
+    """CREATE TRIGGER subscriptions_count_insert AFTER INSERT ON subscriptions
+    FOR EACH ROW EXECUTE FUNCTION subscription_counts_track()""",
+    """CREATE TRIGGER subscriptions_count_delete AFTER DELETE ON subscriptions
+    FOR EACH ROW EXECUTE FUNCTION subscription_counts_track()""",
 )
 
 
