@@ -170,13 +170,18 @@ def subscription_rows(account_id, id_prefix, count):
 def fill_subscriptions(database_url, account_id, id_prefix, count, chunk_size=20_000):
     """Insert the account's rows with Core executemany in chunks, one transaction per chunk, and a fresh
     scheduler heartbeat. Anything the schema derives from the rows (e.g. per-account counters) is filled
-    here too, so the service finds the database as its own writes would have left it."""
+    here too, so the service finds the database as its own writes would have left it. The engine is set up
+    as the service's: on PostgreSQL a chunk goes out as multi-row INSERTs, so the counters' statement-level
+    triggers run once per 1,000 rows (one statement a row updated the same counter rows 20,000 times in a
+    transaction: quadratic, minutes a chunk)."""
     from sqlalchemy import create_engine, insert
 
     from app.common import utcnow
+    from app.database import configure_engine
     from app.models import SchedulerHeartbeat, Subscription
 
     engine = create_engine(database_url)
+    configure_engine(engine, busy_timeout_ms=30_000)
     rows = subscription_rows(account_id, id_prefix, count)
     try:
         while chunk := list(islice(rows, chunk_size)):
