@@ -136,6 +136,17 @@ def test_json_with_a_charset_is_accepted(alice):
     assert response.status_code == 201
 
 
+@pytest.mark.parametrize("content_type", ["application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
+                                          "text/plain", None])
+def test_a_json_body_is_read_whatever_its_content_type(alice, content_type):
+    """curl -d sends a form Content-Type: the body is still the JSON it holds (README, API decisions)."""
+    headers = {"Content-Type": content_type} if content_type else {}
+    response = alice.post("/subscriptions", data='{"entity_type": "contact", "network_id": "form-typed"}',
+                          headers=headers)
+    assert response.status_code == 201, response.get_json()
+    assert response.get_json()["network_id"] == "form-typed" and _subscription_count() == 1
+
+
 # --- X-Request-Id ----------------------------------------------------------------------------------
 
 def test_every_response_carries_a_generated_request_id(alice, anon):

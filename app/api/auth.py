@@ -9,6 +9,7 @@ from flask import g, request
 
 from app.common import new_id
 from app.database import end_read_transaction
+from app.api.http import is_api_request
 from app.api.limits import limit_unauthenticated
 from app.errors import Unauthorized
 from app.services import keys, usage
@@ -26,7 +27,7 @@ def identify_caller():
     # requests: never let one request's identity leak into the next.
     for name in ("api_key_id", "account_id", "tier", "auth_error"):
         g.pop(name, None)
-    if not request.path.startswith(("/api/", "/v1/")):
+    if not is_api_request():
         return
     try:
         key, g.tier = keys.authenticate(request.headers.get("X-API-Key"))

@@ -25,10 +25,18 @@ class SubscriptionIdConverter(BaseConverter):
 FORM_MIMETYPES = ("application/x-www-form-urlencoded", "multipart/form-data")  # the bodies request.form parses
 
 
+def is_api_request() -> bool:
+    """A request to the keyed API (`/api/v1/…`, `/v1/…`), not the dashboard or the health and docs routes."""
+    return request.path.startswith(("/api/", "/v1/"))
+
+
 def refuse_nul_in_query_and_form():
     """A 400 for NUL in a query or form parameter, on every database alike: PostgreSQL cannot compare or store
-    it in text. The form is read only when the body is one (reading it otherwise builds an empty parser)."""
-    sources = (request.args, request.form) if request.mimetype in FORM_MIMETYPES else (request.args,)
+    it in text. The form is read only when the body is one (reading it otherwise builds an empty parser), and
+    never for the API: its bodies are JSON whatever their Content-Type (curl's default is a form type), and
+    parsing one as a form would consume it."""
+    reads_form = request.mimetype in FORM_MIMETYPES and not is_api_request()
+    sources = (request.args, request.form) if reads_form else (request.args,)
     for source in sources:
         for name, value in source.items(multi=True):
             if "\x00" in name or "\x00" in value:
