@@ -4,6 +4,7 @@ import re
 
 from flask import g, request
 from marshmallow import ValidationError
+from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.routing import BaseConverter
 
 from app.api.errors import validation_failed_from
@@ -47,7 +48,7 @@ def json_body() -> dict:
     """The request body as a JSON object, or 400 VALIDATION_ERROR (413 past the size limit).
 
     Decoded as UTF-8 only (RFC 8259): `json.loads` given bytes would guess UTF-16 or UTF-32 instead."""
-    raw = request.get_data(cache=True)
+    raw = _body_within_limit()
     try:
         text = raw.decode("utf-8")
         if nests_deeper_than(text, MAX_JSON_DEPTH):
@@ -61,6 +62,18 @@ def json_body() -> dict:
     if not isinstance(data, dict):
         raise ValidationFailed("body", "The request body must be a JSON object.")
     return data
+
+
+def _body_within_limit() -> bytes:
+    """The raw body; 413 past MAX_CONTENT_LENGTH for a streamed (chunked) body too. Werkzeug refuses a
+    Content-Length over the limit, but reads a stream only up to the limit and stops there without telling
+    whether more followed: the JSON then failed to parse, a 400 instead of the contract's 413."""
+    raw = request.get_data(cache=True)
+    limit = request.max_content_length
+    if request.content_length is None and limit is not None and len(raw) >= limit \
+            and request.environ["wsgi.input"].read(1):
+        raise RequestEntityTooLarge()
+    return raw
 
 
 # Far below the interpreter's recursion limit, which the parser would otherwise meet: a garbage collection at that
