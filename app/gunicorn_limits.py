@@ -24,14 +24,15 @@ MESSAGES = {414: f"The request line is longer than {LIMIT_REQUEST_LINE} bytes.",
 
 def json_error(status: int, reason: str) -> bytes:
     """The whole HTTP response gunicorn writes for a request it refused (the contract's error shape)."""
+    request_id = f"req_{uuid.uuid4().hex[:24]}"
     body = json.dumps({
         "error": ERROR_CODES.get(status, "HTTP_ERROR"),
         "message": MESSAGES.get(status, f"{reason}: the request could not be read."),
         "timestamp": datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
-        "request_id": f"req_{uuid.uuid4().hex[:24]}",
+        "request_id": request_id,
     }).encode()
     head = (f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n")
+            f"X-Request-Id: {request_id}\r\nContent-Length: {len(body)}\r\n\r\n")
     return head.encode("latin-1") + body
 
 

@@ -69,3 +69,5 @@ def test_the_json_error_is_a_complete_http_response():
     assert head.startswith(b"HTTP/1.1 414 URI Too Long\r\n")
     assert f"Content-Length: {len(body)}".encode() in head
     assert json.loads(body)["error"] == "URI_TOO_LONG"
+    # contract §1: every response carries X-Request-Id, these too; the same id as the body's
+    assert f"X-Request-Id: {json.loads(body)['request_id']}\r\n".encode() in head + b"\r\n"
