@@ -32,6 +32,14 @@ def test_create_prints_account_and_a_working_key(app, runner):
     assert tenant.get("/account").get_json()["name"] == "Acme"
 
 
+def test_an_account_created_on_a_named_tier_is_a_plan_without_a_trial(app, runner):
+    result = _invoke(runner, "create", "--name", "Grow", "--tier", "growth", "--json")
+    assert result.exit_code == 0, result.output
+    created = json.loads(result.output)
+    account = Tenant(app.test_client(), created["account_id"], created["api_key"]).get("/account").get_json()
+    assert account["tier"] == "growth" and account["trial_ends_at"] is None
+
+
 def test_create_json_prints_one_object(app, runner):
     result = _invoke(runner, "create", "--name", "Acme", "--json")
     assert result.exit_code == 0

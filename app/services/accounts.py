@@ -30,15 +30,17 @@ def require_known_tier(tier: str) -> str:
 
 
 def create_account(name: str, tier: str = None):
-    """A new account with its first API key. Returns (account, plaintext key)."""
+    """A new account with its first API key. Returns (account, plaintext key). Without a tier it starts on
+    DEFAULT_TIER with a trial of TRIAL_DAYS (contract §4); a tier the operator names is a plan, without a
+    trial (as `set_tier` makes it)."""
     name = (name or "").strip()
     if not 1 <= len(name) <= 200:
         raise ValidationFailed("name", "The account name must be 1-200 characters.", name)
-    tier = require_known_tier(tier or current_app.config["DEFAULT_TIER"])
     now = utcnow()
+    trial_ends_at = None if tier else now + timedelta(days=current_app.config["TRIAL_DAYS"])
+    tier = require_known_tier(tier or current_app.config["DEFAULT_TIER"])
     with write_transaction() as session:
-        account = Account(id=new_id("acct"), name=name, tier=tier, created_at=now,
-                          trial_ends_at=now + timedelta(days=current_app.config["TRIAL_DAYS"]))
+        account = Account(id=new_id("acct"), name=name, tier=tier, created_at=now, trial_ends_at=trial_ends_at)
         session.add(account)
         _key, plaintext = keys.add_key(session, account.id, "Default key")
     return account, plaintext
