@@ -124,6 +124,8 @@ def test_cancel_works_from_paused(alice):
     alice.post(f"/subscriptions/{created['id']}/pause")
     body = alice.delete(f"/subscriptions/{created['id']}").get_json()
     assert body["status"] == "cancelled"
+    after = alice.get(f"/subscriptions/{created['id']}").get_json()
+    assert after["cancelled_at"] == body["cancelled_at"] and after["paused_at"] is None  # paused_at: when paused
 
 
 def test_cancel_of_another_accounts_id_is_404_and_changes_nothing(alice, bob):

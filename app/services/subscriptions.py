@@ -357,6 +357,7 @@ def _cancel_in(subscription: Subscription, now) -> None:
         return
     subscription.status = "cancelled"
     subscription.cancelled_at = now
+    subscription.paused_at = None  # contract: `paused_at` (when paused)
     subscription.updated_at = now
     subscription.next_check_at = None
     subscription.claim_token = None
