@@ -75,6 +75,17 @@ def test_localhost_numeric_tricks_and_plain_http_are_refused(alice, url):
     assert refused(alice.post("/webhooks/configure", json={"endpoint_url": url}))
 
 
+@pytest.mark.parametrize("url,message", [("https://hooks.example.com:0/hook", "not a valid URL"),
+                                         ("https://user:secret@hooks.example.com/hook", "credentials"),
+                                         ("https://user@hooks.example.com/hook", "credentials")])
+def test_port_zero_and_credentials_in_the_url_are_refused(alice, dns, url, message):
+    dns.table["hooks.example.com"] = PUBLIC_ADDRESS
+    response = alice.post("/webhooks/configure", json={"endpoint_url": url})
+    assert response.status_code == 400 and response.get_json()["details"]["field"] == "endpoint_url"
+    assert message in response.get_json()["message"]
+    assert alice.get("/webhooks/configure").status_code == 404  # nothing configured
+
+
 def test_a_name_resolving_to_a_mix_is_refused_if_any_address_is_not_public(alice, dns, monkeypatch):
     real = dns.__call__
 

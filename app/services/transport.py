@@ -60,6 +60,7 @@ class Endpoint:
     scheme: str
     host: str  # lower-case, without IPv6 brackets; "" when the URL names none
     port: int
+    has_credentials: bool = False  # a `user:password@` part
 
 
 def parse_endpoint(url: str) -> Endpoint:
@@ -70,9 +71,11 @@ def parse_endpoint(url: str) -> Endpoint:
         parts = parse_url(url)
     except LocationParseError as error:
         raise ValueError(str(error)) from None
+    if parts.port == 0:
+        raise ValueError("port 0 cannot be connected to")
     scheme = parts.scheme or ""
     port = parts.port or (443 if scheme == "https" else 80)
-    return Endpoint(scheme, (parts.host or "").strip("[]").lower(), port)
+    return Endpoint(scheme, (parts.host or "").strip("[]").lower(), port, parts.auth is not None)
 
 
 def is_forbidden_address(address, allow_loopback=False) -> bool:

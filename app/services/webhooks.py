@@ -86,6 +86,9 @@ def check_endpoint_url(url: str) -> str:
                                url)
     if not host:
         raise ValidationFailed("endpoint_url", "endpoint_url must name a host.", url)
+    if endpoint.has_credentials:  # they would be shown and logged with the URL; deliveries are signed instead
+        raise ValidationFailed("endpoint_url", "endpoint_url must not hold credentials (user:password@); "
+                                               "verify the webhook signature instead.", url)
     if config["WEBHOOK_ALLOW_PRIVATE_ADDRESSES"]:
         return url
     if not (_is_ip_literal(host) or re.fullmatch(HOST_NAME, host)):
