@@ -167,7 +167,9 @@ def test_a_url_that_parsers_read_differently_is_refused_on_configure(alice, dns_
 
 def test_the_check_reads_the_host_the_sender_connects_to():
     assert parse_endpoint("https://127.0.0.1\\@example.com/").host == "127.0.0.1"
-    assert parse_endpoint("https://user:pw@Example.COM:8443/x") == parse_endpoint("https://example.com:8443/")
+    with_credentials = parse_endpoint("https://user:pw@Example.COM:8443/x")
+    assert with_credentials.host == "example.com" and with_credentials.port == 8443
+    assert with_credentials.has_credentials
 
 
 @pytest.mark.parametrize("url,error", [("https://127.0.0.1\\@example.com/", "refused: 127.0.0.1 is not a public"),
