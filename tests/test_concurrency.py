@@ -1,4 +1,4 @@
-"""Threads racing for the same rows: claims, checks and bulk creates, on each database (on PostgreSQL claims
+"""Threads racing for the same rows: claims, checks, bulk creates and redeliveries, on each database (on PostgreSQL claims
 use FOR UPDATE SKIP LOCKED; on SQLite writers queue on the write lock)."""
 import threading
 from datetime import timedelta
@@ -7,8 +7,9 @@ from sqlalchemy import func, select, update
 
 from app.common import utcnow
 from app.extensions import db
-from app.models import Event, Subscription
-from app.services import accounts, checks, subscriptions
+from app.models import Event, OutboxDelivery, Subscription
+from app.services import accounts, checks, outbox, subscriptions
+from tests.webhook_helpers import configure, record_events
 
 
 def race(app, count, work):
@@ -82,3 +83,29 @@ def test_concurrent_bulk_creates_of_the_same_entities_report_duplicates_not_erro
     assert sum(len(result.created) for result in results) == 60
     assert {error["code"] for result in results for error in result.errors} <= {"DUPLICATE_SUBSCRIPTION"}
     assert db.session.scalar(select(func.count()).select_from(Subscription)) == 60
+
+
+def test_concurrent_redeliveries_and_recoveries_of_one_event_leave_one_delivery_owed(app, alice):
+    configure(alice, "https://93.184.216.34/")
+    [event_id] = record_events(alice.account_id)
+    with db.session.begin():  # its delivery ended: nothing is owed, so each thread would add a row
+        db.session.execute(update(Event).where(Event.id == event_id).values(delivery_status="failed"))
+        db.session.execute(OutboxDelivery.__table__.delete())
+    since = utcnow() - timedelta(hours=1)
+    works = iter([lambda: outbox.redeliver(alice.account_id, event_id)] * 4
+                 + [lambda: outbox.recover(alice.account_id, since, include_pending=True)] * 2)
+    lock, errors = threading.Lock(), []
+
+    def one_of_them():
+        with lock:
+            work = next(works)
+        try:
+            work()
+        except Exception as error:  # e.g. a unique violation a plain INSERT would meet
+            errors.append(error)
+
+    race(app, 6, one_of_them)
+    assert errors == []
+    db.session.rollback()
+    [row] = db.session.scalars(select(OutboxDelivery).where(OutboxDelivery.event_id == event_id)).all()
+    assert row.attempts == 0 and row.claim_token is None

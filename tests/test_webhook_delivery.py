@@ -10,7 +10,7 @@ from app.common import always, isoformat, utcnow
 from app.extensions import db
 from app.models import DeliveryAttempt, Event, OutboxDelivery, WebhookConfig
 from app.services import health, outbox
-from app.services.transport import sign
+from app.services.transport import Outcome, sign
 from app.worker import deliveries
 from app.worker.deliveries import deliver_due
 from tests.webhook_helpers import LOCAL_RECEIVER_CONFIG, Clock, Receiver, Reply, configure, record_events
@@ -516,3 +516,81 @@ def test_a_batch_the_pool_refuses_is_given_back(alice, app):
         deliveries._claim_and_send(app, pool, always)
     db.session.remove()
     assert all(row.claim_token is None for row in db.session.scalars(select(OutboxDelivery)))
+
+
+def owed_rows(event_id):
+    db.session.rollback()
+    return db.session.scalars(select(OutboxDelivery).where(OutboxDelivery.event_id == event_id)).all()
+
+
+def attempt_headers(receiver):
+    return [request.headers["X-Webhook-Attempt"] for request in receiver.requests]
+
+
+def test_a_redelivery_while_a_retry_is_owed_restarts_that_delivery_instead_of_adding_one(alice):
+    replies = iter([Reply(status=429, headers={"Retry-After": "100"}), Reply(status=500)])
+    with Receiver(lambda received: next(replies)) as receiver:
+        configure(alice, receiver.url)
+        [event_id] = record_events(alice.account_id)
+        assert deliver_due() == 1  # a try is owed 100 s from now
+        assert alice.post(f"/events/{event_id}/redeliver").status_code == 202
+        [row] = owed_rows(event_id)
+        assert row.next_attempt_at <= utcnow() and row.attempts == 0  # due now, the schedule from its start
+        assert deliver_due() == 1
+        assert deliver_due() == 0
+    assert attempt_headers(receiver) == ["1", "2"]
+    [row] = owed_rows(event_id)
+    assert row.attempts == 1
+    assert delay_after(attempts_of(event_id)[-1]) == SCHEDULE[0]  # the restarted schedule's first step
+
+
+def test_recover_with_include_pending_counts_and_sends_a_redelivered_event_once(alice):
+    replies = iter([Reply(status=429, headers={"Retry-After": "100"}), Reply(status=503), Reply(status=200)])
+    with Receiver(lambda received: next(replies)) as receiver:
+        configure(alice, receiver.url)
+        [event_id] = record_events(alice.account_id)
+        assert deliver_due() == 1  # 429: the next try in 100 s
+        alice.post(f"/events/{event_id}/redeliver")
+        assert deliver_due() == 1  # 503: the next try in 5 s
+        since = isoformat(utcnow() - timedelta(hours=1))
+        response = alice.post("/webhooks/recover", json={"since": since, "include_pending": True})
+        assert response.json == {"queued": 1}
+        assert len(owed_rows(event_id)) == 1
+        assert deliver_due() == 1
+        assert deliver_due() == 0
+    assert attempt_headers(receiver) == ["1", "2", "3"]
+    assert event_row(event_id).delivery_status == "succeeded" and owed_rows(event_id) == []
+
+
+def test_recover_with_include_pending_restarts_the_schedule_of_what_waits(alice, clock):
+    with Receiver(Reply(status=503)) as receiver:
+        configure(alice, receiver.url)
+        [event_id] = record_events(alice.account_id)
+        for _ in range(3):  # three tries: the next one is the schedule's third step away
+            deliver_due()
+            clock.travel_to(owed_rows(event_id)[0].next_attempt_at)
+        assert owed_rows(event_id)[0].attempts == 3
+        since = isoformat(utcnow() - timedelta(hours=1))
+        clock.advance(-1)  # not due yet
+        assert alice.post("/webhooks/recover", json={"since": since, "include_pending": True}).json == {"queued": 1}
+        assert deliver_due() == 1
+    assert len(receiver.requests) == 4
+    assert delay_after(attempts_of(event_id)[-1]) == SCHEDULE[0]
+
+
+def test_a_redelivery_while_a_send_is_in_flight_lets_it_finish_then_restarts_the_schedule(alice):
+    with Receiver() as receiver:
+        configure(alice, receiver.url)
+        [event_id] = record_events(alice.account_id)
+        token = outbox.new_claim_token()
+        [in_flight] = outbox.claim_due(token, 10)  # a sender has it on the wire
+        assert alice.post(f"/events/{event_id}/redeliver").status_code == 202
+        assert deliver_due() == 0  # nobody sends it a second time meanwhile
+        assert receiver.requests == []
+    [row] = owed_rows(event_id)
+    assert row.claim_token == token and row.attempts == 0
+    outbox.record_results(token, [(in_flight, Outcome(False, 503, 10))])
+    [row] = owed_rows(event_id)
+    assert row.claim_token is None and row.attempts == 1
+    assert delay_after(attempts_of(event_id)[-1]) == SCHEDULE[0]  # the restarted schedule, not its 2nd step
+    assert event_row(event_id).delivery_status == "pending"

@@ -92,7 +92,7 @@ def list_deliveries():
 @bp.post("/webhooks/recover")
 @default_limit
 @spec("Queue a new delivery for every failed or unsent event of a window (at most 14 days back); "
-      "with include_pending, send now what waits for a retry",
+      "with include_pending, send now what waits for a retry (its retry schedule restarted)",
       body=RecoverSchema, response=RecoverResultSchema, status=202, tag="webhooks",
       errors=(ConfigurationMissing, InvalidState))
 def recover():

@@ -58,11 +58,12 @@ class EventDayCount(db.Model):
 class OutboxDelivery(db.Model):
     """A delivery owed to the endpoint: written with its event, claimed by a sender with a lease, deleted when
     the delivery ends (it succeeded, or its retry schedule is spent); the event's `delivery_status` and the
-    delivery attempts keep what happened."""
+    delivery attempts keep what happened. At most one per event (a unique index): a redelivery or recovery of
+    an event still owed restarts its row."""
     __tablename__ = "outbox"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    event_id: Mapped[str] = mapped_column(ForeignKey("events.id", ondelete="CASCADE"), index=True)
+    event_id: Mapped[str] = mapped_column(ForeignKey("events.id", ondelete="CASCADE"), index=True, unique=True)
     account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
     attempts: Mapped[int] = mapped_column(Integer, default=0)  # tries made by this delivery
     next_attempt_at: Mapped[datetime] = mapped_column(default=utcnow)

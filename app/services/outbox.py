@@ -15,11 +15,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from flask import current_app
-from sqlalchemy import DateTime, Integer, delete, func, insert, literal, select, update
+from sqlalchemy import DateTime, Integer, case, delete, func, insert, literal, select, update
 
 from app import metrics
 from app.common import isoformat, new_id, new_sortable_id, utcnow
-from app.database import add_to_counters, newest_first_page, write_transaction
+from app.database import add_to_counters, newest_first_page, upsert, write_transaction
 from app.errors import ValidationFailed
 from app.models import DeliveryAttempt, DeliveryDayCount, Event, OutboxDelivery, WebhookConfig
 from app.services import events, webhooks
@@ -36,7 +36,7 @@ class Claimed:
     delivery_id: int
     account_id: str
     event_type: str
-    tries: int  # tries this delivery made before this one
+    tries: int  # tries this delivery made before this one, when claimed
     outgoing: Outgoing
     event_created_at: datetime = None  # detection time, for the detection-to-delivery histogram
 
@@ -167,17 +167,20 @@ def attempt_totals_since(session, account_id: str, first_day) -> dict:
 def record_results(token: str, results: list) -> None:
     """Write a sent batch [(Claimed, Outcome)] in one transaction: every try, and for each delivery still
     leased by this sender its next try, or the end of the delivery (its outbox row goes; the event keeps the
-    outcome)."""
+    outcome). The next try follows the row's tries as they are now: a redelivery during the send restarted them."""
     if not results:
         return
     with write_transaction() as session:
         now = utcnow()
-        still_ours = set(session.scalars(select(OutboxDelivery.id).where(
-            OutboxDelivery.id.in_([claimed.delivery_id for claimed, _ in results]),
-            OutboxDelivery.claim_token == token)))
+        still_ours = dict(session.execute(
+            select(OutboxDelivery.id, OutboxDelivery.attempts)
+            .where(OutboxDelivery.id.in_([claimed.delivery_id for claimed, _ in results]),
+                   OutboxDelivery.claim_token == token)
+            .order_by(OutboxDelivery.id).with_for_update()).all())
         attempts, retries, ended, event_changes = [], [], [], []
         for claimed, outcome in results:
-            delay = None if outcome.succeeded else retry_delay(claimed.tries + 1, outcome)
+            tries = still_ours.get(claimed.delivery_id, claimed.tries) + 1
+            delay = None if outcome.succeeded else retry_delay(tries, outcome)
             next_at = now + timedelta(seconds=delay) if delay is not None else None
             status = "succeeded" if outcome.succeeded else ("pending" if next_at else "failed")
             attempts.append(attempt_row(claimed.account_id, claimed.outgoing.event_id, claimed.event_type,
@@ -186,7 +189,7 @@ def record_results(token: str, results: list) -> None:
                 _log_failed_attempt(claimed, outcome, attempts[-1])
             if claimed.delivery_id in still_ours:
                 if next_at:
-                    retries.append({"id": claimed.delivery_id, "attempts": claimed.tries + 1,
+                    retries.append({"id": claimed.delivery_id, "attempts": tries,
                                     "next_attempt_at": next_at, "claim_token": None, "claimed_until": None})
                 else:
                     ended.append(claimed.delivery_id)
@@ -256,12 +259,22 @@ def send_test(account_id: str, transport) -> dict:
 
 # --- redelivery and recovery --------------------------------------------------------------------
 
+def _restarted(now) -> dict:
+    """The values that restart an owed delivery: its retry schedule from the start, due now. A row a sender holds
+    keeps its lease, so it is never sent twice at once: that send counts as the restarted schedule's first try."""
+    return {"attempts": 0,
+            "next_attempt_at": case((OutboxDelivery.claim_token.is_(None), now), else_=OutboxDelivery.next_attempt_at)}
+
+
 def _queue_where(session, conditions, now) -> int:
-    """One new pending delivery for every event matching `conditions` (one INSERT … SELECT)."""
+    """For every event matching `conditions`, a delivery due now with its retry schedule from the start: a new
+    outbox row, or the event's owed row restarted (one INSERT … SELECT … ON CONFLICT: one row per event)."""
     chosen = select(Event.id, Event.account_id, literal(0, Integer), literal(now, DateTime),
                     literal(now, DateTime)).where(*conditions)
-    queued = len(session.execute(insert(OutboxDelivery).from_select(
+    statement = upsert(session, OutboxDelivery).from_select(
         ["event_id", "account_id", "attempts", "next_attempt_at", "created_at"], chosen)
+    queued = len(session.execute(
+        statement.on_conflict_do_update(index_elements=["event_id"], set_=_restarted(now))
         .returning(OutboxDelivery.id)).all())
     session.execute(update(Event).where(*conditions).values(delivery_status="pending")
                     .execution_options(synchronize_session=False))
@@ -269,7 +282,8 @@ def _queue_where(session, conditions, now) -> int:
 
 
 def redeliver(account_id: str, event_id: str) -> dict:
-    """Queue one more delivery of any event of the account, whatever its status."""
+    """Deliver any event of the account once more, whatever its status: a new delivery, or the one still owed
+    restarted."""
     with write_transaction() as session:
         events.get(account_id, event_id)
         webhooks.active_config(session, account_id)
@@ -281,7 +295,7 @@ def redeliver(account_id: str, event_id: str) -> dict:
 def recover(account_id: str, since, until=None, include_pending=False) -> dict:
     """Queue every event of the window (clamped to the last WEBHOOK_RECOVER_MAX_DAYS) whose delivery
     failed or never happened and whose type the configuration wants now; test events are left out.
-    With `include_pending`, deliveries of the window waiting for their next try are made due now."""
+    With `include_pending`, deliveries of the window waiting for their next try are restarted (due now)."""
     with write_transaction() as session:
         now = utcnow()
         config = webhooks.active_config(session, account_id)
@@ -303,12 +317,12 @@ def recover(account_id: str, since, until=None, include_pending=False) -> dict:
 
 def _make_waiting_due(session, account_id, window, now) -> int:
     """Pending deliveries of the window's events that wait for a later try (and are not being sent
-    right now) become due now."""
+    right now) are restarted: due now, their retry schedule from the start."""
     in_window = select(Event.id).where(*window)
     return session.execute(
         update(OutboxDelivery).where(OutboxDelivery.account_id == account_id, OutboxDelivery.next_attempt_at > now,
                                      OutboxDelivery.claim_token.is_(None), OutboxDelivery.event_id.in_(in_window))
-        .values(next_attempt_at=now).execution_options(synchronize_session=False)).rowcount
+        .values(_restarted(now)).execution_options(synchronize_session=False)).rowcount
 
 
 # --- the delivery log ---------------------------------------------------------------------------
