@@ -64,6 +64,40 @@ def test_list_never_shows_another_accounts_keys(alice, bob):
     assert names == ["Default key"]
 
 
+def test_the_created_keys_location_answers_get_with_the_list_items_shape(alice):
+    created = alice.post("/account/api-keys", json={"name": "walk2"})
+    response = alice.client.get(created.headers["Location"], headers=alice.headers)
+    assert response.status_code == 200
+    listed = alice.get("/account/api-keys").get_json()["keys"]
+    assert response.get_json() == listed[1]
+    assert response.get_json()["name"] == "walk2"
+    assert "key" not in response.get_json()
+    assert created.get_json()["key"] not in response.get_data(as_text=True)
+
+
+def test_get_one_key_shows_its_last_use(alice):
+    first = alice.get("/account/api-keys").get_json()["keys"][0]
+    body = alice.get(f"/account/api-keys/{first['id']}").get_json()
+    assert body["id"] == first["id"] and body["key_hint"] == alice.key[-4:]
+    assert body["last_used_at"] is not None and body["last_used_at"].endswith("Z")
+
+
+def test_get_another_accounts_or_an_unknown_key_is_404(alice, bob):
+    bobs = bob.post("/account/api-keys", json={"name": "bob-second"}).get_json()
+    for key_id in (bobs["id"], "key_doesnotexist"):
+        response = alice.get(f"/account/api-keys/{key_id}")
+        assert response.status_code == 404
+        assert response.get_json()["details"] == {"resource": "api_key", "id": key_id}
+        assert "bob-second" not in response.get_data(as_text=True)
+    assert bob.get(f"/account/api-keys/{bobs['id']}").get_json()["name"] == "bob-second"
+
+
+def test_get_of_a_deleted_key_is_404(alice):
+    created = alice.post("/account/api-keys", json={"name": "temp"}).get_json()
+    alice.delete(f"/account/api-keys/{created['id']}")
+    assert alice.get(f"/account/api-keys/{created['id']}").status_code == 404
+
+
 def test_delete_answers_id_and_deleted_then_404(alice):
     created = alice.post("/account/api-keys", json={"name": "temp"}).get_json()
     response = alice.delete(f"/account/api-keys/{created['id']}")

@@ -50,7 +50,7 @@ def test_every_api_route_and_method_is_documented(app, document):
 def test_issue_2_endpoints_are_present(document):
     expected = {
         "/account": {"get"}, "/account/usage": {"get"}, "/account/api-keys": {"get", "post"},
-        "/account/api-keys/{key_id}": {"delete"}, "/subscriptions": {"get", "post"},
+        "/account/api-keys/{key_id}": {"get", "delete"}, "/subscriptions": {"get", "post"},
         "/subscriptions/{subscription_id}": {"get", "delete", "patch"},
         "/subscriptions/{subscription_id}/pause": {"post"}, "/subscriptions/{subscription_id}/resume": {"post"},
         "/subscriptions/bulk": {"post", "delete", "patch"}, "/subscriptions/export": {"get"},
@@ -121,6 +121,13 @@ def test_each_operation_lists_the_error_codes_it_can_answer(document):
     assert document["paths"]["/account/api-keys"]["post"]["responses"]["403"]["description"] == "KEY_LIMIT_EXCEEDED"
 
 
+def test_one_api_key_is_documented_in_the_list_items_shape(document):
+    get_one = document["paths"]["/account/api-keys/{key_id}"]["get"]
+    assert get_one["responses"]["200"]["content"]["application/json"]["schema"] == \
+        document["components"]["schemas"]["ApiKeyList"]["properties"]["keys"]["items"]
+    assert get_one["responses"]["404"]["description"] == "NOT_FOUND"
+
+
 def test_export_documents_both_media_types(document):
     content = document["paths"]["/subscriptions/export"]["get"]["responses"]["200"]["content"]
     assert set(content) == {"text/csv", "application/json"}
@@ -128,7 +135,7 @@ def test_export_documents_both_media_types(document):
 
 def test_every_operation_has_a_unique_operation_id(document):
     ids = [operation["operationId"] for operations in document["paths"].values() for operation in operations.values()]
-    assert len(ids) == len(set(ids)) == 28
+    assert len(ids) == len(set(ids)) == 29
 
 
 def test_export_json_is_documented_as_the_object_it_is(document):

@@ -107,6 +107,13 @@ def test_default_class_covers_account_and_keys(alice):
     _assert_limited(alice.post("/account/api-keys", json={"name": "x"}), LIMITS["default"])
 
 
+def test_one_key_is_read_in_the_default_class_shared_with_the_list(alice):
+    key_id = alice.get("/account/api-keys").get_json()["keys"][0]["id"]
+    assert alice.get(f"/account/api-keys/{key_id}").headers["X-RateLimit-Remaining"] == str(LIMITS["default"] - 2)
+    alice.get("/account/api-keys")
+    _assert_limited(alice.get(f"/account/api-keys/{key_id}"), LIMITS["default"])
+
+
 def test_classes_are_independent(alice):
     _spend(alice, "POST", "/subscriptions/bulk", LIMITS["bulk"], json=_bulk_body())
     _assert_limited(alice.get("/subscriptions/export"), LIMITS["bulk"])

@@ -3,7 +3,7 @@ from flask import Blueprint
 from app.api.auth import require_api_key
 from app.api.http import account_id, load_body, spec
 from app.api.limits import default_limit
-from app.schemas.account import ApiKeyCreatedSchema, ApiKeyCreateSchema, ApiKeyListSchema
+from app.schemas.account import ApiKeyCreatedSchema, ApiKeyCreateSchema, ApiKeyListSchema, ApiKeySchema
 from app.schemas.base import DeletedSchema
 from app.errors import InvalidState, KeyLimitExceeded
 from app.services import keys
@@ -13,6 +13,7 @@ bp.before_request(require_api_key)
 create_schema = ApiKeyCreateSchema()
 created_schema = ApiKeyCreatedSchema()
 list_schema = ApiKeyListSchema()
+key_schema = ApiKeySchema()
 
 
 @bp.post("/account/api-keys")
@@ -31,6 +32,13 @@ def create_key():
 @spec("List API keys (metadata only)", response=ApiKeyListSchema, tag="api keys")
 def list_keys():
     return list_schema.dump({"keys": keys.list_keys(account_id())})
+
+
+@bp.get("/account/api-keys/<key_id>")
+@default_limit
+@spec("One API key (metadata only, as listed)", response=ApiKeySchema, tag="api keys")
+def get_key(key_id):
+    return key_schema.dump(keys.get_key(account_id(), key_id))
 
 
 @bp.delete("/account/api-keys/<key_id>")

@@ -52,11 +52,21 @@ def list_keys(account_id: str):
                               .order_by(ApiKey.created_at, ApiKey.id)).all()
 
 
+def _owned_key(session, account_id: str, key_id: str) -> ApiKey:
+    """The account's key of that id; NotFound for an unknown id or another account's."""
+    key = session.scalar(select(ApiKey).where(ApiKey.id == key_id, ApiKey.account_id == account_id))
+    if key is None:
+        raise NotFound("api_key", key_id)
+    return key
+
+
+def get_key(account_id: str, key_id: str) -> ApiKey:
+    return _owned_key(db.session, account_id, key_id)
+
+
 def delete_key(account_id: str, key_id: str) -> None:
     with write_transaction() as session:
-        key = session.scalar(select(ApiKey).where(ApiKey.id == key_id, ApiKey.account_id == account_id))
-        if key is None:
-            raise NotFound("api_key", key_id)
+        key = _owned_key(session, account_id, key_id)
         if _key_count(session, account_id) <= 1:
             raise InvalidState("The last API key of an account cannot be deleted; create another first.")
         session.delete(key)
