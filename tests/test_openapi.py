@@ -128,6 +128,17 @@ def test_one_api_key_is_documented_in_the_list_items_shape(document):
     assert get_one["responses"]["404"]["description"] == "NOT_FOUND"
 
 
+def test_bulk_ids_take_any_item_and_errors_name_its_index(document):
+    for method in ("delete", "patch"):
+        operation = document["paths"]["/subscriptions/bulk"][method]
+        body = _resolve(document, operation["requestBody"]["content"]["application/json"]["schema"])
+        ids = body["properties"]["subscription_ids"]
+        assert (ids["items"], ids["minItems"], ids["maxItems"]) == ({}, 1, 100)  # a bad item is reported, not a 400
+        result = _resolve(document, operation["responses"]["200"]["content"]["application/json"]["schema"])
+        error = _resolve(document, result["properties"]["errors"]["items"])["properties"]
+        assert error["index"]["type"] == "integer" and error["id"]["type"] == ["string", "null"]
+
+
 def test_export_documents_both_media_types(document):
     content = document["paths"]["/subscriptions/export"]["get"]["responses"]["200"]["content"]
     assert set(content) == {"text/csv", "application/json"}

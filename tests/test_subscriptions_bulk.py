@@ -205,9 +205,8 @@ def test_bulk_cancel_counts_a_repeated_id_once(alice):
     ({"subscription_ids": [f"sub_{n}" for n in range(101)]}, "subscription_ids"),
     ({}, "subscription_ids"),
     ({"subscription_ids": "sub_x"}, "subscription_ids"),
-    ({"subscription_ids": [5]}, "subscription_ids.0"),
-    ({"subscription_ids": [None]}, "subscription_ids.0"),
-    ({"subscription_ids": [""]}, "subscription_ids.0"),
+    ({"subscription_ids": {"0": "sub_x"}}, "subscription_ids"),
+    ({"subscription_ids": None}, "subscription_ids"),
     ({"subscription_ids": "MINE", "force": True}, "force"),
 ])
 def test_bad_bulk_cancel_requests_are_refused_whole_and_cancel_nothing(alice, body, field):
@@ -216,6 +215,53 @@ def test_bad_bulk_cancel_requests_are_refused_whole_and_cancel_nothing(alice, bo
         body = {**body, "subscription_ids": ids}
     _assert_whole_request_refused(alice.delete("/subscriptions/bulk", json=body), field)
     assert _count(alice.account_id, status="active") == 2
+
+
+def _malformed_request(alice, bob):
+    """The independent walk's request, and more malformed items: (ids of alice's the request names, the other
+    one of alice's (inside an object item), bob's, the request's items)."""
+    mine = _create_many(alice, 3)
+    bobs = _create_many(bob, 1)[0]
+    items = [mine[0], mine[1], "sub_nope", bobs, "", 5, None, "s" * 101, {"id": mine[2]}, [mine[2]], True, 7.5,
+             "sub_\x00nul", mine[0]]
+    return mine[:2], mine[2], bobs, items
+
+
+# (index, id, code) of each failed item of `_malformed_request`, in request order; the repeated id counts once
+MALFORMED_ERRORS = [(2, "sub_nope", "NOT_FOUND"), (4, "", "NOT_FOUND"), (5, None, "VALIDATION_ERROR"),
+                    (6, None, "VALIDATION_ERROR"), (7, "s" * 101, "NOT_FOUND"), (8, None, "VALIDATION_ERROR"),
+                    (9, None, "VALIDATION_ERROR"), (10, None, "VALIDATION_ERROR"), (11, None, "VALIDATION_ERROR"),
+                    (12, "sub_\x00nul", "NOT_FOUND")]
+
+
+def _assert_malformed_errors(errors, bobs):
+    expected = sorted(MALFORMED_ERRORS + [(3, bobs, "NOT_FOUND")])
+    assert [(error["index"], error["id"], error["code"]) for error in errors] == expected
+    assert all(error["error"] for error in errors)
+    assert [error["error"] for error in errors if error["code"] == "VALIDATION_ERROR"] == \
+        ["Not a subscription id: an id is a string."] * 6
+    assert errors[0]["error"] == "No subscription with id 'sub_nope' was found."
+
+
+def test_bulk_cancel_reports_malformed_items_per_item_and_cancels_the_valid_ones(alice, bob):
+    named, other, bobs, items = _malformed_request(alice, bob)
+    response = alice.delete("/subscriptions/bulk", json={"subscription_ids": items})
+    assert response.status_code == 200
+    body = response.get_json()
+    assert body["cancelled"] == 2 and body["failed"] == 11
+    assert body["subscriptions"] == [{"id": named[0], "status": "cancelled"}, {"id": named[1], "status": "cancelled"}]
+    _assert_malformed_errors(body["errors"], bobs)
+    assert _statuses([*named, other, bobs]) == {named[0]: "cancelled", named[1]: "cancelled", other: "active",
+                                                bobs: "active"}
+
+
+def test_bulk_cancel_of_only_malformed_items_is_200_and_cancels_nothing(alice):
+    ids = _create_many(alice, 2)
+    body = alice.delete("/subscriptions/bulk", json={"subscription_ids": [None, "", 5, None]}).get_json()
+    assert (body["cancelled"], body["failed"], body["subscriptions"]) == (0, 4, [])
+    assert [(error["index"], error["code"]) for error in body["errors"]] == [
+        (0, "VALIDATION_ERROR"), (1, "NOT_FOUND"), (2, "VALIDATION_ERROR"), (3, "VALIDATION_ERROR")]
+    assert _count(alice.account_id, status="active") == 2 and set(_statuses(ids).values()) == {"active"}
 
 
 # --- batch status update ---------------------------------------------------------------------------
@@ -244,6 +290,28 @@ def test_batch_status_reports_cancelled_and_unknown_ids(alice, bob):
     assert [(error["id"], error["code"]) for error in body["errors"]] == [
         (ids[1], "INVALID_STATE"), ("sub_nope", "NOT_FOUND"), (bobs, "NOT_FOUND")]
     assert _statuses([ids[1], bobs]) == {ids[1]: "cancelled", bobs: "active"}
+
+
+def test_batch_status_reports_malformed_items_per_item_and_pauses_the_valid_ones(alice, bob):
+    named, other, bobs, items = _malformed_request(alice, bob)
+    response = alice.patch("/subscriptions/bulk", json={"subscription_ids": items, "status": "paused"})
+    assert response.status_code == 200
+    body = response.get_json()
+    assert body["updated"] == 2 and body["failed"] == 11
+    assert body["subscriptions"] == [{"id": named[0], "status": "paused"}, {"id": named[1], "status": "paused"}]
+    _assert_malformed_errors(body["errors"], bobs)
+    assert _statuses([*named, other, bobs]) == {named[0]: "paused", named[1]: "paused", other: "active",
+                                                bobs: "active"}
+
+
+def test_batch_status_lists_refused_moves_and_malformed_items_by_index(alice):
+    ids = _create_many(alice, 2)
+    alice.delete(f"/subscriptions/{ids[1]}")
+    body = alice.patch("/subscriptions/bulk", json={"subscription_ids": [7, ids[1], "", ids[0]],
+                                                    "status": "paused"}).get_json()
+    assert body["subscriptions"] == [{"id": ids[0], "status": "paused"}]
+    assert [(error["index"], error["id"], error["code"]) for error in body["errors"]] == [
+        (0, None, "VALIDATION_ERROR"), (1, ids[1], "INVALID_STATE"), (2, "", "NOT_FOUND")]
 
 
 @pytest.mark.parametrize("status", ["cancelled", "deleted", "", None, 1])

@@ -161,8 +161,11 @@ class BulkCreateSchema(BodySchema):
 
 
 class BulkIdsSchema(BodySchema):
-    subscription_ids = fields.List(fields.Str(validate=validate.Length(1, 100)), required=True,
-                                   validate=validate.Length(1, 100, error="Send 1 to 100 subscription ids."))
+    subscription_ids = fields.List(fields.Raw(allow_none=True), required=True,
+                                   validate=validate.Length(1, 100, error="Send 1 to 100 subscription ids."),
+                                   metadata={"description": "Subscription ids (`sub_…`). An item that is not a "
+                                                            "string, or names no subscription of this account, is "
+                                                            "reported in `errors`; the others are still processed."})
 
 
 class BulkStatusSchema(BulkIdsSchema):
@@ -196,9 +199,13 @@ class IdStatusSchema(Schema):
 
 
 class BulkIdErrorSchema(Schema):
-    id = fields.Str()
+    index = fields.Int(metadata={"description": "The item's position in `subscription_ids`, from 0 (a repeated id: "
+                                                "its first)."})
+    id = fields.Str(allow_none=True, metadata={"description": "The item as sent; null when it is not a string."})
     error = fields.Str()
-    code = fields.Str()
+    code = fields.Str(metadata={"description": "`VALIDATION_ERROR` (not a string), `NOT_FOUND` (no subscription of "
+                                               "this account has that id) or `INVALID_STATE` (a cancelled one "
+                                               "paused or resumed)."})
 
 
 class BulkCancelResultSchema(Schema):

@@ -10,7 +10,7 @@ from sqlalchemy.exc import IntegrityError
 from app.common import isoformat, new_id, utcnow
 from app.database import PreparedSelect, write_transaction
 from app.errors import (DuplicateSubscription, InvalidState, NotFound, ServiceError, TierLimitExceeded,
-                        TrialExpired)
+                        TrialExpired, ValidationFailed)
 from app.extensions import db
 from app.models import Account, Subscription
 from app.models.subscription import LIVE_STATUSES
@@ -416,33 +416,59 @@ def update_metadata(account_id: str, subscription_id: str, custom_metadata: dict
     return subscription
 
 
+_ID_LENGTH = Subscription.__table__.c.id.type.length
+
+
+def _may_be_stored(subscription_id: str) -> bool:
+    """Whether a string is worth looking up as an id: it fits the column and holds no NUL (which PostgreSQL
+    refuses in text). Any other string, the empty one too, names no subscription without a query."""
+    return 0 < len(subscription_id) <= _ID_LENGTH and "\x00" not in subscription_id
+
+
 def _owned_by_id(session, account_id, ids):
     rows = session.scalars(select(Subscription).where(
         Subscription.account_id == account_id, Subscription.id.in_(set(ids))).with_for_update())
     return {subscription.id: subscription for subscription in rows}
 
 
-def _bulk_apply(account_id, ids, apply):
-    """Apply `apply(subscription, now)` to each id (an id repeated in the request counts once);
-    unknown ids and refused moves go to errors."""
-    done, errors = [], []
-    ids = list(dict.fromkeys(ids))
+def _id_error(index, subscription_id, error: ServiceError):
+    return {"index": index, "id": subscription_id, "error": error.message, "code": error.code}
+
+
+def _split_items(items):
+    """({id: index of its first occurrence} in request order, an error for each item that is not a string):
+    an id repeated in the request counts once."""
+    indexes, errors = {}, []
+    for index, item in enumerate(items):
+        if isinstance(item, str):
+            indexes.setdefault(item, index)
+        else:
+            error = ValidationFailed(f"subscription_ids.{index}", "Not a subscription id: an id is a string.")
+            errors.append(_id_error(index, None, error))
+    return indexes, errors
+
+
+def _bulk_apply(account_id, items, apply):
+    """Apply `apply(subscription, now)` to each subscription the items name. Each item that fails goes to
+    errors with its index, in request order: not a string, not an id of the account's (NOT_FOUND, whatever
+    the string), or a move `apply` refuses; the other items are still applied."""
+    done = []
+    indexes, errors = _split_items(items)
     with write_transaction() as session:
         now = utcnow()
         _lock_account(session, account_id)
-        owned = _owned_by_id(session, account_id, ids)
-        for subscription_id in ids:
-            subscription = owned.get(subscription_id)
-            if subscription is None:
-                error = NotFound("subscription", subscription_id)
-                errors.append({"id": subscription_id, "error": error.message, "code": error.code})
-                continue
+        owned = _owned_by_id(session, account_id, filter(_may_be_stored, indexes))
+        for subscription_id, index in indexes.items():
             try:
+                subscription = owned.get(subscription_id)
+                if subscription is None:
+                    raise NotFound("subscription", subscription_id)
                 apply(subscription, now)
             except ServiceError as error:
-                errors.append({"id": subscription_id, "error": error.message, "code": error.code})
+                errors.append(_id_error(index, subscription_id, error))
                 continue
             done.append({"id": subscription.id, "status": subscription.status})
+    errors.sort(key=lambda error: error["index"])
     return done, errors
 
 
