@@ -11,7 +11,7 @@ import weakref
 from collections import namedtuple
 from contextlib import contextmanager, nullcontext
 
-from sqlalchemy import Float, LargeBinary, bindparam, event, func, literal, select
+from sqlalchemy import Float, LargeBinary, Numeric, bindparam, event, func, literal, select
 from sqlalchemy.engine import Engine
 
 from app.extensions import db
@@ -154,7 +154,9 @@ class PreparedSelect:
     def _statement_for(self, dialect):
         if not (self.one_fetch and dialect.name == "sqlite"):
             return self.statement
-        if any(isinstance(column.type, (Float, LargeBinary)) for column in self.statement.selected_columns):
+        stored_as = [getattr(column.type, "impl_instance", column.type)  # a TypeDecorator: what it stores
+                     for column in self.statement.selected_columns]
+        if any(isinstance(type_, (Float, Numeric, LargeBinary)) for type_ in stored_as):
             raise ValueError("one_fetch cannot carry REAL or BLOB columns through SQLite's JSON")
         # A subquery with a LIMIT is never flattened into an aggregate query: the array keeps its ORDER BY.
         rows = self.statement.subquery()

@@ -38,6 +38,9 @@ def test_an_account_created_on_a_named_tier_is_a_plan_without_a_trial(app, runne
     created = json.loads(result.output)
     account = Tenant(app.test_client(), created["account_id"], created["api_key"]).get("/account").get_json()
     assert account["tier"] == "growth" and account["trial_ends_at"] is None
+    started = json.loads(_invoke(runner, "create", "--name", "Start", "--tier", "starter", "--json").output)
+    account = Tenant(app.test_client(), started["account_id"], started["api_key"]).get("/account").get_json()
+    assert account["tier"] == "starter" and account["trial_ends_at"]  # the default tier named: still a trial
 
 
 def test_create_json_prints_one_object(app, runner):

@@ -3,12 +3,12 @@ bind and result processing; `one_fetch` pages reach Python from SQLite in one st
 from datetime import datetime
 
 import pytest
-from sqlalchemy import Float, LargeBinary, bindparam, cast, literal, select
+from sqlalchemy import Float, LargeBinary, Numeric, bindparam, cast, literal, select
 
 from app import database
 from app.database import PreparedSelect
 from app.extensions import db
-from app.models import Subscription
+from app.models import Event, Subscription
 from conftest import make_tenant
 
 ODD_METADATA = {"quote": 'say "hi"\\', "unicode": "Zoë 東京 🚀", "nested": {"list": [1, 2.5, None, True]},
@@ -71,7 +71,9 @@ def test_a_one_fetch_page_reaches_python_as_one_row(app, monkeypatch):
 
 @pytest.mark.sqlite_only(reason="SQLite's JSON writes REAL with 15 digits and has no BLOB")
 @pytest.mark.parametrize("column", [cast(literal(0.1), Float).label("ratio"),
-                                    cast(literal(b"\x00"), LargeBinary).label("raw")])
+                                    cast(literal(0.1), Numeric(10, 4)).label("amount"),
+                                    cast(literal(b"\x00"), LargeBinary).label("raw"),
+                                    Event.body])  # compressed: a TypeDecorator over LargeBinary
 def test_one_fetch_refuses_columns_sqlite_json_would_change(app, column):
     with pytest.raises(ValueError, match="REAL or BLOB"):
         PreparedSelect(select(Subscription.id, column), one_fetch=True).rows()

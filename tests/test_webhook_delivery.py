@@ -578,19 +578,23 @@ def test_recover_with_include_pending_restarts_the_schedule_of_what_waits(alice,
     assert delay_after(attempts_of(event_id)[-1]) == SCHEDULE[0]
 
 
-def test_a_redelivery_while_a_send_is_in_flight_lets_it_finish_then_restarts_the_schedule(alice):
-    with Receiver() as receiver:
+def test_a_redelivery_while_a_send_is_in_flight_lets_it_finish_then_restarts_the_schedule(alice, clock):
+    with Receiver(Reply(status=503)) as receiver:
         configure(alice, receiver.url)
         [event_id] = record_events(alice.account_id)
+        deliver_due()  # one failed try: the next failure would wait the schedule's second step
+        clock.travel_to(owed_rows(event_id)[0].next_attempt_at)
         token = outbox.new_claim_token()
-        [in_flight] = outbox.claim_due(token, 10)  # a sender has it on the wire
+        [in_flight] = outbox.claim_due(token, 10)  # a sender has its second try on the wire
+        assert in_flight.tries == 1
         assert alice.post(f"/events/{event_id}/redeliver").status_code == 202
         assert deliver_due() == 0  # nobody sends it a second time meanwhile
-        assert receiver.requests == []
+        assert len(receiver.requests) == 1
     [row] = owed_rows(event_id)
     assert row.claim_token == token and row.attempts == 0
     outbox.record_results(token, [(in_flight, Outcome(False, 503, 10))])
     [row] = owed_rows(event_id)
     assert row.claim_token is None and row.attempts == 1
-    assert delay_after(attempts_of(event_id)[-1]) == SCHEDULE[0]  # the restarted schedule, not its 2nd step
+    # the restarted schedule (the row's tries, read when the result is recorded), not the claimed chain's 2nd step
+    assert delay_after(attempts_of(event_id)[-1]) == SCHEDULE[0]
     assert event_row(event_id).delivery_status == "pending"

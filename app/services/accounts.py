@@ -30,15 +30,16 @@ def require_known_tier(tier: str) -> str:
 
 
 def create_account(name: str, tier: str = None):
-    """A new account with its first API key. Returns (account, plaintext key). Without a tier it starts on
-    DEFAULT_TIER with a trial of TRIAL_DAYS (contract §4); a tier the operator names is a plan, without a
-    trial (as `set_tier` makes it)."""
+    """A new account with its first API key. Returns (account, plaintext key). On DEFAULT_TIER it starts with
+    a trial of TRIAL_DAYS (contract §4); another tier the operator names is a plan, without a trial (as
+    `set_tier` makes it)."""
     name = (name or "").strip()
     if not 1 <= len(name) <= 200:
         raise ValidationFailed("name", "The account name must be 1-200 characters.", name)
     now = utcnow()
-    trial_ends_at = None if tier else now + timedelta(days=current_app.config["TRIAL_DAYS"])
-    tier = require_known_tier(tier or current_app.config["DEFAULT_TIER"])
+    default_tier = current_app.config["DEFAULT_TIER"]
+    tier = require_known_tier(tier or default_tier)
+    trial_ends_at = now + timedelta(days=current_app.config["TRIAL_DAYS"]) if tier == default_tier else None
     with write_transaction() as session:
         account = Account(id=new_id("acct"), name=name, tier=tier, created_at=now, trial_ends_at=trial_ends_at)
         session.add(account)

@@ -19,7 +19,10 @@ depends_on = None
 
 
 def upgrade():
-    op.execute("DELETE FROM outbox WHERE id NOT IN (SELECT max(id) FROM outbox GROUP BY event_id)")
+    # EXISTS, not NOT IN (SELECT max(id) …): PostgreSQL hashes a NOT IN subquery only while it fits in work_mem,
+    # and otherwise rescans it for every row (hours at a million owed rows)
+    op.execute("DELETE FROM outbox WHERE EXISTS (SELECT 1 FROM outbox AS newer "
+               "WHERE newer.event_id = outbox.event_id AND newer.id > outbox.id)")
     op.drop_index('ix_outbox_event_id', table_name='outbox')
     op.create_index('ix_outbox_event_id', 'outbox', ['event_id'], unique=True)
 
