@@ -281,6 +281,13 @@ def test_nul_in_a_query_parameter_is_a_400(alice, query, field):
     assert is_validation_error(alice.get(query), field)
 
 
+@pytest.mark.parametrize("name", ["   ", "\t\n", "\u3000"])
+def test_a_blank_key_name_is_a_400_and_stores_nothing(alice, name):
+    response = alice.post("/account/api-keys", json={"name": name})
+    assert is_validation_error(response, "name") and "blank" in response.json["message"]
+    assert key_count(alice.account_id) == 1
+
+
 def test_nul_in_a_key_name_is_a_400_and_stores_nothing(alice):
     response = alice.post("/account/api-keys", json={"name": "a\x00b"})
     assert is_validation_error(response, "name")

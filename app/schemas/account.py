@@ -58,9 +58,9 @@ class UsageSchema(Schema):
 
 
 class ApiKeyCreateSchema(BodySchema):
-    # PostgreSQL refuses NUL in text
+    # PostgreSQL refuses NUL in text; a name of spaces alone names nothing in the list
     name = fields.Str(required=True, validate=[validate.Length(1, 100), validate.Regexp(
-        r"^[^\x00]*$", error="name must not contain the NUL character (U+0000).")])
+        r"^[^\x00]*[^\x00\s][^\x00]*$", error="name must not be blank or contain the NUL character (U+0000).")])
 
 
 class ApiKeySchema(Schema):
