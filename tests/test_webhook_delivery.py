@@ -184,7 +184,8 @@ def test_410_deactivates_the_configuration_at_once(alice, clock):
         clock.advance(3600)
         assert deliver_due() == 0
     assert config_row(alice.account_id).is_active is False
-    assert alice.get("/webhooks/configure").json["is_active"] is False
+    configuration = alice.get("/webhooks/configure").json
+    assert configuration["is_active"] is False and configuration["updated_at"] > configuration["created_at"]
     [attempt] = attempts_of(gone)
     assert attempt.status == "failed" and attempt.response_status == 410 and attempt.next_attempt_at is None
     assert event_row(gone).delivery_status == "failed"
@@ -338,6 +339,15 @@ def test_a_success_clears_the_failure_record(alice):
         record_events(alice.account_id)
         deliver_due()
     assert config_row(alice.account_id).failing_since is None
+
+
+def test_a_new_endpoint_url_starts_a_clean_failure_record(alice):
+    configure(alice, "https://93.184.216.34/")
+    db.session.execute(WebhookConfig.__table__.update().values(failing_since=utcnow() - timedelta(days=4)))
+    db.session.commit()
+    assert alice.put("/webhooks/configure", json={"events": ["*"]}).json["failing_since"] is not None  # same URL
+    response = alice.put("/webhooks/configure", json={"endpoint_url": "https://93.184.216.35/new"})
+    assert response.json["failing_since"] is None and response.json["is_active"] is True
 
 
 def test_reactivating_starts_a_clean_failure_record(alice):

@@ -234,6 +234,7 @@ def _update_endpoint_health(session, results, now):
         if any(outcome.gone for outcome in outcomes):
             config.is_active, reason = False, "the endpoint answered 410 Gone"
         if was_active and not config.is_active:
+            config.updated_at = now
             log.warning("webhook endpoint deactivated: %s", reason,
                         extra={"account_id": config.account_id, "webhook_id": config.id, "reason": reason})
 

@@ -150,8 +150,10 @@ def update_config(account_id: str, changes: dict) -> WebhookConfig:
         changes["events"] = validate_events(changes["events"])
     with write_transaction() as session:
         config = get(account_id, session)
-        if changes.get("is_active") and not config.is_active:
-            config.failing_since = None  # a reactivated endpoint starts with a clean record
+        reactivated = changes.get("is_active") and not config.is_active
+        moved = changes.get("endpoint_url", config.endpoint_url) != config.endpoint_url
+        if reactivated or moved:
+            config.failing_since = None  # a reactivated or new endpoint starts with a clean record
         for name, value in changes.items():
             setattr(config, name, value)
         config.updated_at = utcnow()
