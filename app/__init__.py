@@ -83,7 +83,7 @@ def _instance_path():
 
 def _register_request_hooks(app):
     from app.api.auth import assign_request_id, count_request, identify_caller, set_request_id_header
-    from app.api.http import refuse_nul_in_query_and_form
+    from app.api.http import refuse_a_body_where_none_is_taken, refuse_nul_in_query_and_form
     from app.api.limits import add_rate_limit_headers
     # Order matters: the caller is identified before flask-limiter's own before_request hook, which init_app
     # registers next, so limits key on the validated API key; a request refused for NUL spends no limit.
@@ -95,6 +95,7 @@ def _register_request_hooks(app):
     except LimitsConfigurationError as error:  # e.g. redis:// without the redis package
         raise config_module.ConfigError(f"RATELIMIT_STORAGE_URI={app.config['RATELIMIT_STORAGE_URI']!r} cannot be "
                                         f"used: {error} (pip install 'entity-monitor[redis]')") from None
+    app.before_request(refuse_a_body_where_none_is_taken)  # after the limiter: a refused request spends one
     app.after_request(add_rate_limit_headers)
     app.after_request(count_request)
     app.after_request(set_request_id_header)

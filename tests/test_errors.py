@@ -140,6 +140,33 @@ def test_bodies_that_are_not_a_json_object_are_validation_errors(alice, raw, con
     assert _subscription_count() == 0
 
 
+def _bodyless_subscription(tenant):
+    return tenant.post("/subscriptions", json={"entity_type": "contact", "network_id": "bodyless"}).json["id"]
+
+
+@pytest.mark.parametrize("data", ['{"force": true}', "not json", "[1]"])
+def test_a_view_that_takes_no_body_refuses_one_with_fields_and_changes_nothing(alice, data):
+    subscription_id = _bodyless_subscription(alice)
+    for method, path in [("POST", f"/subscriptions/{subscription_id}/pause"),
+                         ("DELETE", f"/subscriptions/{subscription_id}")]:
+        response = alice.request(method, path, data=data, content_type="application/json")
+        body = _assert_error_shape(response, 400, "VALIDATION_ERROR")
+        assert body["details"]["field"] == ("force" if data.startswith("{") else "body")
+    assert alice.get(f"/subscriptions/{subscription_id}").json["status"] == "active"
+
+
+@pytest.mark.parametrize("data", ["", "{}", "  "])
+def test_a_view_that_takes_no_body_accepts_an_empty_one(alice, data):
+    response = alice.post(f"/subscriptions/{_bodyless_subscription(alice)}/pause", data=data,
+                          content_type="application/json")
+    assert response.status_code == 200 and response.json["status"] == "paused"
+
+
+def test_a_body_without_a_valid_key_is_a_401_first(anon):
+    response = anon.post("/subscriptions/sub_x/pause", json={"force": True})
+    _assert_error_shape(response, 401, "UNAUTHORIZED")
+
+
 def test_validation_error_details_carry_field_value_and_all_errors(alice):
     response = alice.post("/subscriptions", json={"entity_type": "robot", "network_id": "ok-id", "x": 1})
     body = _assert_error_shape(response, 400, "VALIDATION_ERROR")

@@ -2,7 +2,7 @@
 import json
 import re
 
-from flask import g, request
+from flask import current_app, g, request
 from marshmallow import ValidationError
 from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.routing import BaseConverter
@@ -42,6 +42,24 @@ def refuse_nul_in_query_and_form():
         for name, value in source.items(multi=True):
             if "\x00" in name or "\x00" in value:
                 raise ValidationFailed(name, f"{name} must not contain the NUL character (U+0000).", value)
+
+
+def refuse_a_body_where_none_is_taken():
+    """Contract: unknown body fields are a 400. A keyed view that takes no body (pause, resume, a single
+    cancel, the webhook test…) knows none, so a body with fields, or one that is not a JSON object, is refused
+    like any other body's unknown fields; an empty body or `{}` is fine. Requests without a valid key are left
+    to the 401 of `require_api_key`."""
+    described = getattr(current_app.view_functions.get(request.endpoint), "openapi", None)
+    if (described is None or described["body"] is not None or request.method not in BODY_METHODS
+            or not g.get("api_key_id") or not request.get_data(cache=True).strip()):
+        return
+    fields_sent = json_body()
+    if fields_sent:
+        raise validation_failed_from(ValidationError({name: ["Unknown field."] for name in fields_sent}),
+                                     fields_sent)
+
+
+BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 
 
 def json_body() -> dict:
