@@ -243,15 +243,18 @@ def _assert_malformed_errors(errors, bobs):
     assert errors[0]["error"] == "No subscription with id 'sub_nope' was found."
 
 
-def test_bulk_cancel_reports_malformed_items_per_item_and_cancels_the_valid_ones(alice, bob):
+@pytest.mark.parametrize("method,extra,done,status", [("DELETE", {}, "cancelled", "cancelled"),
+                                                      ("PATCH", {"status": "paused"}, "updated", "paused")])
+def test_bulk_cancel_and_status_report_malformed_items_per_item_and_move_the_valid_ones(alice, bob, method,
+                                                                                        extra, done, status):
     named, other, bobs, items = _malformed_request(alice, bob)
-    response = alice.delete("/subscriptions/bulk", json={"subscription_ids": items})
+    response = alice.request(method, "/subscriptions/bulk", json={"subscription_ids": items, **extra})
     assert response.status_code == 200
     body = response.get_json()
-    assert body["cancelled"] == 2 and body["failed"] == 11
-    assert body["subscriptions"] == [{"id": named[0], "status": "cancelled"}, {"id": named[1], "status": "cancelled"}]
+    assert body[done] == 2 and body["failed"] == 11
+    assert body["subscriptions"] == [{"id": named[0], "status": status}, {"id": named[1], "status": status}]
     _assert_malformed_errors(body["errors"], bobs)
-    assert _statuses([*named, other, bobs]) == {named[0]: "cancelled", named[1]: "cancelled", other: "active",
+    assert _statuses([*named, other, bobs]) == {named[0]: status, named[1]: status, other: "active",
                                                 bobs: "active"}
 
 
@@ -290,18 +293,6 @@ def test_batch_status_reports_cancelled_and_unknown_ids(alice, bob):
     assert [(error["id"], error["code"]) for error in body["errors"]] == [
         (ids[1], "INVALID_STATE"), ("sub_nope", "NOT_FOUND"), (bobs, "NOT_FOUND")]
     assert _statuses([ids[1], bobs]) == {ids[1]: "cancelled", bobs: "active"}
-
-
-def test_batch_status_reports_malformed_items_per_item_and_pauses_the_valid_ones(alice, bob):
-    named, other, bobs, items = _malformed_request(alice, bob)
-    response = alice.patch("/subscriptions/bulk", json={"subscription_ids": items, "status": "paused"})
-    assert response.status_code == 200
-    body = response.get_json()
-    assert body["updated"] == 2 and body["failed"] == 11
-    assert body["subscriptions"] == [{"id": named[0], "status": "paused"}, {"id": named[1], "status": "paused"}]
-    _assert_malformed_errors(body["errors"], bobs)
-    assert _statuses([*named, other, bobs]) == {named[0]: "paused", named[1]: "paused", other: "active",
-                                                bobs: "active"}
 
 
 def test_batch_status_lists_refused_moves_and_malformed_items_by_index(alice):

@@ -20,11 +20,53 @@ down_revision = 'b6d2f8a4c1e7'
 branch_labels = None
 depends_on = None
 
-# Counter rows are written in key order, so two writers of one account cannot deadlock on them (the services
-# lock the account row first anyway).
+# The row-level functions' pieces: an UPDATE moves a row between counter keys (the lower key written first, so
+# two writers cannot deadlock); before this migration the same functions also handled INSERT and DELETE.
+COUNT_MOVE = """IF (OLD.account_id, OLD.entity_type, OLD.status) < (NEW.account_id, NEW.entity_type, NEW.status) THEN
+            PERFORM subscription_count_add(OLD.account_id, OLD.entity_type, OLD.status, -1);
+            PERFORM subscription_count_add(NEW.account_id, NEW.entity_type, NEW.status, 1);
+        ELSE
+            PERFORM subscription_count_add(NEW.account_id, NEW.entity_type, NEW.status, 1);
+            PERFORM subscription_count_add(OLD.account_id, OLD.entity_type, OLD.status, -1);
+        END IF;"""
+GRAMS_OF_OLD_REMOVED = """UPDATE subscription_gram_counts SET count = count - 1
+            WHERE account_id = OLD.account_id AND entity_type = OLD.entity_type AND status = OLD.status
+            AND gram IN (SELECT subscription_grams(OLD.network_id));"""
+GRAMS_OF_NEW_ADDED = """INSERT INTO subscription_gram_counts (account_id, entity_type, status, gram, count)
+            SELECT NEW.account_id, NEW.entity_type, NEW.status, gram, 1
+            FROM subscription_grams(NEW.network_id) gram
+            ON CONFLICT (account_id, entity_type, status, gram)
+            DO UPDATE SET count = subscription_gram_counts.count + 1;"""
+
+
+def _row_function(name: str, body: str) -> str:
+    return f"""CREATE OR REPLACE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        {body}
+        RETURN NULL;
+    END $$"""
+
+
+def _row_triggers(table_function: str, prefix: str) -> tuple:
+    return tuple(f"""CREATE TRIGGER {prefix}_{event.lower()} AFTER {event} ON subscriptions
+    FOR EACH ROW EXECUTE FUNCTION {table_function}()""" for event in ("INSERT", "DELETE"))
+
+
+def _statement_triggers(prefix: str, inserted: str, deleted: str) -> tuple:
+    return (f"""CREATE TRIGGER {prefix}_insert AFTER INSERT ON subscriptions
+    REFERENCING NEW TABLE AS inserted_rows FOR EACH STATEMENT EXECUTE FUNCTION {inserted}()""",
+            f"""CREATE TRIGGER {prefix}_delete AFTER DELETE ON subscriptions
+    REFERENCING OLD TABLE AS deleted_rows FOR EACH STATEMENT EXECUTE FUNCTION {deleted}()""")
+
+
+def _drop_triggers(prefix: str) -> tuple:
+    return tuple(f"DROP TRIGGER {prefix}_{event} ON subscriptions" for event in ("insert", "delete"))
+
+
+# The statement-level functions write counter rows in key order, so two writers of one account cannot deadlock
+# on them (the services lock the account row first anyway).
 UPGRADE = (
-    "DROP TRIGGER subscriptions_count_insert ON subscriptions",
-    "DROP TRIGGER subscriptions_count_delete ON subscriptions",
+    *_drop_triggers("subscriptions_count"),
     """CREATE FUNCTION subscription_counts_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
         INSERT INTO subscription_counts (account_id, entity_type, status, count)
@@ -45,23 +87,9 @@ UPGRADE = (
               = (locked.account_id, locked.entity_type, locked.status);
         RETURN NULL;
     END $$""",
-    """CREATE TRIGGER subscriptions_count_insert AFTER INSERT ON subscriptions
-    REFERENCING NEW TABLE AS inserted_rows FOR EACH STATEMENT EXECUTE FUNCTION subscription_counts_inserted()""",
-    """CREATE TRIGGER subscriptions_count_delete AFTER DELETE ON subscriptions
-    REFERENCING OLD TABLE AS deleted_rows FOR EACH STATEMENT EXECUTE FUNCTION subscription_counts_deleted()""",
-    """CREATE OR REPLACE FUNCTION subscription_counts_track() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        IF (OLD.account_id, OLD.entity_type, OLD.status) < (NEW.account_id, NEW.entity_type, NEW.status) THEN
-            PERFORM subscription_count_add(OLD.account_id, OLD.entity_type, OLD.status, -1);
-            PERFORM subscription_count_add(NEW.account_id, NEW.entity_type, NEW.status, 1);
-        ELSE
-            PERFORM subscription_count_add(NEW.account_id, NEW.entity_type, NEW.status, 1);
-            PERFORM subscription_count_add(OLD.account_id, OLD.entity_type, OLD.status, -1);
-        END IF;
-        RETURN NULL;
-    END $$""",
-    "DROP TRIGGER subscriptions_grams_insert ON subscriptions",
-    "DROP TRIGGER subscriptions_grams_delete ON subscriptions",
+    *_statement_triggers("subscriptions_count", "subscription_counts_inserted", "subscription_counts_deleted"),
+    _row_function("subscription_counts_track", COUNT_MOVE),
+    *_drop_triggers("subscriptions_grams"),
     """CREATE FUNCTION subscription_grams_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
         INSERT INTO subscription_gram_counts (account_id, entity_type, status, gram, count)
@@ -87,74 +115,34 @@ UPGRADE = (
               = (locked.account_id, locked.entity_type, locked.status, locked.gram);
         RETURN NULL;
     END $$""",
-    """CREATE TRIGGER subscriptions_grams_insert AFTER INSERT ON subscriptions
-    REFERENCING NEW TABLE AS inserted_rows FOR EACH STATEMENT EXECUTE FUNCTION subscription_grams_inserted()""",
-    """CREATE TRIGGER subscriptions_grams_delete AFTER DELETE ON subscriptions
-    REFERENCING OLD TABLE AS deleted_rows FOR EACH STATEMENT EXECUTE FUNCTION subscription_grams_deleted()""",
-    """CREATE OR REPLACE FUNCTION subscription_grams_track() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        UPDATE subscription_gram_counts SET count = count - 1
-        WHERE account_id = OLD.account_id AND entity_type = OLD.entity_type AND status = OLD.status
-        AND gram IN (SELECT subscription_grams(OLD.network_id));
-        INSERT INTO subscription_gram_counts (account_id, entity_type, status, gram, count)
-        SELECT NEW.account_id, NEW.entity_type, NEW.status, gram, 1
-        FROM subscription_grams(NEW.network_id) gram
-        ON CONFLICT (account_id, entity_type, status, gram)
-        DO UPDATE SET count = subscription_gram_counts.count + 1;
-        RETURN NULL;
-    END $$""",
+    *_statement_triggers("subscriptions_grams", "subscription_grams_inserted", "subscription_grams_deleted"),
+    _row_function("subscription_grams_track", f"{GRAMS_OF_OLD_REMOVED}\n        {GRAMS_OF_NEW_ADDED}"),
 )
 
-# The row-level triggers of a7d3f1c9e215 and e5f1a2b3c4d6, as they were.
+# The row-level triggers of a7d3f1c9e215 and e5f1a2b3c4d6, doing what they did.
 DOWNGRADE = (
-    "DROP TRIGGER subscriptions_grams_delete ON subscriptions",
-    "DROP TRIGGER subscriptions_grams_insert ON subscriptions",
+    *_drop_triggers("subscriptions_grams"),
     "DROP FUNCTION subscription_grams_deleted()",
     "DROP FUNCTION subscription_grams_inserted()",
-    """CREATE OR REPLACE FUNCTION subscription_grams_track() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        IF TG_OP IN ('DELETE', 'UPDATE') THEN
-            UPDATE subscription_gram_counts SET count = count - 1
-            WHERE account_id = OLD.account_id AND entity_type = OLD.entity_type AND status = OLD.status
-            AND gram IN (SELECT subscription_grams(OLD.network_id));
+    _row_function("subscription_grams_track", f"""IF TG_OP IN ('DELETE', 'UPDATE') THEN
+            {GRAMS_OF_OLD_REMOVED}
         END IF;
         IF TG_OP IN ('INSERT', 'UPDATE') THEN
-            INSERT INTO subscription_gram_counts (account_id, entity_type, status, gram, count)
-            SELECT NEW.account_id, NEW.entity_type, NEW.status, gram, 1
-            FROM subscription_grams(NEW.network_id) gram
-            ON CONFLICT (account_id, entity_type, status, gram)
-            DO UPDATE SET count = subscription_gram_counts.count + 1;
-        END IF;
-        RETURN NULL;
-    END $$""",
-    """CREATE TRIGGER subscriptions_grams_insert AFTER INSERT ON subscriptions
-    FOR EACH ROW EXECUTE FUNCTION subscription_grams_track()""",
-    """CREATE TRIGGER subscriptions_grams_delete AFTER DELETE ON subscriptions
-    FOR EACH ROW EXECUTE FUNCTION subscription_grams_track()""",
-    "DROP TRIGGER subscriptions_count_delete ON subscriptions",
-    "DROP TRIGGER subscriptions_count_insert ON subscriptions",
+            {GRAMS_OF_NEW_ADDED}
+        END IF;"""),
+    *_row_triggers("subscription_grams_track", "subscriptions_grams"),
+    *_drop_triggers("subscriptions_count"),
     "DROP FUNCTION subscription_counts_deleted()",
     "DROP FUNCTION subscription_counts_inserted()",
-    """CREATE OR REPLACE FUNCTION subscription_counts_track() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        IF TG_OP = 'INSERT' THEN
+    _row_function("subscription_counts_track", f"""IF TG_OP = 'INSERT' THEN
             PERFORM subscription_count_add(NEW.account_id, NEW.entity_type, NEW.status, 1);
         ELSIF TG_OP = 'DELETE' THEN
             UPDATE subscription_counts SET count = count - 1
             WHERE account_id = OLD.account_id AND entity_type = OLD.entity_type AND status = OLD.status;
-        ELSIF (OLD.account_id, OLD.entity_type, OLD.status) < (NEW.account_id, NEW.entity_type, NEW.status) THEN
-            PERFORM subscription_count_add(OLD.account_id, OLD.entity_type, OLD.status, -1);
-            PERFORM subscription_count_add(NEW.account_id, NEW.entity_type, NEW.status, 1);
         ELSE
-            PERFORM subscription_count_add(NEW.account_id, NEW.entity_type, NEW.status, 1);
-            PERFORM subscription_count_add(OLD.account_id, OLD.entity_type, OLD.status, -1);
-        END IF;
-        RETURN NULL;
-    END $$""",
-    """CREATE TRIGGER subscriptions_count_insert AFTER INSERT ON subscriptions
-    FOR EACH ROW EXECUTE FUNCTION subscription_counts_track()""",
-    """CREATE TRIGGER subscriptions_count_delete AFTER DELETE ON subscriptions
-    FOR EACH ROW EXECUTE FUNCTION subscription_counts_track()""",
+            {COUNT_MOVE}
+        END IF;"""),
+    *_row_triggers("subscription_counts_track", "subscriptions_count"),
 )
 
 
