@@ -49,7 +49,7 @@ def configure_engine(engine: Engine, busy_timeout_ms: int) -> None:
     if engine.dialect.name == "postgresql":
         # An executemany INSERT (a bulk create's rows) as multi-row INSERT statements, as SQLAlchemy does for
         # psycopg2, rather than psycopg 3's pipeline of one statement per row: the statement-level triggers
-        # (the id gram counters, migration d7e3a9c1f5b2) then run once for the batch.
+        # (the subscription and id gram counters, migration d7e3a9c1f5b2) then run once for the batch.
         engine.dialect.use_insertmanyvalues_wo_returning = True
     if engine.dialect.name != "sqlite":
         return

@@ -1,5 +1,5 @@
-"""Threads racing for the same rows: claims, checks, bulk creates and redeliveries, on each database (on PostgreSQL claims
-use FOR UPDATE SKIP LOCKED; on SQLite writers queue on the write lock)."""
+"""Threads racing for the same rows: claims, checks, bulk creates and redeliveries, on each database (on
+PostgreSQL claims use FOR UPDATE SKIP LOCKED; on SQLite writers queue on the write lock)."""
 import threading
 from datetime import timedelta
 

@@ -37,7 +37,7 @@ def get_event(event_id):
 
 @bp.post("/events/<event_id>/redeliver")
 @default_limit
-@spec("Deliver an event once more, whatever its status (a delivery still owed is restarted, not doubled)", response=RedeliveredSchema, status=202,
-      tag="events", errors=(InvalidState,))
+@spec("Deliver an event once more, whatever its status (a delivery still owed is restarted, not doubled)",
+      response=RedeliveredSchema, status=202, tag="events", errors=(InvalidState,))
 def redeliver_event(event_id):
     return redelivered_schema.dump(outbox.redeliver(account_id(), event_id)), 202
