@@ -114,14 +114,14 @@ class PreparedSelect:
 
     def rows(self, parameters=None) -> list:
         connection = db.session.connection()
-        compiled, order, binds, make_row = self._by_dialect.get(connection.dialect.name) or self._prepare(
-            connection.dialect)
+        compiled, order, binds, make_row, in_one_step = self._by_dialect.get(connection.dialect.name) or \
+            self._prepare(connection.dialect)
         values = compiled.construct_params(parameters)
         for name, process in binds:
             values[name] = process(values[name])
         raw_rows = driver_rows(connection, compiled.string,
                                [values[name] for name in order] if order is not None else values)
-        if self.one_fetch and connection.dialect.name == "sqlite":
+        if in_one_step:
             raw_rows = json.loads(raw_rows[0][0])
         return [make_row(raw) for raw in raw_rows]
 
@@ -130,7 +130,8 @@ class PreparedSelect:
         return found[0] if found else None
 
     def _prepare(self, dialect):
-        compiled = self._statement_for(dialect).compile(dialect=dialect)
+        in_one_step = self.one_fetch and dialect.name == "sqlite"
+        compiled = (self._in_one_step() if in_one_step else self.statement).compile(dialect=dialect)
         if compiled.literal_execute_params or compiled.post_compile_params:
             raise ValueError("PreparedSelect cannot run expanding or literal-execute parameters")
         order = list(compiled.positiontup) if compiled.positional else None
@@ -147,13 +148,11 @@ class PreparedSelect:
                 return Row._make([step(value) for step, value in zip(steps, raw)])
         else:
             make_row = Row._make
-        prepared = self._by_dialect[dialect.name] = (compiled, order, binds, make_row)
+        prepared = self._by_dialect[dialect.name] = (compiled, order, binds, make_row, in_one_step)
         return prepared
 
-
-    def _statement_for(self, dialect):
-        if not (self.one_fetch and dialect.name == "sqlite"):
-            return self.statement
+    def _in_one_step(self):
+        """The statement's rows as one JSON array of arrays, for SQLite."""
         stored_as = [getattr(column.type, "impl_instance", column.type)  # a TypeDecorator: what it stores
                      for column in self.statement.selected_columns]
         if any(isinstance(type_, (Float, Numeric, LargeBinary)) for type_ in stored_as):

@@ -100,12 +100,16 @@ def test_list_totals_come_from_the_counters_for_every_filter(alice):
     assert alice.get("/subscriptions").get_json()["pagination"]["total"] == 25
 
 
-def test_core_inserts_updates_and_deletes_are_counted_too(app, alice):
+def core_rows(account_id, network_ids) -> list:
+    """Active contact subscriptions as Core inserts them, bypassing the services."""
     now = utcnow()
-    rows = [{"id": new_id("sub"), "account_id": alice.account_id, "entity_type": "contact", "network_id": f"p-{n}",
-             "network_url": f"https://www.linkedin.com/in/p-{n}", "status": "active", "custom_metadata": {},
-             "created_at": now, "updated_at": now} for n in range(6)]
-    db.session.execute(insert(Subscription), rows)
+    return [{"id": new_id("sub"), "account_id": account_id, "entity_type": "contact", "network_id": network_id,
+             "network_url": f"https://www.linkedin.com/in/{network_id}", "status": "active", "custom_metadata": {},
+             "created_at": now, "updated_at": now} for network_id in network_ids]
+
+
+def test_core_inserts_updates_and_deletes_are_counted_too(app, alice):
+    db.session.execute(insert(Subscription), core_rows(alice.account_id, [f"p-{n}" for n in range(6)]))
     db.session.execute(update(Subscription).where(Subscription.network_id.in_(["p-0", "p-1"])).values(status="paused"))
     db.session.execute(update(Subscription).where(Subscription.network_id == "p-2").values(entity_type="company"))
     db.session.execute(delete(Subscription).where(Subscription.network_id == "p-3"))
@@ -120,11 +124,7 @@ def test_core_inserts_updates_and_deletes_are_counted_too(app, alice):
 def test_statements_of_many_rows_sharing_grams_count_every_row(app, alice):
     """One INSERT of many rows and one DELETE of several, their ids sharing grams: PostgreSQL's statement-level
     triggers add up the statement's rows per key (migration d7e3a9c1f5b2); SQLite's count row by row."""
-    now = utcnow()
-    rows = [{"id": new_id("sub"), "account_id": alice.account_id, "entity_type": "contact", "network_id": f"aa{n}",
-             "network_url": f"https://www.linkedin.com/in/aa{n}", "status": "active", "custom_metadata": {},
-             "created_at": now, "updated_at": now} for n in range(30)]
-    db.session.execute(insert(Subscription), rows)
+    db.session.execute(insert(Subscription), core_rows(alice.account_id, [f"aa{n}" for n in range(30)]))
     db.session.execute(delete(Subscription).where(Subscription.network_id.in_([f"aa{n}" for n in range(10)])))
     db.session.commit()
     assert counted(alice.account_id) == recounted(alice.account_id) == {("contact", "active"): 20}
