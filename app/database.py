@@ -79,6 +79,12 @@ def write_transaction():
     """One short write transaction on the scoped session: commit on success, roll back on error.
 
     Any read transaction the session had open is ended first. Never make a network call inside.
+
+    The lock order of the delivery rows, which PostgreSQL's concurrent writers must all follow or deadlock:
+    outbox rows, then events, then webhook configurations, then the day counters; within a table in key order
+    (outbox rows and events by event id, configurations by id, counters by key: `add_to_counters`). A multi-row
+    UPDATE follows it through `in_lock_order`, a DELETE through `lock_in_order`; a claim takes the outbox rows
+    no one holds (SKIP LOCKED) and waits for none.
     """
     session = db.session
     session.rollback()
@@ -197,6 +203,19 @@ def add_to_counters(session, model, key_names, rows):
         set_={name: getattr(model, name) + getattr(statement.excluded, name)
               for name in rows[0] if name not in key_names})
     session.execute(statement, sorted(rows, key=lambda row: tuple(row[name] for name in key_names)))
+
+
+def in_lock_order(key, *conditions):
+    """`key IN (…)` for a multi-row UPDATE of the rows meeting `conditions`: on PostgreSQL they are locked first,
+    in `key` order (the lock order of `write_transaction`), where the UPDATE alone locks them in whatever order
+    its plan reads them. FOR NO KEY UPDATE, as the UPDATE itself: inserts of rows referring to them go on."""
+    return key.in_(select(key).where(*conditions).order_by(key).with_for_update(key_share=True).scalar_subquery())
+
+
+def lock_in_order(session, key, *conditions):
+    """Lock the rows meeting `conditions` in `key` order (PostgreSQL), as a DELETE will, before they are read
+    and deleted: see `in_lock_order`."""
+    session.execute(select(key).where(*conditions).order_by(key).with_for_update())
 
 
 def end_read_transaction():

@@ -8,7 +8,7 @@ from flask import current_app
 from sqlalchemy import case, delete, select, update
 
 from app.common import new_id, random_alphanumeric, utcnow
-from app.database import write_transaction
+from app.database import in_lock_order, lock_in_order, write_transaction
 from app.errors import InvalidState, NotFound, ServiceError, ValidationFailed
 from app.extensions import db
 from app.models import Event, OutboxDelivery, WebhookConfig
@@ -164,10 +164,12 @@ def remove(account_id: str) -> dict:
     """Delete the configuration; its queued deliveries are dropped (their events become skipped or failed)."""
     with write_transaction() as session:
         config = get(account_id, session)
-        queued = select(OutboxDelivery.event_id).where(OutboxDelivery.account_id == account_id)
-        session.execute(update(Event).where(Event.id.in_(queued)).values(
+        owed = [OutboxDelivery.account_id == account_id]
+        lock_in_order(session, OutboxDelivery.event_id, *owed)  # before their events: `write_transaction`
+        queued = select(OutboxDelivery.event_id).where(*owed)
+        session.execute(update(Event).where(in_lock_order(Event.id, Event.id.in_(queued))).values(
             delivery_status=case((Event.attempt_count > 0, "failed"), else_="skipped")))
-        session.execute(delete(OutboxDelivery).where(OutboxDelivery.account_id == account_id))
+        session.execute(delete(OutboxDelivery).where(*owed))
         session.delete(config)
         return {"id": config.id, "deleted": True}
 

@@ -1,0 +1,125 @@
+"""The lock order of `write_transaction` on PostgreSQL: transactions writing the same delivery rows, interleaved
+where they meet, both finish. A third connection holds a row the first transaction needs, so that one waits
+there holding what it locked so far; the second starts and runs until it waits too; then the row is let go."""
+import threading
+import time
+
+import pytest
+from sqlalchemy import func, select, text
+
+from app.common import utcnow
+from app.extensions import db
+from app.models import DeliveryAttempt, DeliveryDayCount, Event, OutboxDelivery, WebhookConfig
+from app.services import outbox, webhooks
+from app.services.transport import Outcome
+from tests.webhook_helpers import LOCAL_RECEIVER_CONFIG, configure, record_events
+
+pytestmark = pytest.mark.postgresql_only(reason="row locks of concurrent transactions; SQLite has one writer at a time")
+
+
+@pytest.fixture
+def app_config():
+    return LOCAL_RECEIVER_CONFIG
+
+
+def _waiting_behind(holder_pid) -> int:
+    """How many backends wait for a lock `holder_pid` holds, or for one held by a backend waiting behind it (the
+    other xdist worker's tests share the database)."""
+    with db.engine.connect() as connection:
+        waiting = connection.execute(text("SELECT pid, pg_blocking_pids(pid) FROM pg_stat_activity "
+                                          "WHERE wait_event_type = 'Lock'")).all()
+    behind = {holder_pid}
+    while more := {pid for pid, blockers in waiting if pid not in behind and behind.intersection(blockers)}:
+        behind |= more
+    return len(behind) - 1
+
+
+def _until_waiting(holder_pid, count):
+    deadline = time.monotonic() + 10
+    while _waiting_behind(holder_pid) < count:
+        assert time.monotonic() < deadline, f"fewer than {count} transactions came to wait for a lock"
+        time.sleep(0.02)
+
+
+def interleave(app, hold: str, first, second) -> list:
+    """Run `first()` until it waits for the row the statement `hold` locks (in a transaction of its own), then
+    `second()` until it waits as well, then let the row go. Returns what either raised."""
+    errors = []
+
+    def run(work):
+        with app.app_context():
+            try:
+                work()
+            except Exception as error:  # a deadlock surfaces here
+                errors.append(error)
+            finally:
+                db.session.remove()
+
+    threads = [threading.Thread(target=run, args=(work,)) for work in (first, second)]
+    with db.engine.connect() as holder:
+        holder_pid = holder.scalar(text("SELECT pg_backend_pid()"))
+        holder.execute(text(hold))
+        for number, thread in enumerate(threads, 1):
+            thread.start()
+            _until_waiting(holder_pid, number)
+        holder.rollback()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert not any(thread.is_alive() for thread in threads)
+    return errors
+
+
+def _outcome(succeeded):
+    return Outcome(succeeded=succeeded, status_code=200 if succeeded else 500, duration_ms=5)
+
+
+def _the_day_count_of(account_id, status) -> str:
+    """A statement that makes `record_results` wait when it counts its attempts: the day's counter row inserted
+    and not committed."""
+    return (f"INSERT INTO delivery_day_counts (account_id, day, status, count, duration_ms) "
+            f"VALUES ('{account_id}', '{utcnow().date()}', '{status}', 0, 0)")
+
+
+def _statuses(event_ids) -> list:
+    db.session.rollback()
+    found = dict(db.session.execute(select(Event.id, Event.delivery_status).where(Event.id.in_(event_ids))).all())
+    return [found[event_id] for event_id in event_ids]
+
+
+def test_deleting_the_configuration_while_a_sender_records_its_batch(app, alice):
+    configure(alice, "http://127.0.0.1:9/hook")
+    event_ids = record_events(alice.account_id, 3)
+    token = outbox.new_claim_token()
+    claimed = outbox.claim_due(token, 2)
+    assert [item.outgoing.event_id for item in claimed] == event_ids[:2]
+    results = [(claimed[0], _outcome(True)), (claimed[1], _outcome(False))]
+
+    errors = interleave(app, _the_day_count_of(alice.account_id, "failed"),
+                        lambda: outbox.record_results(token, results), lambda: webhooks.remove(alice.account_id))
+
+    assert errors == []
+    assert _statuses(event_ids) == ["succeeded", "failed", "skipped"]
+    assert db.session.scalar(select(func.count()).select_from(OutboxDelivery)) == 0
+    assert db.session.scalar(select(func.count()).select_from(WebhookConfig)) == 0
+    assert db.session.scalar(select(func.count()).select_from(DeliveryAttempt)) == 2
+    assert dict(db.session.execute(select(DeliveryDayCount.status, DeliveryDayCount.count)).all()) == {
+        "succeeded": 1, "failed": 1}
+
+
+def test_a_redelivery_while_the_sender_records_the_same_delivery(app, alice):
+    """The pair first suspected: it met on the outbox row first on the old order as well, and still does."""
+    configure(alice, "http://127.0.0.1:9/hook")
+    event_ids = record_events(alice.account_id, 2)
+    token = outbox.new_claim_token()
+    claimed = outbox.claim_due(token, 2)
+    results = [(claimed[0], _outcome(False)), (claimed[1], _outcome(True))]
+
+    errors = interleave(app, _the_day_count_of(alice.account_id, "failed"),
+                        lambda: outbox.record_results(token, results),
+                        lambda: outbox.redeliver(alice.account_id, event_ids[0]))
+
+    assert errors == []
+    assert _statuses(event_ids) == ["pending", "succeeded"]
+    owed = db.session.execute(select(OutboxDelivery.event_id, OutboxDelivery.attempts, OutboxDelivery.claim_token,
+                                     OutboxDelivery.next_attempt_at <= utcnow())).all()
+    assert owed == [(event_ids[0], 0, None, True)]  # the redelivery restarted the schedule the sender had moved on
