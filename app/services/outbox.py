@@ -19,7 +19,7 @@ from sqlalchemy import DateTime, Integer, case, delete, func, insert, literal, s
 
 from app import metrics
 from app.common import isoformat, new_id, new_sortable_id, utcnow
-from app.database import add_to_counters, newest_first_page, upsert, write_transaction
+from app.database import add_to_counters, in_lock_order, newest_first_page, upsert, write_transaction
 from app.errors import ValidationFailed
 from app.models import DeliveryAttempt, DeliveryDayCount, Event, OutboxDelivery, WebhookConfig
 from app.services import events, webhooks
@@ -90,7 +90,8 @@ def _number_attempts(session, rows, found) -> list:
     for row in rows:
         counts[row.event_id] += 1
         numbers.append(counts[row.event_id])
-    session.execute(update(Event), [{"id": event_id, "attempt_count": count} for event_id, count in counts.items()])
+    session.execute(update(Event), [{"id": event_id, "attempt_count": count}  # in id order: `write_transaction`
+                                    for event_id, count in sorted(counts.items())])
     return numbers
 
 
@@ -101,11 +102,13 @@ def release(token: str, delivery_ids: list) -> None:
         return
     with write_transaction() as session:
         event_ids = session.scalars(
-            update(OutboxDelivery).where(OutboxDelivery.id.in_(delivery_ids), OutboxDelivery.claim_token == token)
+            update(OutboxDelivery)
+            .where(in_lock_order(OutboxDelivery.event_id, OutboxDelivery.id.in_(delivery_ids),
+                                 OutboxDelivery.claim_token == token))
             .values(claim_token=None, claimed_until=None, next_attempt_at=utcnow())
             .returning(OutboxDelivery.event_id).execution_options(synchronize_session=False)).all()
         events_table = Event.__table__
-        for event_id, count in Counter(event_ids).items():
+        for event_id, count in sorted(Counter(event_ids).items()):
             session.execute(update(events_table).where(events_table.c.id == event_id)
                             .values(attempt_count=events_table.c.attempt_count - count))
 
@@ -167,7 +170,8 @@ def attempt_totals_since(session, account_id: str, first_day) -> dict:
 def record_results(token: str, results: list) -> None:
     """Write a sent batch [(Claimed, Outcome)] in one transaction: every try, and for each delivery still
     leased by this sender its next try, or the end of the delivery (its outbox row goes; the event keeps the
-    outcome). The next try follows the row's tries as they are now: a redelivery during the send restarted them."""
+    outcome). The next try follows the row's tries as they are now: a redelivery during the send restarted them.
+    Rows are taken in the lock order of `write_transaction` (the counters last)."""
     if not results:
         return
     with write_transaction() as session:
@@ -176,7 +180,7 @@ def record_results(token: str, results: list) -> None:
             select(OutboxDelivery.id, OutboxDelivery.attempts)
             .where(OutboxDelivery.id.in_([claimed.delivery_id for claimed, _ in results]),
                    OutboxDelivery.claim_token == token)
-            .order_by(OutboxDelivery.id).with_for_update()).all())
+            .order_by(OutboxDelivery.event_id).with_for_update()).all())
         attempts, retries, ended, event_changes = [], [], [], []
         for claimed, outcome in results:
             tries = still_ours.get(claimed.delivery_id, claimed.tries) + 1
@@ -195,14 +199,14 @@ def record_results(token: str, results: list) -> None:
                     ended.append(claimed.delivery_id)
                 event_changes.append({"id": claimed.outgoing.event_id, "delivery_status": status,
                                       "attempt_count": claimed.outgoing.attempt})
-        store_attempts(session, attempts)
         if retries:
             session.execute(update(OutboxDelivery), retries)
         if ended:
             session.execute(delete(OutboxDelivery).where(OutboxDelivery.id.in_(ended)))
         if event_changes:
-            session.execute(update(Event), event_changes)
+            session.execute(update(Event), sorted(event_changes, key=lambda change: change["id"]))
         _update_endpoint_health(session, results, now)
+        store_attempts(session, attempts)
     metrics.observe_deliveries(results, now)
 
 
@@ -251,9 +255,9 @@ def send_test(account_id: str, transport) -> dict:
         outgoing = outgoing_for(config, event.id, event.body, 1, now)
     outcome = transport.send(outgoing)
     with write_transaction() as session:
-        store_attempts(session, [attempt_row(account_id, outgoing.event_id, "test", 1, outcome, utcnow(), None)])
         session.execute(update(Event).where(Event.id == outgoing.event_id).values(
             attempt_count=1, delivery_status="succeeded" if outcome.succeeded else "failed"))
+        store_attempts(session, [attempt_row(account_id, outgoing.event_id, "test", 1, outcome, utcnow(), None)])
     return {"event_id": outgoing.event_id, "delivered": outcome.succeeded, "status_code": outcome.status_code,
             "duration_ms": outcome.duration_ms, "error": outcome.error}
 
@@ -267,19 +271,22 @@ def _restarted(now) -> dict:
             "next_attempt_at": case((OutboxDelivery.claim_token.is_(None), now), else_=OutboxDelivery.next_attempt_at)}
 
 
-def _queue_where(session, conditions, now) -> int:
+def _owe_deliveries(session, conditions, now) -> int:
     """For every event matching `conditions`, a delivery due now with its retry schedule from the start: a new
-    outbox row, or the event's owed row restarted (one INSERT … SELECT … ON CONFLICT: one row per event)."""
+    outbox row, or the event's owed row restarted (one INSERT … SELECT … ON CONFLICT: one row per event, in event
+    id order). The events are marked pending after all the outbox rows (the lock order: `write_transaction`)."""
     chosen = select(Event.id, Event.account_id, literal(0, Integer), literal(now, DateTime),
-                    literal(now, DateTime)).where(*conditions)
+                    literal(now, DateTime)).where(*conditions).order_by(Event.id)
     statement = upsert(session, OutboxDelivery).from_select(
         ["event_id", "account_id", "attempts", "next_attempt_at", "created_at"], chosen)
-    queued = len(session.execute(
+    return len(session.execute(
         statement.on_conflict_do_update(index_elements=["event_id"], set_=_restarted(now))
         .returning(OutboxDelivery.id)).all())
-    session.execute(update(Event).where(*conditions).values(delivery_status="pending")
+
+
+def _mark_pending(session, conditions):
+    session.execute(update(Event).where(in_lock_order(Event.id, *conditions)).values(delivery_status="pending")
                     .execution_options(synchronize_session=False))
-    return queued
 
 
 def redeliver(account_id: str, event_id: str) -> dict:
@@ -288,7 +295,9 @@ def redeliver(account_id: str, event_id: str) -> dict:
     with write_transaction() as session:
         events.get(account_id, event_id)
         webhooks.active_config(session, account_id)
-        _queue_where(session, [Event.id == event_id, Event.account_id == account_id], utcnow())
+        chosen = [Event.id == event_id, Event.account_id == account_id]
+        _owe_deliveries(session, chosen, utcnow())
+        _mark_pending(session, chosen)
     events.notify_new_deliveries()
     return {"event_id": event_id, "delivery_status": "pending"}
 
@@ -307,10 +316,11 @@ def recover(account_id: str, since, until=None, include_pending=False) -> dict:
         window = [Event.account_id == account_id, Event.created_at >= since, Event.created_at < until]
         wanted = [event_type for event_type in events.EVENT_TYPES
                   if event_type != "test" and events.type_matches(config.events, event_type)]
-        queued = _queue_where(session, [*window, Event.delivery_status.in_(UNSENT_STATUSES),
-                                        Event.type.in_(wanted)], now)
+        unsent = [*window, Event.delivery_status.in_(UNSENT_STATUSES), Event.type.in_(wanted)]
+        queued = _owe_deliveries(session, unsent, now)
         if include_pending:
             queued += _make_waiting_due(session, account_id, window, now)
+        _mark_pending(session, unsent)
     if queued:
         events.notify_new_deliveries()
     return {"queued": queued}
@@ -321,8 +331,10 @@ def _make_waiting_due(session, account_id, window, now) -> int:
     right now) are restarted: due now, their retry schedule from the start."""
     in_window = select(Event.id).where(*window)
     return session.execute(
-        update(OutboxDelivery).where(OutboxDelivery.account_id == account_id, OutboxDelivery.next_attempt_at > now,
-                                     OutboxDelivery.claim_token.is_(None), OutboxDelivery.event_id.in_(in_window))
+        update(OutboxDelivery)
+        .where(in_lock_order(OutboxDelivery.event_id, OutboxDelivery.account_id == account_id,
+                             OutboxDelivery.next_attempt_at > now, OutboxDelivery.claim_token.is_(None),
+                             OutboxDelivery.event_id.in_(in_window)))
         .values(_restarted(now)).execution_options(synchronize_session=False)).rowcount
 
 

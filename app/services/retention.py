@@ -10,7 +10,7 @@ from flask import current_app
 from sqlalchemy import delete, exists, select
 
 from app.common import utcnow
-from app.database import end_read_transaction, write_transaction
+from app.database import end_read_transaction, lock_in_order, write_transaction
 from app.extensions import db
 from app.models import DeliveryAttempt, Event, OutboxDelivery
 from app.services import events, outbox
@@ -52,7 +52,8 @@ def prune_batch(cutoff, batch_size) -> Pruned:
     if not ids:
         return Pruned()
     with write_transaction() as session:
-        # re-checked inside the transaction: a redelivery may have queued one of them meanwhile
+        lock_in_order(session, Event.id, Event.id.in_(ids))  # before the counters: `write_transaction`
+        # re-checked once they are locked: a redelivery may have queued one of them meanwhile
         kept = set(session.scalars(select(OutboxDelivery.event_id).where(OutboxDelivery.event_id.in_(ids))))
         ids = [event_id for event_id in ids if event_id not in kept]
         _uncount(session, ids)
