@@ -83,8 +83,8 @@ def write_transaction():
     The lock order of the delivery rows, which PostgreSQL's concurrent writers must all follow or deadlock:
     outbox rows, then events, then webhook configurations, then the day counters; within a table in key order
     (outbox rows and events by event id, configurations by id, counters by key: `add_to_counters`). A multi-row
-    UPDATE follows it through `in_lock_order`, a DELETE through `lock_in_order`; a claim takes the outbox rows
-    no one holds (SKIP LOCKED) and waits for none.
+    UPDATE or DELETE follows it through `in_lock_order` (or `lock_in_order` first); a claim takes only outbox rows
+    no one holds (SKIP LOCKED).
     """
     session = db.session
     session.rollback()
@@ -206,9 +206,10 @@ def add_to_counters(session, model, key_names, rows):
 
 
 def in_lock_order(key, *conditions):
-    """`key IN (…)` for a multi-row UPDATE of the rows meeting `conditions`: on PostgreSQL they are locked first,
-    in `key` order (the lock order of `write_transaction`), where the UPDATE alone locks them in whatever order
-    its plan reads them. FOR NO KEY UPDATE, as the UPDATE itself: inserts of rows referring to them go on."""
+    """`key IN (…)` for a multi-row UPDATE or DELETE of the rows meeting `conditions`: on PostgreSQL they are
+    locked first, in `key` order (the lock order of `write_transaction`), where the statement alone locks them in
+    whatever order its plan reads them. FOR NO KEY UPDATE, as an UPDATE takes: inserts of rows referring to them
+    go on (a DELETE makes it FOR UPDATE, which only rows that other tables refer to must wait for)."""
     return key.in_(select(key).where(*conditions).order_by(key).with_for_update(key_share=True).scalar_subquery())
 
 

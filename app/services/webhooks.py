@@ -5,10 +5,10 @@ import socket
 from datetime import timedelta
 
 from flask import current_app
-from sqlalchemy import case, delete, select, update
+from sqlalchemy import bindparam, case, delete, update
 
 from app.common import new_id, random_alphanumeric, utcnow
-from app.database import in_lock_order, lock_in_order, write_transaction
+from app.database import in_lock_order, write_transaction
 from app.errors import InvalidState, NotFound, ServiceError, ValidationFailed
 from app.extensions import db
 from app.models import Event, OutboxDelivery, WebhookConfig
@@ -164,12 +164,15 @@ def remove(account_id: str) -> dict:
     """Delete the configuration; its queued deliveries are dropped (their events become skipped or failed)."""
     with write_transaction() as session:
         config = get(account_id, session)
-        owed = [OutboxDelivery.account_id == account_id]
-        lock_in_order(session, OutboxDelivery.event_id, *owed)  # before their events: `write_transaction`
-        queued = select(OutboxDelivery.event_id).where(*owed)
-        session.execute(update(Event).where(in_lock_order(Event.id, Event.id.in_(queued))).values(
-            delivery_status=case((Event.attempt_count > 0, "failed"), else_="skipped")))
-        session.execute(delete(OutboxDelivery).where(*owed))
+        # The outbox rows, then their events (the lock order: `write_transaction`), those rows' events only: a
+        # statement of its own would see rows queued since, which a sender may hold.
+        owed = in_lock_order(OutboxDelivery.event_id, OutboxDelivery.account_id == account_id)
+        dropped = session.scalars(delete(OutboxDelivery).where(owed).returning(OutboxDelivery.event_id)).all()
+        if dropped:
+            table = Event.__table__
+            session.execute(update(table).where(table.c.id == bindparam("event_id"))
+                            .values(delivery_status=case((table.c.attempt_count > 0, "failed"), else_="skipped")),
+                            [{"event_id": event_id} for event_id in sorted(dropped)])
         session.delete(config)
         return {"id": config.id, "deleted": True}
 
