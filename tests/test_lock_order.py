@@ -123,3 +123,23 @@ def test_a_redelivery_while_the_sender_records_the_same_delivery(app, alice):
     owed = db.session.execute(select(OutboxDelivery.event_id, OutboxDelivery.attempts, OutboxDelivery.claim_token,
                                      OutboxDelivery.next_attempt_at <= utcnow())).all()
     assert owed == [(event_ids[0], 0, None, True)]  # the redelivery restarted the schedule the sender had moved on
+
+
+def test_a_late_batch_of_a_configuration_deleted_meanwhile_is_still_recorded(app, alice):
+    """The sender lost its lease, another one ended the delivery; the configuration goes while the late batch's
+    failure is recorded: the endpoint's health is written to the configuration locked, so not to one gone."""
+    configure(alice, "http://127.0.0.1:9/hook")
+    [event_id] = record_events(alice.account_id)
+    token = outbox.new_claim_token()
+    claimed = outbox.claim_due(token, 1)
+    outbox.record_results(token, [(claimed[0], _outcome(True))])
+
+    hold = f"SELECT id FROM webhook_configs WHERE account_id = '{alice.account_id}' FOR NO KEY UPDATE"
+    errors = interleave(app, hold, lambda: webhooks.remove(alice.account_id),
+                        lambda: outbox.record_results(token, [(claimed[0], _outcome(False))]))
+
+    assert errors == []
+    assert _statuses([event_id]) == ["succeeded"]
+    assert db.session.scalar(select(func.count()).select_from(WebhookConfig)) == 0
+    assert db.session.scalars(select(DeliveryAttempt.status).order_by(DeliveryAttempt.id)).all() == ["succeeded",
+                                                                                                     "failed"]

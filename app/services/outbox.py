@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from flask import current_app
-from sqlalchemy import DateTime, Integer, case, delete, func, insert, literal, select, update
+from sqlalchemy import DateTime, Integer, and_, case, delete, func, insert, literal, or_, select, update
 
 from app import metrics
 from app.common import isoformat, new_id, new_sortable_id, utcnow
@@ -226,7 +226,10 @@ def _update_endpoint_health(session, results, now):
     for claimed, outcome in results:
         by_account.setdefault(claimed.account_id, []).append(outcome)
     disable_after = timedelta(seconds=current_app.config["WEBHOOK_DISABLE_AFTER_SECONDS"])
-    for config in session.scalars(select(WebhookConfig).where(WebhookConfig.account_id.in_(list(by_account)))):
+    # Locked (in id order, after the rows: `write_transaction`) before they are read: a configuration changed or
+    # deleted meanwhile is not written over, or updated once it is gone.
+    for config in session.scalars(select(WebhookConfig).where(WebhookConfig.account_id.in_(list(by_account)))
+                                  .order_by(WebhookConfig.id).with_for_update(key_share=True)):
         outcomes = by_account[config.account_id]
         was_active = config.is_active
         if any(outcome.succeeded for outcome in outcomes):
@@ -271,22 +274,20 @@ def _restarted(now) -> dict:
             "next_attempt_at": case((OutboxDelivery.claim_token.is_(None), now), else_=OutboxDelivery.next_attempt_at)}
 
 
-def _owe_deliveries(session, conditions, now) -> int:
+def _queue_where(session, conditions, now) -> int:
     """For every event matching `conditions`, a delivery due now with its retry schedule from the start: a new
     outbox row, or the event's owed row restarted (one INSERT … SELECT … ON CONFLICT: one row per event, in event
-    id order). The events are marked pending after all the outbox rows (the lock order: `write_transaction`)."""
+    id order), then the events marked pending (after the outbox rows: the lock order of `write_transaction`)."""
     chosen = select(Event.id, Event.account_id, literal(0, Integer), literal(now, DateTime),
                     literal(now, DateTime)).where(*conditions).order_by(Event.id)
     statement = upsert(session, OutboxDelivery).from_select(
         ["event_id", "account_id", "attempts", "next_attempt_at", "created_at"], chosen)
-    return len(session.execute(
+    queued = len(session.execute(
         statement.on_conflict_do_update(index_elements=["event_id"], set_=_restarted(now))
         .returning(OutboxDelivery.id)).all())
-
-
-def _mark_pending(session, conditions):
     session.execute(update(Event).where(in_lock_order(Event.id, *conditions)).values(delivery_status="pending")
                     .execution_options(synchronize_session=False))
+    return queued
 
 
 def redeliver(account_id: str, event_id: str) -> dict:
@@ -295,9 +296,7 @@ def redeliver(account_id: str, event_id: str) -> dict:
     with write_transaction() as session:
         events.get(account_id, event_id)
         webhooks.active_config(session, account_id)
-        chosen = [Event.id == event_id, Event.account_id == account_id]
-        _owe_deliveries(session, chosen, utcnow())
-        _mark_pending(session, chosen)
+        _queue_where(session, [Event.id == event_id, Event.account_id == account_id], utcnow())
     events.notify_new_deliveries()
     return {"event_id": event_id, "delivery_status": "pending"}
 
@@ -316,26 +315,21 @@ def recover(account_id: str, since, until=None, include_pending=False) -> dict:
         window = [Event.account_id == account_id, Event.created_at >= since, Event.created_at < until]
         wanted = [event_type for event_type in events.EVENT_TYPES
                   if event_type != "test" and events.type_matches(config.events, event_type)]
-        unsent = [*window, Event.delivery_status.in_(UNSENT_STATUSES), Event.type.in_(wanted)]
-        queued = _owe_deliveries(session, unsent, now)
-        if include_pending:
-            queued += _make_waiting_due(session, account_id, window, now)
-        _mark_pending(session, unsent)
+        owed = and_(Event.delivery_status.in_(UNSENT_STATUSES), Event.type.in_(wanted))
+        if include_pending:  # in the same statement: one pass over the outbox rows, in the lock order
+            owed = or_(owed, Event.id.in_(_waiting_for_a_later_try(account_id, now)))
+        queued = _queue_where(session, [*window, owed], now)
     if queued:
         events.notify_new_deliveries()
     return {"queued": queued}
 
 
-def _make_waiting_due(session, account_id, window, now) -> int:
-    """Pending deliveries of the window's events that wait for a later try (and are not being sent
-    right now) are restarted: due now, their retry schedule from the start."""
-    in_window = select(Event.id).where(*window)
-    return session.execute(
-        update(OutboxDelivery)
-        .where(in_lock_order(OutboxDelivery.event_id, OutboxDelivery.account_id == account_id,
-                             OutboxDelivery.next_attempt_at > now, OutboxDelivery.claim_token.is_(None),
-                             OutboxDelivery.event_id.in_(in_window)))
-        .values(_restarted(now)).execution_options(synchronize_session=False)).rowcount
+def _waiting_for_a_later_try(account_id, now):
+    """The events of the account whose owed delivery waits for a later try and is not being sent right now:
+    restarting it makes it due now, its retry schedule from the start."""
+    return select(OutboxDelivery.event_id).where(OutboxDelivery.account_id == account_id,
+                                                 OutboxDelivery.next_attempt_at > now,
+                                                 OutboxDelivery.claim_token.is_(None))
 
 
 # --- the delivery log ---------------------------------------------------------------------------
