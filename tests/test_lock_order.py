@@ -87,6 +87,8 @@ def _statuses(event_ids) -> list:
 
 
 def test_deleting_the_configuration_while_a_sender_records_its_batch(app, alice):
+    """The removal marked the events first and then waited for the outbox rows the sender held, while the sender
+    waited for those events: PostgreSQL aborted one of them."""
     configure(alice, "http://127.0.0.1:9/hook")
     event_ids = record_events(alice.account_id, 3)
     token = outbox.new_claim_token()
