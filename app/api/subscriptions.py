@@ -9,7 +9,7 @@ from app.schemas.subscriptions import (BulkCancelResultSchema, BulkCreateResultS
                                        SubscriptionCancelledSchema, SubscriptionCreatedSchema, SubscriptionCreateSchema,
                                        SubscriptionListItemSchema, SubscriptionListQuerySchema,
                                        SubscriptionListSchema, SubscriptionSchema)
-from app.schemas.base import flat_dumper, page
+from app.schemas.base import flat_dumper, json_fields, page_text
 from app.errors import DuplicateSubscription, InvalidState, TierLimitExceeded, TrialExpired
 from app.services import export, subscriptions
 
@@ -20,7 +20,7 @@ created_schema = SubscriptionCreatedSchema()
 detail_schema = SubscriptionSchema()
 list_query_schema = SubscriptionListQuerySchema()
 created_item = flat_dumper(created_schema)
-list_item = flat_dumper(SubscriptionListItemSchema())
+list_item_fields = json_fields(SubscriptionListItemSchema())
 detail_item = flat_dumper(detail_schema)
 cancelled_schema = SubscriptionCancelledSchema()
 metadata_schema = MetadataPatchSchema()
@@ -49,8 +49,8 @@ def create_subscription():
       tag="subscriptions")
 def list_subscriptions():
     query = load_query(list_query_schema)
-    rows, total = subscriptions.list_page(account_id(), **query)
-    return page([list_item(row) for row in rows], total, query["limit"], query["offset"])
+    items, count, total = subscriptions.list_page_json(account_id(), list_item_fields, **query)
+    return Response(page_text(items, count, total, query["limit"], query["offset"]), mimetype="application/json")
 
 
 @bp.get("/subscriptions/<subscription:subscription_id>")

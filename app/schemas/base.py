@@ -1,6 +1,9 @@
+import json
+
 from marshmallow import EXCLUDE, RAISE, Schema, fields, validate
 
 from app.common import isoformat
+from app.sql_json import JSON, TIMESTAMP, VALUE, JsonField
 
 
 class Timestamp(fields.DateTime):
@@ -100,6 +103,33 @@ def _attribute_then(attribute, convert):
     return lambda obj: convert(getattr(obj, attribute, None))
 
 
+def json_fields(schema: Schema) -> tuple:
+    """The fields of a flat schema as the database writes them (app.sql_json), mirroring the schema like
+    `flat_dumper`: strings and integers as they are, Dict fields from their stored JSON, Timestamp fields in
+    their ISO form. A schema it cannot mirror is refused (e.g. a boolean, which SQLite stores as 0 or 1)."""
+    found = []
+    for name, field in schema.fields.items():
+        if isinstance(field, Timestamp):
+            kind = TIMESTAMP
+        elif type(field) is fields.Dict:
+            kind = JSON
+        elif type(field) in (fields.String, fields.Integer):
+            kind = VALUE
+        else:
+            raise TypeError(f"json_fields cannot mirror {type(field).__name__} field '{name}'")
+        found.append(JsonField(field.data_key or name, field.attribute or name, kind))
+    return tuple(found)
+
+
+def pagination(count, total, limit, offset) -> dict:
+    """The pagination object of a page of `count` items."""
+    return {"total": total, "limit": limit, "offset": offset, "has_more": offset + count < total}
+
+
 def page(items, total, limit, offset):
-    return {"data": items, "pagination": {"total": total, "limit": limit, "offset": offset,
-                                          "has_more": offset + len(items) < total}}
+    return {"data": items, "pagination": pagination(len(items), total, limit, offset)}
+
+
+def page_text(items_json: str, count, total, limit, offset) -> str:
+    """`page` as compact JSON text around items the database wrote as one JSON array (app.sql_json)."""
+    return f'{{"data":{items_json},"pagination":{json.dumps(pagination(count, total, limit, offset), separators=(",", ":"))}}}'

@@ -19,6 +19,7 @@ from itertools import chain, repeat
 from app.common import isoformat
 from app.database import driver_rows
 from app.extensions import db
+from app.sql_json import ISO_TIMESTAMP_SQL
 
 COLUMNS = ("subscription_id", "entity_type", "network_id", "network_url", "status", "created_at", "custom_metadata")
 CHUNK_ROWS = 10_000
@@ -84,20 +85,8 @@ class _Dialect:
 
 
 _DIALECTS = {
-    # The text SQLAlchemy stores has six fraction digits; other forms (none, fewer) take the general expression.
-    "sqlite": _Dialect(
-        param=":{}",
-        created_at="substr(created_at, 1, 10) || 'T' || substr(created_at, 12, 8) || CASE "
-                   "WHEN substr(created_at, 20) = '.000000' THEN '' "
-                   "WHEN length(created_at) = 26 THEN substr(created_at, 20, 4) "
-                   "WHEN rtrim(substr(created_at, 21, 6), '0') = '' THEN '' "
-                   "ELSE '.' || substr(substr(created_at, 21, 6) || '000', 1, 3) END || 'Z'"),
-    # to_char's MS truncates, as isoformat does.
-    "postgresql": _Dialect(
-        param="%({})s",
-        created_at="to_char(created_at, 'YYYY-MM-DD\"T\"HH24:MI:SS') || CASE "
-                   "WHEN date_trunc('second', created_at) = created_at THEN '' "
-                   "ELSE to_char(created_at, '.MS') END || 'Z'"),
+    "sqlite": _Dialect(param=":{}", created_at=ISO_TIMESTAMP_SQL["sqlite"].format(column="created_at")),
+    "postgresql": _Dialect(param="%({})s", created_at=ISO_TIMESTAMP_SQL["postgresql"].format(column="created_at")),
 }
 _TEXT_COLUMNS = ("id", "entity_type", "network_id", "network_url", "status")
 _METADATA = "CAST(custom_metadata AS TEXT)"  # its JSON text (SQLite gives a number stored as JSON as a number)

@@ -17,6 +17,7 @@ from app.models.subscription import LIVE_STATUSES
 from app.services import accounts, subscription_counts, subscription_search
 from app.services.entities import ENTITY_TYPES, resolve_entity, search_form
 from app.services.scheduling import first_check_at
+from app.sql_json import JsonArray
 
 
 def _resolve(item: dict):
@@ -221,14 +222,32 @@ def list_page(account_id, limit, offset, entity_type=None, status=None, search=N
     """(rows, total) newest first, stable across pages. Rows hold only the list shape's columns (the hot
     path: no ORM entities, no snapshot JSON), with attribute access like the model's. Totals come from the
     counters; a search's from its matches (subscription_search)."""
-    params = {"account_id": account_id, "entity_type": entity_type, "status": status, "limit": limit,
-              "offset": offset}
+    params = _list_params(account_id, limit, offset, entity_type, status)
     if search:
-        return _search_page(params, search_form(search))
+        page, params, total = _search_page(params, search_form(search))
+        return (db.session.execute(page, params).all() if page is not None else []), total
     page_query, total_query = _list_statements(bool(entity_type), bool(status))
     rows = page_query.rows(params)
     total = rows[0].total if rows else total_query.first(params)[0]
     return rows, total
+
+
+def list_page_json(account_id, fields, limit, offset, entity_type=None, status=None, search=None):
+    """(items, count, total): the page of `list_page` written by the database as one JSON array text of
+    objects of `fields` (app.sql_json.JsonField, a tuple), the number of items in it and the total."""
+    params = _list_params(account_id, limit, offset, entity_type, status)
+    if search:
+        page, params, total = _search_page(params, search_form(search))
+        if page is None:
+            return "[]", 0, total
+        items, count = db.session.execute(_as_json(page, fields), params).one()
+        return items, count, total
+    return _json_list_statement(bool(entity_type), bool(status), fields).first(params)
+
+
+def _list_params(account_id, limit, offset, entity_type, status) -> dict:
+    return {"account_id": account_id, "entity_type": entity_type, "status": status, "limit": limit,
+            "offset": offset}
 
 
 def _list_conditions(by_entity_type: bool, by_status: bool, indexed=True) -> list:
@@ -252,6 +271,13 @@ def _page_statement(conditions, *extra_columns):
             .limit(bindparam("limit")).offset(bindparam("offset")))
 
 
+def _as_json(page, fields):
+    """One row: the items of `page` (a `_page_statement`) as a JSON array text, and how many they are."""
+    rows = page.subquery()
+    items = JsonArray(fields, rows.c, (rows.c.created_at.desc(), rows.c.id.desc()))
+    return select(items.label("items"), func.count().label("count")).select_from(rows)
+
+
 @lru_cache(maxsize=None)
 def _list_statements(by_entity_type: bool, by_status: bool):
     """The list's page and total statements for one combination of filters, prepared once with bound
@@ -263,8 +289,17 @@ def _list_statements(by_entity_type: bool, by_status: bool):
     return PreparedSelect(page_query, one_fetch=True), PreparedSelect(total_query)
 
 
+@lru_cache(maxsize=None)
+def _json_list_statement(by_entity_type: bool, by_status: bool, fields: tuple):
+    """`_list_statements`' page as JSON, with the total: one row of (items, count, total)."""
+    total_query = subscription_counts.total_statement(by_entity_type, by_status)
+    page = _as_json(_page_statement(_list_conditions(by_entity_type, by_status)), fields)
+    return PreparedSelect(page.add_columns(total_query.scalar_subquery().label("total")))
+
+
 def _search_page(params: dict, needle: str):
-    """(rows, total) of the rows matching `needle`. The total is the counters of the entity types that match
+    """(page statement, its parameters, total) of the rows matching `needle`; the statement is None when the
+    page is past the matches. The total is the counters of the entity types that match
     whole, the gram counters of the parts too short for a trigram, and a count of the index's matches for the
     rest; no page is read past it. The page comes from the index's matches when they are few; when they are
     many, or not indexed, from the newest rows of the account tested one by one, which finds a page's worth
@@ -284,15 +319,15 @@ def _search_page(params: dict, needle: str):
         indexed_matches = _indexed_matches(search, params, dialect)
         total += indexed_matches
     if total <= params["offset"]:
-        return [], total
+        return None, params, total
     if dialect == "sqlite" and search.counted_grams:
-        rows = _page_from_neighbour_trigrams(search, total, params)
-        if rows is not None:
-            return rows, total
+        found = _page_from_neighbour_trigrams(search, total, params)
+        if found is not None:
+            return (*found, total)
     walk = _walks(search, indexed_matches, params)
     conditions = _list_conditions(bool(entity_type), bool(status), indexed=walk or not on_trigrams)
     page = _page_statement([*conditions, subscription_search.condition(search, dialect, use_index=not walk)])
-    return db.session.execute(page, params).all(), total
+    return page, params, total
 
 
 def _indexed_matches(search, params: dict, dialect: str) -> int:
@@ -334,8 +369,8 @@ CANDIDATE_COST = 25  # SQLite: the count and the page each read a candidate's ro
 
 
 def _page_from_neighbour_trigrams(search, total: int, params: dict):
-    """SQLite, a 2-character needle in few ids (`-0`), where a walk would test most rows of the account: the
-    page from the ids holding one of its neighbour trigrams (subscription_search.neighbour_trigrams), when
+    """SQLite, a 2-character needle in few ids (`-0`), where a walk would test most rows of the account:
+    (page statement, its parameters) of the page from the ids holding one of its neighbour trigrams (subscription_search.neighbour_trigrams), when
     they are fewer (in the whole table) than a walk's rows over CANDIDATE_COST and hold all `total` matches the
     gram counters counted. Otherwise None: the page is walked (an id of exactly the needle has no trigram)."""
     query = subscription_search.neighbour_trigrams(search)
@@ -349,7 +384,7 @@ def _page_from_neighbour_trigrams(search, total: int, params: dict):
     conditions = [*_list_conditions(bool(params["entity_type"]), bool(params["status"]), indexed=False),
                   subscription_search.among_neighbours(search, query)]
     found = db.session.scalar(select(func.count()).select_from(Subscription).where(*conditions), params)
-    return db.session.execute(_page_statement(conditions), params).all() if found == total else None
+    return (_page_statement(conditions), params) if found == total else None
 
 
 def _cancel_in(subscription: Subscription, now) -> None:
