@@ -99,7 +99,7 @@ def test_unexpected_errors_are_500_without_a_stack_trace(alice, monkeypatch, cap
     def explode(*args, **kwargs):
         raise RuntimeError("secret internal detail /work/main/app/services/subscriptions.py")
 
-    monkeypatch.setattr(subscriptions, "list_page", explode)
+    monkeypatch.setattr(subscriptions, "list_page_json", explode)
     response = alice.get("/subscriptions")
     body = _assert_error_shape(response, 500, "INTERNAL_ERROR")
     assert "details" not in body
