@@ -135,6 +135,13 @@ def test_is_active_takes_only_json_booleans(alice, dns_public, value):
     assert db.session.scalar(select(WebhookConfig.is_active)) is True
 
 
+@pytest.mark.parametrize("value", ["yes", "true", 1, 0, "false", None])
+def test_include_pending_takes_only_json_booleans(alice, value):
+    configure(alice, "https://93.184.216.34/")
+    response = alice.post("/webhooks/recover", json={"since": "2026-01-01T00:00:00Z", "include_pending": value})
+    assert is_validation_error(response, "include_pending")
+
+
 @pytest.mark.parametrize("query", ["limit=1&limit=2", "status=active&status=paused", "offset=0&offset=5"])
 def test_a_repeated_query_parameter_is_a_400(alice, query):
     response = alice.get(f"/subscriptions?{query}")

@@ -118,7 +118,7 @@ class RecoverSchema(BodySchema):
     since = UtcDateTime(required=True, metadata={"description": "Start of the window (at most 14 days ago): "
                                                                "ISO 8601 or Unix seconds."})
     until = UtcDateTime(metadata={"description": "End of the window; default now. ISO 8601 or Unix seconds."})
-    include_pending = fields.Bool(load_default=False, metadata={
+    include_pending = StrictBool(load_default=False, metadata={
         "description": "Also send now the events of the window still waiting for their next try."})
 
 
