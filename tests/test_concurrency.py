@@ -7,8 +7,9 @@ from sqlalchemy import func, select, update
 
 from app.common import utcnow
 from app.extensions import db
-from app.models import Event, OutboxDelivery, Subscription
-from app.services import accounts, checks, outbox, subscriptions
+from app.errors import InvalidState, KeyLimitExceeded
+from app.models import ApiKey, Event, OutboxDelivery, Subscription
+from app.services import accounts, checks, keys, outbox, subscriptions
 from tests.webhook_helpers import configure, record_events
 
 
@@ -109,3 +110,45 @@ def test_concurrent_redeliveries_and_recoveries_of_one_event_leave_one_delivery_
     db.session.rollback()
     [row] = db.session.scalars(select(OutboxDelivery).where(OutboxDelivery.event_id == event_id)).all()
     assert row.attempts == 0 and row.claim_token is None
+
+
+def _live_keys(account_id):
+    db.session.rollback()
+    return db.session.scalar(select(func.count()).select_from(ApiKey).where(ApiKey.account_id == account_id))
+
+
+def test_concurrent_deletes_never_take_an_account_s_last_key(app):
+    account_id = accounts.create_account("Keys", "enterprise")[0].id  # a plain value: threads must not load it
+    for number in range(3):
+        keys.create_key(account_id, f"key {number}")
+    key_ids = db.session.scalars(select(ApiKey.id).where(ApiKey.account_id == account_id)).all()
+    ids = iter(key_ids)
+    lock, refused = threading.Lock(), []
+
+    def delete_one():
+        with lock:
+            key_id = next(ids)
+        try:
+            keys.delete_key(account_id, key_id)
+        except InvalidState:
+            refused.append(key_id)
+
+    race(app, len(key_ids), delete_one)
+    assert _live_keys(account_id) == 1 and len(refused) == 1
+
+
+def test_concurrent_creates_never_pass_the_key_limit(app):
+    account_id = accounts.create_account("Keys", "enterprise")[0].id
+    limit = app.config["MAX_API_KEYS"]
+    for number in range(limit - 3):  # with the default key: two places left
+        keys.create_key(account_id, f"key {number}")
+    refused = []
+
+    def create_one():
+        try:
+            keys.create_key(account_id, "racer")
+        except KeyLimitExceeded:
+            refused.append(1)
+
+    race(app, 4, create_one)
+    assert _live_keys(account_id) == limit and len(refused) == 2
