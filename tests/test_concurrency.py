@@ -8,8 +8,8 @@ from sqlalchemy import func, select, update
 from app.common import utcnow
 from app.extensions import db
 from app.errors import InvalidState, KeyLimitExceeded
-from app.models import ApiKey, Event, OutboxDelivery, Subscription
-from app.services import accounts, checks, keys, outbox, subscriptions
+from app.models import ApiKey, Event, OutboxDelivery, Subscription, WebhookConfig
+from app.services import accounts, checks, keys, outbox, subscriptions, webhooks
 from tests.webhook_helpers import configure, record_events
 
 
@@ -152,3 +152,20 @@ def test_concurrent_creates_never_pass_the_key_limit(app):
 
     race(app, 4, create_one)
     assert _live_keys(account_id) == limit and len(refused) == 2
+
+
+def test_concurrent_first_configures_make_one_configuration(app):
+    account_id = accounts.create_account("Hooks")[0].id
+    created, failures = [], []
+
+    def configure_once():
+        try:
+            created.append(webhooks.configure(account_id, {"endpoint_url": "https://93.184.216.34/", "events": ["*"],
+                                                           "initial_webhook": "latest"})[1])
+        except Exception as error:  # noqa: BLE001 - the assertion below names it
+            failures.append(error)
+
+    race(app, 6, configure_once)
+    assert failures == [] and sorted(created) == [False] * 5 + [True]
+    db.session.rollback()
+    assert db.session.scalar(select(func.count()).select_from(WebhookConfig)) == 1

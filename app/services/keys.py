@@ -16,6 +16,7 @@ from app.database import PreparedSelect, write_transaction
 from app.errors import InvalidState, KeyLimitExceeded, NotFound, Unauthorized
 from app.extensions import db
 from app.models import Account, ApiKey
+from app.services.account_lock import lock_account
 
 KEY_PATTERN = re.compile(r"^lwa\.sk_(live|test)_[A-Za-z0-9]{32}$")
 MISSING_MESSAGE = "API key is missing. Send your key in the X-API-Key header."
@@ -37,20 +38,10 @@ def add_key(session, account_id: str, name: str):
     return key, plaintext
 
 
-# The account's row locked until commit (FOR NO KEY UPDATE on PostgreSQL, as subscription writes take it; SQLite
-# serialises writers already): key writers of one account queue, so the count each one checks (the key limit,
-# the last key) still holds when it commits.
-_ACCOUNT_LOCK = select(Account.id).where(Account.id == bindparam("account_id")).with_for_update(key_share=True)
-
-
-def _lock_account(session, account_id):
-    session.execute(_ACCOUNT_LOCK, {"account_id": account_id})
-
-
 def create_key(account_id: str, name: str):
     limit = current_app.config["MAX_API_KEYS"]
     with write_transaction() as session:
-        _lock_account(session, account_id)
+        lock_account(session, account_id)
         count = _key_count(session, account_id)
         if count >= limit:
             raise KeyLimitExceeded(f"An account can hold at most {limit} API keys. Delete one first.",
@@ -77,7 +68,7 @@ def get_key(account_id: str, key_id: str) -> ApiKey:
 
 def delete_key(account_id: str, key_id: str) -> None:
     with write_transaction() as session:
-        _lock_account(session, account_id)
+        lock_account(session, account_id)
         key = _owned_key(session, account_id, key_id)
         if _key_count(session, account_id) <= 1:
             raise InvalidState("The last API key of an account cannot be deleted; create another first.")

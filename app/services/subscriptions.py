@@ -14,7 +14,7 @@ from app.errors import (DuplicateSubscription, InvalidState, NotFound, ServiceEr
 from app.extensions import db
 from app.models import Account, Subscription
 from app.models.subscription import LIVE_STATUSES
-from app.services import accounts, subscription_counts, subscription_search
+from app.services import account_lock, accounts, subscription_counts, subscription_search
 from app.services.entities import ENTITY_TYPES, resolve_entity, search_form
 from app.services.scheduling import first_check_at
 from app.sql_json import JsonArray
@@ -27,15 +27,12 @@ def _resolve(item: dict):
 
 # Built once, run through Core on the session's connection (like every statement of a create): the write
 # lock is held from BEGIN IMMEDIATE to commit, and the ORM's layers would hold it several times longer.
-_ACCOUNT_LOCK = (select(Account.tier, Account.trial_ends_at).where(Account.id == bindparam("account_id"))
-                 .with_for_update(key_share=True))
+_ACCOUNT_LOCK = account_lock.locking(Account.tier, Account.trial_ends_at)
 
 
 def _lock_account(session, account_id):
-    """The account's tier and trial_ends_at, its row locked until commit (PostgreSQL; SQLite serialises writers
-    already): every write to its subscriptions takes it first, so the tier cap holds against concurrent
-    creators and writers never deadlock on the counter rows their triggers move. `key_share` makes it FOR NO
-    KEY UPDATE, so foreign-key checks of other writers (events, keys) go on."""
+    """The account's tier and trial_ends_at, its row locked until commit (`app/services/account_lock.py`):
+    every write to its subscriptions takes it first, so the tier cap holds against concurrent creators."""
     return session.connection().execute(_ACCOUNT_LOCK, {"account_id": account_id}).one()
 
 

@@ -13,6 +13,7 @@ from app.errors import InvalidState, NotFound, ServiceError, ValidationFailed
 from app.extensions import db
 from app.models import Event, OutboxDelivery, WebhookConfig
 from app.services import events
+from app.services.account_lock import lock_account
 from app.services.transport import allowed_schemes, is_forbidden_address, parse_endpoint
 
 SECRET_PREFIX = "whsec_"
@@ -129,6 +130,7 @@ def configure(account_id: str, body: dict):
     url = check_endpoint_url(body["endpoint_url"])
     patterns = validate_events(body["events"])
     with write_transaction() as session:
+        lock_account(session, account_id)  # two first configures: one creates, the other replaces
         now = utcnow()
         config = events.webhook_config_for(session, account_id)
         created = config is None
