@@ -84,6 +84,15 @@ def test_events_prune_command(runner, history):
     assert runner.invoke(args=["events", "prune", "--days", "-1"]).exit_code != 0
 
 
+@pytest.mark.parametrize("days", ["1000000", "999999999", "1000000000"])
+def test_a_retention_past_year_one_keeps_everything(app, runner, history, days):
+    result = runner.invoke(args=["events", "prune", "--days", days])
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == "events=0 attempts=0"
+    app.config["EVENT_RETENTION_DAYS"] = int(days)
+    assert retention.prune().events == 0
+
+
 def test_the_retention_step_prunes_a_bounded_amount_per_run(app, history, monkeypatch):
     monkeypatch.setattr(retention_step, "MAX_BATCHES_PER_RUN", 1)
     app.config["RETENTION_BATCH_SIZE"] = 2

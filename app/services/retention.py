@@ -4,7 +4,7 @@ batches. An event whose delivery is still pending (it has an outbox row) is neve
 Each batch picks its event ids with a plain read (no write lock held while scanning), then deletes
 them in one short write transaction, so checks and deliveries interleave with a long prune."""
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from flask import current_app
 from sqlalchemy import delete, exists, select
@@ -27,7 +27,11 @@ class Pruned:
 
 
 def retention_cutoff(days=None):
-    return utcnow() - timedelta(days=current_app.config["EVENT_RETENTION_DAYS"] if days is None else days)
+    """The moment before which events go; a retention reaching back past year 1 keeps everything."""
+    try:
+        return utcnow() - timedelta(days=current_app.config["EVENT_RETENTION_DAYS"] if days is None else days)
+    except OverflowError:
+        return datetime.min
 
 
 def _prunable_event_ids(cutoff, limit) -> list:
