@@ -256,6 +256,7 @@ def test_a_429_waits_at_least_a_minute(alice):
     (503, "100000", 10),  # twice the 5 s first step
     (503, "1", 5),  # never sooner than the schedule
     (503, "soon", 5),  # unreadable: ignored
+    (503, "\u00b2", 5),  # a superscript two is a digit to str.isdigit, not a number: ignored
 ])
 def test_retry_after_is_honoured_and_clamped(alice, status, retry_after, expected):
     with Receiver(Reply(status=status, headers={"Retry-After": retry_after})) as receiver:
@@ -263,6 +264,7 @@ def test_retry_after_is_honoured_and_clamped(alice, status, retry_after, expecte
         [event_id] = record_events(alice.account_id)
         deliver_due()
     [attempt] = attempts_of(event_id)
+    assert attempt.response_status == status
     assert delay_after(attempt) == expected
 
 

@@ -140,7 +140,7 @@ def parse_retry_after(value: Optional[str]) -> Optional[float]:
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # isdigit alone takes "²", which float() refuses
         return float(value)
     try:
         moment = parsedate_to_datetime(value)
