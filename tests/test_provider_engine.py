@@ -182,6 +182,17 @@ def test_checks_run_says_and_fails_when_a_pause_deferred_its_checks(alice, vendo
     assert vendor.calls == [] and row(subscription_id).check_count == 0
 
 
+@pytest.mark.parametrize("wait", [math.inf, 1e12])
+def test_a_retry_after_no_timestamp_can_hold_pauses_until_an_operator_resumes(alice, vendor, wait):
+    subscription_id = subscribe(alice, "jane")
+    make_due([subscription_id])
+    vendor.stop = ProviderError("HTTP 429", retry_after=wait)
+    assert checked([worker.run_due_batch()], "deferred") == 1
+    status = alice.get("/account/usage").json["provider_status"]
+    assert (status["state"], status["reason"], status["paused_until"]) == ("paused", "rate_limited", None)
+    assert row(subscription_id).claim_token is None
+
+
 def test_quota_exhausted_pauses_until_an_operator_resumes(alice, vendor, runner, caplog):
     ids = [subscribe(alice, f"p{number}") for number in range(4)]
     make_due(ids)

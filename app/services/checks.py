@@ -206,8 +206,17 @@ def _pause_for(name: str, answer) -> None:
     if isinstance(answer, QuotaExhausted):
         provider_limits.pause(name, answer.pause_reason, answer.resets_at, str(answer))
     else:
-        until = utcnow() + timedelta(seconds=max(1.0, answer.retry_after))
-        provider_limits.pause(name, provider_limits.RATE_LIMITED, until, str(answer) or "throttled")
+        provider_limits.pause(name, provider_limits.RATE_LIMITED, _throttled_until(answer.retry_after),
+                              str(answer) or "throttled")
+
+
+def _throttled_until(retry_after: float):
+    """The end of a vendor's Retry-After; None (until an operator resumes) for a wait no timestamp can hold
+    (infinite, or past year 9999)."""
+    try:
+        return utcnow() + timedelta(seconds=max(1.0, retry_after))
+    except OverflowError:
+        return None
 
 
 class _Flight:
