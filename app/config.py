@@ -178,6 +178,13 @@ MINIMUMS = {"DATABASE_POOL_SIZE": 1, "TRUSTED_PROXY_HOPS": 0, "CHECK_INITIAL_DEL
             "EMPLOYEE_COUNT_MIN_PERCENT": 0, "PROVIDER_HTTP_TIMEOUT_SECONDS": 0.1}
 
 
+#: settings that put a moment that many seconds ahead, and their bound: past it the moment is no timestamp
+#: (year 9999), and a bound far below that catches a mistyped value at start-up instead of at the first check
+DELAY_SETTINGS = ("CHECK_INITIAL_DELAY_SECONDS", "CHECK_INTERVAL_SECONDS", "CHECK_LEASE_SECONDS",
+                  "WEBHOOK_LEASE_SECONDS")
+LONGEST_DELAY_SECONDS = 10 * 365 * 86400  # ten years
+
+
 def settings_from_environment(environ=os.environ):
     """The contract §9 variables that are set (and not empty), converted to their types."""
     found = {}
@@ -199,9 +206,16 @@ def validate(config) -> None:
     for name, accepted in (("API_KEY_MODE", ("live", "test")), ("LOG_FORMAT", ("text", "json"))):
         if config[name] not in accepted:
             raise ConfigError(f"{name}={config[name]!r} is not accepted: use {' or '.join(accepted)}")
+    for name in DELAY_SETTINGS:
+        value = config.get(name)
+        if value is not None and value > LONGEST_DELAY_SECONDS:
+            raise ConfigError(f"{name}={value} is too large: the largest accepted value is {LONGEST_DELAY_SECONDS} "
+                              "(ten years)")
     schedule = config["WEBHOOK_RETRY_SCHEDULE"]
     if not schedule or any(delay <= 0 for delay in schedule):
         raise ConfigError("WEBHOOK_RETRY_SCHEDULE must list positive seconds, e.g. 5,300,1800")
+    if max(schedule) > LONGEST_DELAY_SECONDS:
+        raise ConfigError(f"WEBHOOK_RETRY_SCHEDULE may not wait more than {LONGEST_DELAY_SECONDS} seconds (ten years)")
     _validate_database_url(config["SQLALCHEMY_DATABASE_URI"])
     _validate_ratelimit_storage(config["RATELIMIT_STORAGE_URI"])
     _validate_provider(config)
