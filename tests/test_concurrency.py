@@ -169,3 +169,16 @@ def test_concurrent_first_configures_make_one_configuration(app):
     assert failures == [] and sorted(created) == [False] * 5 + [True]
     db.session.rollback()
     assert db.session.scalar(select(func.count()).select_from(WebhookConfig)) == 1
+
+
+def test_concurrent_rotations_each_replace_the_secret_the_one_before_handed_out(app):
+    account_id = accounts.create_account("Hooks")[0].id
+    first = webhooks.configure(account_id, {"endpoint_url": "https://93.184.216.34/", "events": ["*"],
+                                            "initial_webhook": "latest"})[0].secret
+    handed_out = []
+    race(app, 4, lambda: handed_out.append(webhooks.rotate_secret(account_id)["secret"]))
+    db.session.rollback()
+    config = db.session.scalars(select(WebhookConfig)).one()
+    # one after the other, so the secret still signing beside the last is the one the rotation before handed out
+    # (two rotations that both read the first secret left it as the previous one, and lost the other's)
+    assert config.secret in handed_out and config.previous_secret in handed_out and first not in handed_out

@@ -1,8 +1,10 @@
-"""The account row lock: every writer of an account's subscriptions, keys or webhook configuration takes it first.
+"""The account row lock: every writer of an account's subscriptions, keys or webhook configuration through the API
+(or the command line) takes it first.
 
-On PostgreSQL it is FOR NO KEY UPDATE, held until commit: an account's writers queue, so a count or an absence one
-of them checked still holds when it commits (the tier cap, the key limit, the last key, the one configuration),
-and they never deadlock on the rows their triggers move; foreign-key checks of other writers (events, keys) go on.
+On PostgreSQL it is FOR NO KEY UPDATE, held until commit: an account's writers queue, so what one of them read still
+holds when it commits (the tier cap, the key limit, the last key, the one configuration, the secret a rotation keeps
+as the previous one), and they never deadlock on the rows their triggers move; foreign-key checks of other writers
+(events, keys) go on.
 SQLite serialises writers already."""
 from sqlalchemy import bindparam, select
 

@@ -121,6 +121,13 @@ def get(account_id: str, session=None) -> WebhookConfig:
     return config
 
 
+def _locked_config(session, account_id: str) -> WebhookConfig:
+    """The configuration to change, the account's row locked first: its writers (a rotation read the secret it
+    keeps as the previous one) go one at a time."""
+    lock_account(session, account_id)
+    return get(account_id, session)
+
+
 def get_or_none(account_id: str):
     return events.webhook_config_for(db.session, account_id)
 
@@ -151,7 +158,7 @@ def update_config(account_id: str, changes: dict) -> WebhookConfig:
     if "events" in changes:
         changes["events"] = validate_events(changes["events"])
     with write_transaction() as session:
-        config = get(account_id, session)
+        config = _locked_config(session, account_id)
         reactivated = changes.get("is_active") and not config.is_active
         moved = changes.get("endpoint_url", config.endpoint_url) != config.endpoint_url
         if reactivated or moved:
@@ -165,7 +172,7 @@ def update_config(account_id: str, changes: dict) -> WebhookConfig:
 def remove(account_id: str) -> dict:
     """Delete the configuration; its queued deliveries are dropped (their events become skipped or failed)."""
     with write_transaction() as session:
-        config = get(account_id, session)
+        config = _locked_config(session, account_id)
         # The outbox rows, then their events (the lock order: `write_transaction`), those rows' events only: a
         # statement of its own would see rows queued since, which a sender may hold.
         owed = in_lock_order(OutboxDelivery.event_id, OutboxDelivery.account_id == account_id)
@@ -182,7 +189,7 @@ def remove(account_id: str) -> dict:
 def rotate_secret(account_id: str) -> dict:
     """A new secret; the old one keeps signing `X-Webhook-Signature-Previous` during the overlap."""
     with write_transaction() as session:
-        config = get(account_id, session)
+        config = _locked_config(session, account_id)
         now = utcnow()
         config.previous_secret, config.secret, config.rotated_at = config.secret, new_secret(), now
         config.updated_at = now
