@@ -81,9 +81,10 @@ def write_transaction():
     Any read transaction the session had open is ended first. Never make a network call inside.
 
     The lock order of the delivery rows, which PostgreSQL's concurrent writers must all follow or deadlock:
-    outbox rows (a sender finds its work through them), then events, then webhook configurations, then the day
-    counters; within a table in key order (outbox rows and events by event id, configurations by id, counters by
-    key: `add_to_counters`). A multi-row UPDATE or DELETE follows it through `in_lock_order` (or `lock_in_order`
+    the account's row when it is taken (`account_lock`: first, by the API's writers only), then outbox rows (a
+    sender finds its work through them), then events, then webhook configurations, then the day counters; within
+    a table in key order (outbox rows and events by event id, configurations by id, counters by key:
+    `add_to_counters`). A multi-row UPDATE or DELETE follows it through `in_lock_order` (or `lock_in_order`
     first); a claim takes only outbox rows no one holds (SKIP LOCKED); rows a transaction inserts are no one
     else's yet.
     """
