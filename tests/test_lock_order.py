@@ -92,15 +92,16 @@ def test_deleting_the_configuration_while_a_sender_records_its_batch(app, alice)
     configure(alice, "http://127.0.0.1:9/hook")
     event_ids = record_events(alice.account_id, 3)
     token = outbox.new_claim_token()
-    claimed = outbox.claim_due(token, 2)
-    assert [item.outgoing.event_id for item in claimed] == event_ids[:2]
+    claimed = outbox.claim_due(token, 2)  # any two: events recorded in one instant are due in no set order
+    sent = [item.outgoing.event_id for item in claimed]
     results = [(claimed[0], _outcome(True)), (claimed[1], _outcome(False))]
 
     errors = interleave(app, _the_day_count_of(alice.account_id, "failed"),
                         lambda: outbox.record_results(token, results), lambda: webhooks.remove(alice.account_id))
 
     assert errors == []
-    assert _statuses(event_ids) == ["succeeded", "failed", "skipped"]
+    assert _statuses([*sent, *(event_id for event_id in event_ids if event_id not in sent)]) == [
+        "succeeded", "failed", "skipped"]
     assert db.session.scalar(select(func.count()).select_from(OutboxDelivery)) == 0
     assert db.session.scalar(select(func.count()).select_from(WebhookConfig)) == 0
     assert db.session.scalar(select(func.count()).select_from(DeliveryAttempt)) == 2
@@ -111,9 +112,10 @@ def test_deleting_the_configuration_while_a_sender_records_its_batch(app, alice)
 def test_a_redelivery_while_the_sender_records_the_same_delivery(app, alice):
     """The pair first suspected: it met on the outbox row first on the old order as well, and still does."""
     configure(alice, "http://127.0.0.1:9/hook")
-    event_ids = record_events(alice.account_id, 2)
+    record_events(alice.account_id, 2)
     token = outbox.new_claim_token()
     claimed = outbox.claim_due(token, 2)
+    event_ids = [item.outgoing.event_id for item in claimed]
     results = [(claimed[0], _outcome(False)), (claimed[1], _outcome(True))]
 
     errors = interleave(app, _the_day_count_of(alice.account_id, "failed"),
