@@ -72,6 +72,7 @@ def test_the_answer_is_the_page_with_its_pagination(varied):
     response = varied.get("/subscriptions", query_string={"limit": 5, "offset": 5})
     assert response.status_code == 200
     assert response.mimetype == "application/json"
+    assert response.get_data(as_text=True).endswith("}\n")  # as every other JSON answer (Flask's)
     assert response.get_json() == {"data": [reference_item(row) for row in rows],
                                    "pagination": {"total": 12, "limit": 5, "offset": 5, "has_more": True}}
     assert total == 12

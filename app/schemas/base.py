@@ -131,5 +131,7 @@ def page(items, total, limit, offset):
 
 
 def page_text(items_json: str, count, total, limit, offset) -> str:
-    """`page` as compact JSON text around items the database wrote as one JSON array (app.sql_json)."""
-    return f'{{"data":{items_json},"pagination":{json.dumps(pagination(count, total, limit, offset), separators=(",", ":"))}}}'
+    """`page` as compact JSON text around items the database wrote as one JSON array (app.sql_json), ending in a
+    line break as Flask's JSON answers do."""
+    numbers = json.dumps(pagination(count, total, limit, offset), separators=(",", ":"))
+    return f'{{"data":{items_json},"pagination":{numbers}}}\n'
