@@ -39,8 +39,10 @@ class JsonField:
 class JsonArray(ColumnElement):
     """Aggregate: the rows of the FROM subquery as one JSON array text of objects, one per row, keys in the
     order of `fields` (values from `columns`, the subquery's columns by attribute), rows in `order_by`; '[]' for
-    no row. The output is compact. On SQLite the rows keep the subquery's order, which must have a LIMIT (a
-    subquery with a LIMIT is never flattened into the aggregate); on PostgreSQL `order_by` orders them."""
+    no row. The objects are compact; a JSON field's value is minified by json() on SQLite and embedded as stored
+    on PostgreSQL (the `json` column's text verbatim, spaces included). On SQLite the rows keep the subquery's
+    order, which must have a LIMIT (a subquery with a LIMIT is never flattened into the aggregate); on PostgreSQL
+    `order_by` orders them."""
     inherit_cache = True
     type = Text()
     _traverse_internals = [("fields", InternalTraversal.dp_plain_obj),
@@ -75,7 +77,7 @@ def _sqlite_array(element, compiler, **kw):
 
 @compiles(JsonArray, "postgresql")
 def _postgresql_array(element, compiler, **kw):
-    # row_to_json of a one-row subquery: compact text with the keys in order (json_build_object spaces them,
+    # row_to_json of a one-row subquery: compact objects with the keys in order (json_build_object spaces them,
     # jsonb reorders them)
     values = ", ".join(f"{_value(compiler, column, field.kind, 'postgresql', **kw)} AS "
                        f"{compiler.preparer.quote_identifier(field.key)}"
