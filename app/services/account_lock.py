@@ -1,5 +1,5 @@
-"""The account row lock: every writer of an account's subscriptions, keys or webhook configuration through the API
-(or the command line) takes it first.
+"""The account row lock: the API's (and the command line's) writers of an account's subscriptions, keys or webhook
+configuration take it first; a metadata change (one subscription row, locked, no counters) does without it.
 
 On PostgreSQL it is FOR NO KEY UPDATE, held until commit: an account's writers queue, so what one of them read still
 holds when it commits (the tier cap, the key limit, the last key, the one configuration, the secret a rotation keeps
