@@ -5,14 +5,14 @@ import threading
 import time
 
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import event, func, select, text
 
 from app.common import utcnow
 from app.extensions import db
 from app.models import DeliveryAttempt, DeliveryDayCount, Event, OutboxDelivery, WebhookConfig
 from app.services import outbox, webhooks
 from app.services.transport import Outcome
-from tests.webhook_helpers import LOCAL_RECEIVER_CONFIG, configure, record_events
+from tests.webhook_helpers import LOCAL_RECEIVER_CONFIG, configure, record_events, subscribe
 
 pytestmark = pytest.mark.postgresql_only(reason="row locks of concurrent transactions; SQLite has one writer at a time")
 
@@ -147,3 +147,46 @@ def test_a_late_batch_of_a_configuration_deleted_meanwhile_is_still_recorded(app
     assert db.session.scalar(select(func.count()).select_from(WebhookConfig)) == 0
     assert db.session.scalars(select(DeliveryAttempt.status).order_by(DeliveryAttempt.id)).all() == ["succeeded",
                                                                                                      "failed"]
+
+
+def test_a_claim_whose_configuration_is_deleted_before_it_reads_it_leaves_those_rows_unclaimed(app, alice):
+    """A removal drops the outbox rows it sees; a delivery queued meanwhile (by a writer that read the configuration
+    before the removal committed) is left, and a claim that took it read the configuration afterwards: a KeyError
+    in the sender (found by an ad hoc race of every writer of one account)."""
+    configure(alice, "http://127.0.0.1:9/hook")
+    subscription = subscribe(alice.account_id, "queued-meanwhile")
+    [first] = record_events(alice.account_id, subscription=subscription)
+    removal = threading.Thread(target=_in_context(app, lambda: webhooks.remove(alice.account_id)))
+    with db.engine.connect() as holder:
+        holder_pid = holder.scalar(text("SELECT pg_backend_pid()"))
+        holder.execute(text(f"SELECT id FROM events WHERE id = '{first}' FOR UPDATE"))
+        removal.start()
+        _until_waiting(holder_pid, 1)  # its outbox rows deleted, not committed
+        [queued] = record_events(alice.account_id, subscription=subscription)
+
+        def removal_commits_first(_connection, _cursor, statement, *_args):
+            if statement.lstrip().startswith("SELECT webhook_configs.") and threading.current_thread() is claimer:
+                holder.rollback()
+                removal.join(timeout=10)
+
+        claimer = threading.current_thread()
+        event.listen(db.engine, "before_cursor_execute", removal_commits_first)
+        try:
+            claimed = outbox.claim_due(outbox.new_claim_token(), 10)
+        finally:
+            event.remove(db.engine, "before_cursor_execute", removal_commits_first)
+    assert not removal.is_alive() and claimed == []
+    db.session.rollback()
+    assert db.session.scalar(select(func.count()).select_from(WebhookConfig)) == 0
+    assert db.session.execute(select(OutboxDelivery.event_id, OutboxDelivery.claim_token)).all() == [(queued, None)]
+    assert _statuses([queued]) == ["pending"]
+
+
+def _in_context(app, work):
+    def run():
+        with app.app_context():
+            try:
+                work()
+            finally:
+                db.session.remove()
+    return run

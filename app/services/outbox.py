@@ -75,11 +75,25 @@ def claim_due(token: str, limit: int) -> list:
             .where(Event.id.in_({row.event_id for row in rows})))}
         configs = {config.account_id: config for config in session.scalars(
             select(WebhookConfig).where(WebhookConfig.account_id.in_({row.account_id for row in rows})))}
+        rows = _without_configuration_gone(session, rows, configs, now)
+        if not rows:
+            return []
         attempts = _number_attempts(session, rows, found)
         return [Claimed(row.id, row.account_id, found[row.event_id].type, row.attempts,
                         outgoing_for(configs[row.account_id], row.event_id, found[row.event_id].body,
                                      attempt, now), found[row.event_id].created_at)
                 for row, attempt in zip(rows, attempts)]
+
+
+def _without_configuration_gone(session, rows, configs, now) -> list:
+    """The claimed rows whose configuration is still there. A removal committed since the claim's UPDATE read it
+    leaves the rows queued while it ran (it drops those it saw): they stay unclaimed, due, as they were."""
+    gone = [row.id for row in rows if row.account_id not in configs]
+    if gone:
+        session.execute(update(OutboxDelivery).where(OutboxDelivery.id.in_(gone))
+                        .values(claim_token=None, claimed_until=None, next_attempt_at=now)
+                        .execution_options(synchronize_session=False))
+    return [row for row in rows if row.account_id in configs]
 
 
 def _number_attempts(session, rows, found) -> list:
