@@ -12,6 +12,7 @@ from app.logging_setup import configure_logging
 from app.redaction import RedactSecretsFromRequestLine
 
 API_PREFIXES = ("/api/v1", "/v1")
+MAX_REMEMBERED_FUNCTIONS = 1000  # the app has ~110 views and hooks
 
 
 class MonitorFlask(Flask):
@@ -25,7 +26,9 @@ class MonitorFlask(Flask):
     def ensure_sync(self, func):
         found = self._as_sync.get(func)
         if found is None:
-            found = self._as_sync[func] = super().ensure_sync(func)
+            found = super().ensure_sync(func)
+            if len(self._as_sync) < MAX_REMEMBERED_FUNCTIONS:  # functions made per request must not pile up
+                self._as_sync[func] = found
         return found
 
 

@@ -92,3 +92,13 @@ def test_a_schema_the_database_cannot_write_is_refused():
 
     with pytest.raises(TypeError, match="flag"):
         json_fields(WithBoolean())
+
+
+def test_a_key_postgresql_would_cut_is_refused():
+    from marshmallow import Schema, fields
+
+    class LongKey(Schema):
+        name = fields.Str(data_key="k" * 64)
+
+    with pytest.raises(TypeError, match="63 bytes"):
+        json_fields(LongKey())

@@ -5,6 +5,8 @@ from marshmallow import EXCLUDE, RAISE, Schema, fields, validate
 from app.common import isoformat
 from app.sql_json import JSON, TIMESTAMP, VALUE, JsonField
 
+MAX_JSON_KEY_BYTES = 63  # PostgreSQL's longest name: row_to_json takes the keys from column names
+
 
 class Timestamp(fields.DateTime):
     """ISO 8601 UTC ending in Z (contract §1); null when the moment has not happened (yet)."""
@@ -117,7 +119,10 @@ def json_fields(schema: Schema) -> tuple:
             kind = VALUE
         else:
             raise TypeError(f"json_fields cannot mirror {type(field).__name__} field '{name}'")
-        found.append(JsonField(field.data_key or name, field.attribute or name, kind))
+        key = field.data_key or name
+        if len(key.encode()) > MAX_JSON_KEY_BYTES:
+            raise TypeError(f"json_fields cannot write the key '{key}': PostgreSQL cuts names at 63 bytes")
+        found.append(JsonField(key, field.attribute or name, kind))
     return tuple(found)
 
 

@@ -437,7 +437,8 @@ def record_outcomes(token: str, outcomes: list) -> Summary:
         table = Subscription.__table__
         # Read through Core, so what is read is what is committed now (the claim was written with a Core
         # UPDATE; an ORM copy kept by the session would be stale, as expire_on_commit is off).
-        query = select(*(table.c[name] for name in _LOADED)).where(table.c.id.in_(ids)).with_for_update()
+        query = (select(*(table.c[name] for name in _LOADED)).where(table.c.id.in_(ids))
+                 .order_by(table.c.id).with_for_update())  # in id order, as a bulk change of subscriptions
         loaded = {mapping["id"]: _Checked(mapping) for mapping in session.execute(query).mappings()}
         account_ids = {subscription.account_id for subscription in loaded.values()}
         configs = events.webhook_configs_for(session, account_ids)

@@ -367,9 +367,10 @@ CANDIDATE_COST = 25  # SQLite: the count and the page each read a candidate's ro
 
 def _page_from_neighbour_trigrams(search, total: int, params: dict):
     """SQLite, a 2-character needle in few ids (`-0`), where a walk would test most rows of the account:
-    (page statement, its parameters) of the page from the ids holding one of its neighbour trigrams (subscription_search.neighbour_trigrams), when
-    they are fewer (in the whole table) than a walk's rows over CANDIDATE_COST and hold all `total` matches the
-    gram counters counted. Otherwise None: the page is walked (an id of exactly the needle has no trigram)."""
+    (page statement, its parameters) of the page from the ids holding one of its neighbour trigrams
+    (subscription_search.neighbour_trigrams), when they are fewer (in the whole table) than a walk's rows over
+    CANDIDATE_COST and hold all `total` matches the gram counters counted. Otherwise None: the page is walked
+    (an id of exactly the needle has no trigram)."""
     query = subscription_search.neighbour_trigrams(search)
     if query is None:
         return None
@@ -458,8 +459,9 @@ def _may_be_stored(subscription_id: str) -> bool:
 
 
 def _owned_by_id(session, account_id, ids):
-    rows = session.scalars(select(Subscription).where(
-        Subscription.account_id == account_id, Subscription.id.in_(set(ids))).with_for_update())
+    rows = session.scalars(select(Subscription).where(  # locked in id order, as a check's write-back locks them
+        Subscription.account_id == account_id, Subscription.id.in_(set(ids))).order_by(Subscription.id)
+        .with_for_update())
     return {subscription.id: subscription for subscription in rows}
 
 
