@@ -128,7 +128,7 @@ def test_each_claim_searches_an_index_and_sorts_nothing(app, tenants, claiming):
 def test_the_due_claim_reads_the_due_index_in_its_order(app, tenants):
     with Statements() as claiming:
         checks.claim(checks.new_claim_token(), 5)
-    [(statement, parameters)] = claiming.on_subscriptions()
+    (statement, parameters), _update = claiming.on_subscriptions()  # the due rows are locked, then updated
     plan = query_plan(statement, parameters)
     assert any("ix_subscriptions_due (status=? AND next_check_at<?)" in step for step in plan), plan
 

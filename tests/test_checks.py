@@ -728,3 +728,18 @@ def test_detected_at_is_the_check_time(alice, network, monkeypatch):
     assert event["metadata"]["detected_at"] == "2026-11-23T05:03:24Z"
     assert event["created"] == calendar.timegm((2026, 11, 23, 5, 3, 24))
     assert isoformat(row(created["id"]).last_checked_at) == "2026-11-23T05:03:24Z"
+
+
+def test_a_claim_takes_at_most_its_limit(alice):
+    """The due subscriptions are locked by a statement of their own (see the outbox's claim)."""
+    for number in range(5):
+        assert alice.post("/subscriptions", json={"entity_type": "contact", "network_id": f"due-{number}"}
+                          ).status_code == 201
+    db.session.execute(update(Subscription).values(next_check_at=utcnow() - timedelta(minutes=1)))
+    db.session.commit()
+    for _ in range(2):
+        token = new_id("claim")
+        claimed = checks.claim(token, 2)
+        db.session.rollback()
+        leased = db.session.scalars(select(Subscription.id).where(Subscription.claim_token == token)).all()
+        assert len(claimed) == 2 and sorted(leased) == sorted(item.id for item in claimed)

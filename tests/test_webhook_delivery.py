@@ -610,3 +610,16 @@ def test_a_redelivery_while_a_send_is_in_flight_lets_it_finish_then_restarts_the
     # the restarted schedule (the row's tries, read when the result is recorded), not the claimed chain's 2nd step
     assert delay_after(attempts_of(event_id)[-1]) == SCHEDULE[0]
     assert event_row(event_id).delivery_status == "pending"
+
+
+def test_a_claim_takes_at_most_its_limit(app, alice):
+    """The due rows are locked by a statement of their own: PostgreSQL may run an UPDATE's `IN (SELECT … LIMIT …
+    FOR UPDATE SKIP LOCKED)` more than once and lease more rows than asked (a lock-order test saw a third)."""
+    configure(alice, "http://127.0.0.1:9/hook")
+    record_events(alice.account_id, 7)
+    for _ in range(3):
+        token = outbox.new_claim_token()
+        claimed = outbox.claim_due(token, 2)
+        db.session.rollback()
+        leased = db.session.scalars(select(OutboxDelivery.event_id).where(OutboxDelivery.claim_token == token)).all()
+        assert len(claimed) == 2 and sorted(leased) == sorted(item.outgoing.event_id for item in claimed)

@@ -96,7 +96,9 @@ def claim(token: str, limit: int) -> list:
            .where(Subscription.status == "active", Subscription.next_check_at <= now, _unclaimed(now))
            .order_by(Subscription.next_check_at).limit(limit).with_for_update(skip_locked=True))
     with write_transaction() as session:
-        return _claim_rows(session, token, now, due.scalar_subquery())
+        # locked by a statement of its own, as provider_limits.try_take_slot does: PostgreSQL may run an UPDATE's
+        # `IN (SELECT … LIMIT … FOR UPDATE SKIP LOCKED)` more than once and claim more than `limit` rows
+        return _claim_rows(session, token, now, session.scalars(due).all())
 
 
 def claim_one(token: str, subscription_id: str) -> list:
