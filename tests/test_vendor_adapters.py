@@ -16,6 +16,7 @@ shows. Sources (also on the fakes in tests/fake_vendors.py):
 - https://docs.coresignal.com/api-introduction/credits
 """
 import json
+import math
 
 import pytest
 
@@ -193,6 +194,12 @@ def test_coresignal_402_when_credits_are_spent(coresignal):
     ((401, {"detail": "No valid API key"}, {}), AccessRefused, None),
     ((429, {"detail": "Rate limit exceeded"}, {"Retry-After": "2"}), ProviderError, 2.0),
     ((429, {"detail": "Rate limit exceeded"}, {}), ProviderError, 60.0),
+    # an unreadable Retry-After (RFC 9110: ASCII digits or an HTTP-date) is no Retry-After: a minute
+    ((429, {"detail": "Rate limit exceeded"}, {"Retry-After": "nan"}), ProviderError, 60.0),
+    ((429, {"detail": "Rate limit exceeded"}, {"Retry-After": "-5"}), ProviderError, 60.0),
+    ((429, {"detail": "Rate limit exceeded"}, {"Retry-After": "1_000"}), ProviderError, 60.0),
+    ((429, {"detail": "Rate limit exceeded"}, {"Retry-After": "9" * 400}), ProviderError, math.inf),
+    ((503, {"detail": "Too many requests"}, {"Retry-After": "1e3"}), ProviderError, None),
     ((503, {"detail": "Too many requests"}, {}), ProviderError, None),
     ((200, b"[1, 2", {}), ProviderError, None),
     ((200, [1, 2], {}), ProviderError, None),

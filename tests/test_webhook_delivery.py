@@ -257,6 +257,8 @@ def test_a_429_waits_at_least_a_minute(alice):
     (503, "1", 5),  # never sooner than the schedule
     (503, "soon", 5),  # unreadable: ignored
     (503, "\u00b2", 5),  # a superscript two is a digit to str.isdigit, not a number: ignored
+    (503, "1e3", 5),
+    (429, "9" * 400, 120),  # past what a float holds: clamped like any long wait
 ])
 def test_retry_after_is_honoured_and_clamped(alice, status, retry_after, expected):
     with Receiver(Reply(status=status, headers={"Retry-After": retry_after})) as receiver:

@@ -1,7 +1,6 @@
 """What HTTP vendors share: a pooled session, and their throttling, quota and key answers read from
 status and headers."""
-from datetime import datetime, timezone
-from email.utils import parsedate_to_datetime
+from datetime import datetime
 from typing import Optional
 
 import requests
@@ -9,6 +8,7 @@ from requests.adapters import HTTPAdapter
 
 from app.common import USER_AGENT, utcnow
 from app.providers.base import AccessRefused, ProviderError, QuotaExhausted
+from app.retry_after import parse_retry_after
 
 DEFAULT_THROTTLE_SECONDS = 60.0  # a 429 that does not say how long to wait
 
@@ -42,24 +42,6 @@ def json_body(response, expected_type):
     return body
 
 
-def retry_after_seconds(value) -> Optional[float]:
-    """`Retry-After` as seconds: delta-seconds or an HTTP date (RFC 9110 §10.2.3); None if absent or unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        moment = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return max(0.0, (moment - datetime.now(timezone.utc)).total_seconds())
-
-
 def raise_for_limits(response, wait_header: str = "Retry-After", resets_at: Optional[datetime] = None) -> None:
     """401 raises AccessRefused, 402 QuotaExhausted; 429, or a 5xx carrying the wait header, raises a
     ProviderError that pauses the provider for the time the vendor asked (a minute when it did not say)."""
@@ -69,7 +51,7 @@ def raise_for_limits(response, wait_header: str = "Retry-After", resets_at: Opti
     if status == 402:
         raise QuotaExhausted(f"provider answered HTTP 402 at {utcnow().isoformat(timespec='seconds')}Z",
                              resets_at=resets_at)
-    wait = retry_after_seconds(response.headers.get(wait_header) or response.headers.get("Retry-After"))
+    wait = parse_retry_after(response.headers.get(wait_header) or response.headers.get("Retry-After"))
     if status == 429:
         raise ProviderError("provider answered HTTP 429",
                             retry_after=DEFAULT_THROTTLE_SECONDS if wait is None else wait)

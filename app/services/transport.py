@@ -11,7 +11,6 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
-from email.utils import parsedate_to_datetime
 from http.cookiejar import DefaultCookiePolicy
 from typing import Optional
 
@@ -25,6 +24,7 @@ from urllib3.exceptions import LocationParseError
 from urllib3.util import parse_url
 
 from app.common import USER_AGENT
+from app.retry_after import parse_retry_after
 
 log = logging.getLogger(__name__)
 
@@ -133,20 +133,6 @@ def signed_headers(outgoing: Outgoing, timestamp_ms: int) -> dict:
     if outgoing.previous_secret:
         headers["X-Webhook-Signature-Previous"] = sign(outgoing.previous_secret, timestamp_ms, outgoing.body)
     return headers
-
-
-def parse_retry_after(value: Optional[str]) -> Optional[float]:
-    """Seconds from a `Retry-After` header (delta-seconds or an HTTP date); None when absent or unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isascii() and value.isdigit():  # isdigit alone takes "²", which float() refuses
-        return float(value)
-    try:
-        moment = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, moment.timestamp() - time.time())
 
 
 def _truncate(message: str) -> str:
