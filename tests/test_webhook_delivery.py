@@ -418,6 +418,22 @@ def test_recover_ignores_events_older_than_fourteen_days_and_checks_its_window(a
         assert alice.post("/webhooks/recover", json=body).status_code == 400
 
 
+def test_an_empty_recovery_window_names_the_bound_at_fault(alice):
+    configure(alice, "https://93.184.216.34/")
+    now = utcnow().replace(microsecond=0)
+    tomorrow, in_two_days, yesterday, last_month = (isoformat(now + timedelta(days=days))
+                                                    for days in (1, 2, -1, -30))
+    for body, field, value in [({"since": tomorrow}, "since", tomorrow),
+                               ({"since": tomorrow, "until": in_two_days}, "since", tomorrow),
+                               ({"since": yesterday, "until": yesterday}, "until", yesterday),
+                               ({"since": last_month, "until": last_month}, "until", last_month)]:
+        response = alice.post("/webhooks/recover", json=body)
+        assert response.status_code == 400, body
+        details = response.json["details"]
+        assert (details["field"], details["value"]) == (field, value), body
+        assert details["errors"][0]["field"] == field, body
+
+
 def test_redelivery_and_recovery_need_an_active_configuration(alice):
     [event_id] = record_events(alice.account_id)
     assert alice.post(f"/events/{event_id}/redeliver").status_code == 404

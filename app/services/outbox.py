@@ -322,11 +322,11 @@ def recover(account_id: str, since, until=None, include_pending=False) -> dict:
     with write_transaction() as session:
         now = utcnow()
         config = webhooks.active_config(session, account_id)
-        since = max(since, now - timedelta(days=current_app.config["WEBHOOK_RECOVER_MAX_DAYS"]))
-        until = min(until or now, now)
-        if until <= since:
-            raise ValidationFailed("until", "until must be after since (and within the recovery window).")
-        window = [Event.account_id == account_id, Event.created_at >= since, Event.created_at < until]
+        start = max(since, now - timedelta(days=current_app.config["WEBHOOK_RECOVER_MAX_DAYS"]))
+        end = min(until or now, now)
+        if end <= start:
+            raise _empty_window(since, until, now)
+        window = [Event.account_id == account_id, Event.created_at >= start, Event.created_at < end]
         wanted = [event_type for event_type in events.EVENT_TYPES
                   if event_type != "test" and events.type_matches(config.events, event_type)]
         owed = and_(Event.delivery_status.in_(UNSENT_STATUSES), Event.type.in_(wanted))
@@ -336,6 +336,15 @@ def recover(account_id: str, since, until=None, include_pending=False) -> dict:
     if queued:
         events.notify_new_deliveries()
     return {"queued": queued}
+
+
+def _empty_window(since, until, now) -> ValidationFailed:
+    """The error naming the bound at fault: a `since` not yet past, else the `until` (at or before `since`,
+    or older than the recovery window)."""
+    if since >= now:
+        return ValidationFailed("since", "since must be in the past.", isoformat(since))
+    return ValidationFailed("until", "until must be after since (and within the recovery window).",
+                            isoformat(until))
 
 
 def _waiting_for_a_later_try(account_id, now):
