@@ -77,8 +77,10 @@ def _unclaimed(now):
 
 
 def _claim_rows(session, token: str, now, ids, *conditions) -> list:
-    """Mark the subscriptions among `ids` (a list or a subquery) that meet `conditions` as claimed, in one
-    UPDATE … RETURNING; returns them as Claimed, in id order."""
+    """Mark the subscriptions among `ids` (a list) that meet `conditions` as claimed, in one UPDATE … RETURNING;
+    returns them as Claimed, in id order (none, without a statement, for no ids)."""
+    if not ids:
+        return []
     lease = now + timedelta(seconds=current_app.config["CHECK_LEASE_SECONDS"])
     rows = session.execute(
         update(Subscription).where(Subscription.id.in_(ids), *conditions)
@@ -123,7 +125,7 @@ def claim_page(token: str, limit: int, after_id: str = None) -> tuple:
         # coalesce(): a status no index serves, so the rows are found by their ids; with `status = …`
         # SQLite (without statistics) prefers the status index and reads every active row per page.
         claimed = _claim_rows(session, token, now, ids, func.coalesce(Subscription.status, "") == "active",
-                              _unclaimed(now)) if ids else []
+                              _unclaimed(now))
     return claimed, (ids[-1] if ids else None)
 
 

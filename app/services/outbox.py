@@ -62,8 +62,11 @@ def claim_due(token: str, limit: int) -> list:
                .where(OutboxDelivery.next_attempt_at <= now, WebhookConfig.is_active.is_(True))
                .order_by(OutboxDelivery.next_attempt_at).limit(limit)
                .with_for_update(skip_locked=True, of=OutboxDelivery))
-        rows = session.execute(  # `due` locked by a statement of its own: see checks.claim
-            update(OutboxDelivery).where(OutboxDelivery.id.in_(session.scalars(due).all()))
+        due_ids = session.scalars(due).all()  # locked by a statement of its own: see checks.claim
+        if not due_ids:
+            return []
+        rows = session.execute(
+            update(OutboxDelivery).where(OutboxDelivery.id.in_(due_ids))
             .values(claim_token=token, claimed_until=lease_end, next_attempt_at=lease_end)
             .returning(OutboxDelivery.id, OutboxDelivery.event_id, OutboxDelivery.account_id,
                        OutboxDelivery.attempts)
