@@ -7,6 +7,17 @@ bind = os.environ.get("BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("WEB_CONCURRENCY", "1"))
 threads = int(os.environ.get("GUNICORN_THREADS", "8"))
 worker_class = "gthread"
+
+# Each worker keeps to one CPU (WORKER_CPU, app/cpu_affinity.py): its threads then hand the interpreter lock
+# to each other on one core instead of across cores.
+from app import cpu_affinity  # noqa: E402
+_worker_cpus = cpu_affinity.worker_cpus()
+
+
+def post_fork(_server, worker):
+    cpu_affinity.keep_to_one_cpu(_worker_cpus, worker.age)
+
+
 timeout = 60
 graceful_timeout = 30  # a stopping scheduler finishes its batch in hand in well under this
 # gunicorn 27's control socket defaults to one path per user (~/.gunicorn/gunicorn.ctl): two services on

@@ -7,7 +7,7 @@ import sys
 
 from sqlalchemy.engine import make_url
 
-from app import create_app
+from app import cpu_affinity, create_app
 from app.config import ConfigError, parse_whole_number
 from app.services import usage
 from app.worker.scheduler import running_one_off_command, start_when_serving
@@ -47,6 +47,7 @@ def check_serve_settings(environ=os.environ) -> None:
             value = parse_whole_number(name, raw)
             if value < 1:
                 raise ConfigError(f"{name}={value} is too small: the smallest accepted value is 1")
+    cpu_affinity.worker_cpus(environ)
 
 
 def gunicorn_settings():

@@ -276,6 +276,7 @@ def test_a_bad_setting_is_refused_with_one_line_naming_it(service, name, value, 
     ("GUNICORN_THREADS", "0", "GUNICORN_THREADS=0 is too small: the smallest accepted value is 1"),
     ("GUNICORN_THREADS", "eight", "GUNICORN_THREADS='eight' is not a whole number"),
     ("WEB_CONCURRENCY", "2x", "WEB_CONCURRENCY='2x' is not a whole number"),
+    ("WORKER_CPU", "fast", "WORKER_CPU='fast' is not a CPU this process may run on"),
 ])
 def test_serve_refuses_a_bad_process_setting_with_one_line_naming_it(service, name, value, says):
     # WEB_CONCURRENCY=0 used to listen forever with no worker to answer; the others ended in a traceback or
@@ -339,6 +340,35 @@ def test_one_worker_with_threads_serves_and_writes_buffered_usage_counts_when_st
         server.send_signal(signal.SIGTERM)
         assert server.wait(STOP_WITHIN_SECONDS) == 0
     assert service.sql("SELECT sum(requests) FROM usage_counters") == [(3,)]  # none lost in the buffer
+
+
+def allowed_cpus_of_worker(server) -> set:
+    """The CPUs gunicorn's one worker (the arbiter's child) may run on."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        children = open(f"/proc/{server.pid}/task/{server.pid}/children").read().split()
+        if children:
+            return os.sched_getaffinity(int(children[0]))
+        time.sleep(0.1)
+    raise AssertionError("gunicorn started no worker")
+
+
+needs_two_cpus = pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                                    reason="needs a process allowed at least two CPUs")
+
+
+@needs_two_cpus
+@pytest.mark.parametrize("setting", ["", "off"])
+def test_a_worker_served_with_the_config_file_keeps_to_one_cpu_unless_off(service, setting):
+    service.create_account()
+    port = free_port()
+    server = service.start(str(BIN / "gunicorn"), "-c", "python:app.gunicorn_conf", "app.wsgi:app",
+                           env={"BIND": f"127.0.0.1:{port}", "WORKER_CPU": setting, "SCHEDULER_ENABLED": "0"})
+    with running(server):
+        wait_until_serving(service, server, port)
+        worker_cpus = allowed_cpus_of_worker(server)
+    everything = os.sched_getaffinity(0)
+    assert worker_cpus == (everything if setting == "off" else {max(everything)})
 
 
 # --- installs like a Python service --------------------------------------------------------------------

@@ -1,0 +1,40 @@
+"""WORKER_CPU: each gunicorn web worker keeps to one CPU.
+
+A worker is one Python process whose threads share one interpreter lock, which they hand to each other every
+time one of them calls into SQLite or the network. When those threads sit on different cores, each hand-over
+moves the interpreter's working set from one core's cache to the other's and wakes a thread across cores:
+under 8 concurrent requests, half of a list request's CPU went there (1.0 ms of CPU in one thread against
+1.6 ms with 8 threads, 50 context switches a request). Kept to one core, the threads hand over in place (4
+context switches a request) and the process still runs Python on one core at a time, as it always did.
+The price: work done outside the interpreter lock (SQLite's own steps, zlib, TLS) no longer overlaps with the
+threads' Python on a second core, and the kernel cannot move a worker off a core other processes crowd.
+
+Read by app/gunicorn_conf.py (the CPUs, when gunicorn starts) and its post_fork hook (one of them per worker);
+`entity-monitor serve` checks the setting first (app/serving.py)."""
+import os
+
+from app.config import ConfigError
+
+
+def worker_cpus(environ=os.environ):
+    """The CPUs web workers keep to, handed out in turn, or None to leave them to the kernel. `auto` (the
+    default): every CPU this process may run on, highest first (the first ones tend to take the devices'
+    interrupts), when there are at least two; `off`: none; a CPU number: that CPU for every worker."""
+    raw = environ.get("WORKER_CPU", "").strip().lower() or "auto"
+    if raw == "off":
+        return None
+    allowed = sorted(os.sched_getaffinity(0), reverse=True) if hasattr(os, "sched_getaffinity") else []
+    if raw == "auto":
+        return allowed if len(allowed) > 1 else None
+    cpu = int(raw) if raw.isascii() and raw.isdigit() else None
+    if cpu not in allowed:
+        raise ConfigError(f"WORKER_CPU={raw!r} is not a CPU this process may run on (it may use "
+                          f"{', '.join(map(str, sorted(allowed))) or 'none it can name'}): write auto, off or one "
+                          "of those numbers")
+    return [cpu]
+
+
+def keep_to_one_cpu(cpus, worker_age: int) -> None:
+    """Called in a new worker process (gunicorn's post_fork): the `worker_age`-th CPU of `cpus` in turn."""
+    if cpus:
+        os.sched_setaffinity(0, {cpus[(worker_age - 1) % len(cpus)]})

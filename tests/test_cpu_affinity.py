@@ -1,0 +1,64 @@
+"""WORKER_CPU: which CPU each gunicorn web worker keeps to (app/cpu_affinity.py); a served worker keeps to it:
+tests/test_production.py."""
+import os
+
+import pytest
+
+from app import cpu_affinity
+from app.config import ConfigError
+
+
+@pytest.fixture
+def machine_cpus(monkeypatch):
+    """Pretend this process may run on the given CPUs; record what a worker keeps to."""
+    kept = []
+
+    def have(cpus):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(cpus))
+        monkeypatch.setattr(os, "sched_setaffinity", lambda pid, cpus: kept.append((pid, set(cpus))))
+        return kept
+    return have
+
+
+def test_auto_hands_out_every_allowed_cpu_highest_first(machine_cpus):
+    machine_cpus({0, 1, 3})
+    assert cpu_affinity.worker_cpus({}) == [3, 1, 0]
+    assert cpu_affinity.worker_cpus({"WORKER_CPU": " Auto "}) == [3, 1, 0]
+
+
+def test_one_allowed_cpu_or_off_leaves_the_worker_to_the_kernel(machine_cpus):
+    machine_cpus({2})
+    assert cpu_affinity.worker_cpus({}) is None
+    machine_cpus({0, 1})
+    assert cpu_affinity.worker_cpus({"WORKER_CPU": "off"}) is None
+
+
+def test_a_cpu_number_is_that_cpu_for_every_worker(machine_cpus):
+    kept = machine_cpus({0, 1})
+    cpus = cpu_affinity.worker_cpus({"WORKER_CPU": "0"})
+    for age in (1, 2, 3):
+        cpu_affinity.keep_to_one_cpu(cpus, age)
+    assert kept == [(0, {0})] * 3
+
+
+def test_workers_take_the_cpus_in_turn_by_their_age(machine_cpus):
+    kept = machine_cpus({0, 1})
+    cpus = cpu_affinity.worker_cpus({})
+    for age in (1, 2, 3):
+        cpu_affinity.keep_to_one_cpu(cpus, age)
+    assert kept == [(0, {1}), (0, {0}), (0, {1})]
+    cpu_affinity.keep_to_one_cpu(None, 1)
+    assert len(kept) == 3  # None: nothing is set
+
+
+@pytest.mark.parametrize("raw, says", [
+    ("7", "WORKER_CPU='7' is not a CPU this process may run on (it may use 0, 1): write auto, off or one of those"),
+    ("-1", "WORKER_CPU='-1' is not a CPU this process may run on"),
+    ("first", "WORKER_CPU='first' is not a CPU this process may run on"),
+    ("١", "WORKER_CPU='١' is not a CPU"),  # a digit to str.isdigit, not a CPU number
+])
+def test_a_cpu_this_process_may_not_use_is_refused(machine_cpus, raw, says):
+    machine_cpus({0, 1})
+    with pytest.raises(ConfigError) as refused:
+        cpu_affinity.worker_cpus({"WORKER_CPU": raw})
+    assert str(refused.value).startswith(says)
