@@ -8,7 +8,9 @@ on PostgreSQL (an existing, migrated or empty database; the run adds its own acc
 SQLite file.
 
 Both servers are `python -m gunicorn -c python:app.gunicorn_conf …` (one process, GUNICORN_THREADS threads,
-default 8): the service as `app.wsgi:app`, the bare view as `scripts/bench_hello.py`. The service runs with
+default 8, the worker kept to one CPU as WORKER_CPU says): the service as `app.wsgi:app`, the bare view as
+`scripts/bench_hello.py`; a second bare view runs with WORKER_CPU=off, as a plain `gunicorn --threads 8`
+would serve it, and the tables give each rate as a fraction of both. The service runs with
 its rate limiter on (RATELIMIT_ENABLED=1, memory://); the run's account is on the `enterprise` tier, whose
 limits an instance config raises so that the limiter runs on every request without answering 429. The
 scheduler is off (SCHEDULER_ENABLED=0: checks would compete for the CPU); a heartbeat row lets /healthz
@@ -335,15 +337,20 @@ def measure_rounds(generator, endpoints, service, key, options, connections, wri
     return found, posted
 
 
+BARE_ANYWHERE = "GET /hello (bare, WORKER_CPU=off)"
+
+
 def print_table(rows, generator_name, options, database, connections, writers):
-    bare = rows[0][1].rate
+    """Each rate as a fraction of the bare view's under the same settings (x bare) and of the bare view's on a
+    worker left to the kernel, as a plain `gunicorn --threads 8` serves it (x off)."""
+    bare, anywhere = rows[0][1].rate, dict(rows)[BARE_ANYWHERE].rate
     print(f"\n{database}, {options.rows:,} subscriptions in one account; gunicorn gthread, 1 process x "
-          f"{os.environ.get('GUNICORN_THREADS', '8')} threads; load: {generator_name}, {connections} "
+          f"{os.environ.get('GUNICORN_THREADS', '8')} threads, WORKER_CPU={os.environ.get('WORKER_CPU') or 'auto'}; load: {generator_name}, {connections} "
           f"connections ({writers} for POST), {options.rounds} x {options.seconds:g} s, medians")
-    print(f"{'endpoint':46} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'x bare':>7} {'CPU ms/req':>11}")
+    print(f"{'endpoint':46} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'x bare':>7} {'x off':>6} {'CPU ms/req':>11}")
     for label, result in rows:
         print(f"{label:46} {result.rate:8.0f} {result.p50_ms:8.2f} {result.p99_ms:8.2f} {result.rate / bare:7.2f} "
-              f"{_cpu_text(result.cpu_ms):>11}")
+              f"{result.rate / anywhere:6.2f} {_cpu_text(result.cpu_ms):>11}")
 
 
 def main():
@@ -377,18 +384,22 @@ def main():
         print(f"filled {options.rows:,} rows in {time.monotonic() - started:.1f} s", flush=True)
 
         hello = Server("bare", ["--pythonpath", "scripts", "bench_hello:app"], "/hello", env, workdir)
+        # what a plain `gunicorn --threads 8` does: the worker left to the kernel (app/cpu_affinity.py)
+        hello_anywhere = Server("bare-anywhere", ["--pythonpath", "scripts", "bench_hello:app"], "/hello",
+                                {**env, "WORKER_CPU": "off"}, workdir)
         service = Server("service", ["app.wsgi:app"], "/healthz", env, workdir)
-        with hello, service:
+        with hello, hello_anywhere, service:
             check_limiter_runs(service, key)
             check_total(service, key, options.rows)
             endpoints = [
                 ("GET /hello (bare Flask, same gunicorn)", hello, "/hello", {}),
+                (BARE_ANYWHERE, hello_anywhere, "/hello", {}),
                 ("GET /healthz", service, "/healthz", {}),
                 ("GET /api/v1/subscriptions?limit=20", service, "/api/v1/subscriptions?limit=20", {"key": key}),
                 ("GET /api/v1/subscriptions/<id>", service, "/api/v1/subscriptions",
                  {"mode": "byid", "key": key, "prefix": id_prefix, "rows": options.rows}),
             ]
-            for label, server, path, extra in endpoints[:3]:  # warm-up: imports, caches, connections
+            for label, server, path, extra in endpoints[:4]:  # warm-up: imports, caches, connections
                 generator(server.url(path), 1, options.connections, extra.get("mode", "static"), **{
                     name: value for name, value in extra.items() if name != "mode"})
             loads = [(options.connections, options.writers)]
