@@ -81,12 +81,16 @@ def write_transaction():
     Any read transaction the session had open is ended first. Never make a network call inside.
 
     The lock order of the delivery rows, which PostgreSQL's concurrent writers must all follow or deadlock:
-    the account's row when it is taken (`account_lock`: first, by the API's writers only), then outbox rows (a
-    sender finds its work through them), then events, then webhook configurations, then the day counters; within
-    a table in key order (outbox rows and events by event id, configurations by id, counters by key:
-    `add_to_counters`). A multi-row UPDATE or DELETE follows it through `in_lock_order` (or `lock_in_order`
+    the account's row when it is taken (`account_lock`: first, by the API's writers only), then webhook
+    configurations (a removal deletes its one before it drops the outbox rows; a sender locks its batch's before
+    their outbox rows), then outbox rows (a sender finds its work through them), then events, then the day
+    counters; within a table in key order (configurations by id, outbox rows and events by event id, counters by
+    key: `add_to_counters`). A multi-row UPDATE or DELETE follows it through `in_lock_order` (or `lock_in_order`
     first); a claim takes only outbox rows no one holds (SKIP LOCKED); rows a transaction inserts are no one
-    else's yet.
+    else's yet. FOR KEY SHARE (only a DELETE or FOR UPDATE waits for it) keeps a row from going while a transaction
+    relies on it, out of this order as a foreign key's check takes it: a writer queueing deliveries holds its
+    configurations so (`events.webhook_configs_for`; a check after its subscription rows). Their deleter waits for
+    nothing such a holder may hold: a removal holds only the account row when it deletes the configuration.
     """
     session = db.session
     session.rollback()

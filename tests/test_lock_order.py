@@ -10,7 +10,8 @@ from sqlalchemy import event, func, select, text
 from app.common import utcnow
 from app.extensions import db
 from app.models import DeliveryAttempt, DeliveryDayCount, Event, OutboxDelivery, WebhookConfig
-from app.services import outbox, webhooks
+from app.providers.base import normalize_snapshot
+from app.services import checks, outbox, webhooks
 from app.services.transport import Outcome
 from tests.webhook_helpers import LOCAL_RECEIVER_CONFIG, configure, record_events, subscribe
 
@@ -34,16 +35,18 @@ def _waiting_behind(holder_pid) -> int:
     return len(behind) - 1
 
 
-def _until_waiting(holder_pid, count):
+def _until_waiting(holder_pid, count, thread=None):
+    """Until `count` transactions wait behind `holder_pid`, or `thread` has ended without having to."""
     deadline = time.monotonic() + 10
-    while _waiting_behind(holder_pid) < count:
+    while _waiting_behind(holder_pid) < count and (thread is None or thread.is_alive()):
         assert time.monotonic() < deadline, f"fewer than {count} transactions came to wait for a lock"
         time.sleep(0.02)
 
 
 def interleave(app, hold: str, first, second) -> list:
     """Run `first()` until it waits for the row the statement `hold` locks (in a transaction of its own), then
-    `second()` until it waits as well, then let the row go. Returns what either raised."""
+    `second()` until it waits as well (or ends: a race the locks do not order), then let the row go. Returns what
+    either raised."""
     errors = []
 
     def run(work):
@@ -61,7 +64,7 @@ def interleave(app, hold: str, first, second) -> list:
         holder.execute(text(hold))
         for number, thread in enumerate(threads, 1):
             thread.start()
-            _until_waiting(holder_pid, number)
+            _until_waiting(holder_pid, number, thread)
         holder.rollback()
     for thread in threads:
         thread.join(timeout=30)
@@ -78,6 +81,13 @@ def _the_day_count_of(account_id, status) -> str:
     and not committed."""
     return (f"INSERT INTO delivery_day_counts (account_id, day, status, count, duration_ms) "
             f"VALUES ('{account_id}', '{utcnow().date()}', '{status}', 0, 0)")
+
+
+def _the_event_count_of(account_id, event_type) -> str:
+    """A statement that makes a check wait when it counts its events: the day's counter row inserted and not
+    committed."""
+    return (f"INSERT INTO event_day_counts (account_id, day, type, count) "
+            f"VALUES ('{account_id}', '{utcnow().date()}', '{event_type}', 0)")
 
 
 def _statuses(event_ids) -> list:
@@ -180,6 +190,67 @@ def test_a_claim_whose_configuration_is_deleted_before_it_reads_it_leaves_those_
     assert db.session.scalar(select(func.count()).select_from(WebhookConfig)) == 0
     assert db.session.execute(select(OutboxDelivery.event_id, OutboxDelivery.claim_token)).all() == [(queued, None)]
     assert _statuses([queued]) == ["pending"]
+
+
+def _first_check_answered(account_id):
+    """A claimed first check of a new subscription and its outcome, ready to record: a `subscription.initial_state`
+    event."""
+    subscription = subscribe(account_id)
+    token = checks.new_claim_token()
+    [claimed] = checks.claim_one(token, subscription.id)
+    answer = {"network_id": subscription.network_id, "name": "Jane Doe", "title": "Engineer", "activities": []}
+    return token, checks.Outcome(claimed, snapshot=normalize_snapshot("contact", answer), called=True)
+
+
+def test_a_check_recording_its_events_while_the_configuration_is_deleted(app, alice):
+    """The check read the configuration, the removal dropped the outbox rows it saw and committed, then the check
+    queued its delivery: an event pending for good, its row never claimed (no configuration), until a later one
+    took it up."""
+    configure(alice, "http://127.0.0.1:9/hook")
+    token, outcome = _first_check_answered(alice.account_id)
+
+    errors = interleave(app, _the_event_count_of(alice.account_id, "subscription.initial_state"),
+                        lambda: checks.record_outcomes(token, [outcome]), lambda: webhooks.remove(alice.account_id))
+
+    assert errors == []
+    db.session.rollback()
+    assert db.session.scalars(select(Event.delivery_status)).all() == ["skipped"]  # dropped by the removal
+    assert db.session.scalar(select(func.count()).select_from(OutboxDelivery)) == 0
+    assert db.session.scalar(select(func.count()).select_from(WebhookConfig)) == 0
+
+
+def test_a_check_recording_its_events_while_a_removal_drops_the_outbox_rows(app, alice):
+    """The other way round: the removal waits for a sender's outbox row, the check reads the configuration not yet
+    deleted and commits its delivery, which the removal's statement did not see."""
+    configure(alice, "http://127.0.0.1:9/hook")
+    [owed] = record_events(alice.account_id)
+    token, outcome = _first_check_answered(alice.account_id)
+
+    errors = interleave(app, f"SELECT id FROM outbox WHERE event_id = '{owed}' FOR UPDATE",
+                        lambda: webhooks.remove(alice.account_id), lambda: checks.record_outcomes(token, [outcome]))
+
+    assert errors == []
+    db.session.rollback()
+    assert db.session.scalars(select(Event.delivery_status)).all() == ["skipped", "skipped"]  # the check's: no config
+    assert db.session.scalar(select(func.count()).select_from(OutboxDelivery)) == 0
+    assert db.session.scalar(select(func.count()).select_from(WebhookConfig)) == 0
+
+
+def test_a_redelivery_while_the_configuration_is_deleted(app, alice):
+    """The redelivery read the configuration, the removal committed, then the redelivery queued its outbox row: an
+    event pending for good, as a check's."""
+    [event_id] = record_events(alice.account_id)  # no configuration yet: skipped, nothing owed
+    configure(alice, "http://127.0.0.1:9/hook")
+    answers = []
+
+    errors = interleave(app, f"SELECT id FROM events WHERE id = '{event_id}' FOR UPDATE",
+                        lambda: answers.append(alice.post(f"/events/{event_id}/redeliver")),
+                        lambda: webhooks.remove(alice.account_id))
+
+    assert errors == [] and answers[0].status_code == 202
+    assert _statuses([event_id]) == ["skipped"]  # queued, then dropped by the removal
+    assert db.session.scalar(select(func.count()).select_from(OutboxDelivery)) == 0
+    assert db.session.scalar(select(func.count()).select_from(WebhookConfig)) == 0
 
 
 def _in_context(app, work):

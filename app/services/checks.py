@@ -445,7 +445,7 @@ def record_outcomes(token: str, outcomes: list) -> Summary:
                  .order_by(table.c.id).with_for_update())  # in id order, as a bulk change of subscriptions
         loaded = {mapping["id"]: _Checked(mapping) for mapping in session.execute(query).mappings()}
         account_ids = {subscription.account_id for subscription in loaded.values()}
-        configs = events.webhook_configs_for(session, account_ids)
+        configs = events.webhook_configs_for(session, account_ids, keep=True)
         tiers = dict(session.execute(select(Account.id, Account.tier).where(Account.id.in_(account_ids))).all())
         counts, built, written = defaultdict(Counter), [], []
         for outcome in outcomes:

@@ -90,7 +90,8 @@ def claim_due(token: str, limit: int) -> list:
 
 def _without_configuration_gone(session, rows, configs, now) -> list:
     """The claimed rows whose configuration is still there. A removal committed since the claim's UPDATE read it
-    leaves the rows queued while it ran (it drops those it saw): they stay unclaimed, due, as they were."""
+    leaves the rows queued while it ran (it drops those it saw; only a writer that did not keep the configuration
+    locked, `events.webhook_configs_for`, can queue one): they stay unclaimed, due, as they were."""
     gone = [row.id for row in rows if row.account_id not in configs]
     if gone:
         session.execute(update(OutboxDelivery).where(OutboxDelivery.id.in_(gone))
@@ -188,11 +189,16 @@ def record_results(token: str, results: list) -> None:
     """Write a sent batch [(Claimed, Outcome)] in one transaction: every try, and for each delivery still
     leased by this sender its next try, or the end of the delivery (its outbox row goes; the event keeps the
     outcome). The next try follows the row's tries as they are now: a redelivery during the send restarted them.
-    Rows are taken in the lock order of `write_transaction` (the counters last)."""
+    Rows are taken in the lock order of `write_transaction` (the configurations first, the counters last)."""
     if not results:
         return
     with write_transaction() as session:
         now = utcnow()
+        # Locked before they are read: a configuration changed or deleted meanwhile is not written over, or updated
+        # once it is gone.
+        configs = session.scalars(select(WebhookConfig)
+                                  .where(WebhookConfig.account_id.in_({claimed.account_id for claimed, _ in results}))
+                                  .order_by(WebhookConfig.id).with_for_update(key_share=True)).all()
         still_ours = dict(session.execute(
             select(OutboxDelivery.id, OutboxDelivery.attempts)
             .where(OutboxDelivery.id.in_([claimed.delivery_id for claimed, _ in results]),
@@ -222,7 +228,7 @@ def record_results(token: str, results: list) -> None:
             session.execute(delete(OutboxDelivery).where(OutboxDelivery.id.in_(ended)))
         if event_changes:
             session.execute(update(Event), sorted(event_changes, key=lambda change: change["id"]))
-        _update_endpoint_health(session, results, now)
+        _update_endpoint_health(configs, results, now)
         store_attempts(session, attempts)
     metrics.observe_deliveries(results, now)
 
@@ -236,17 +242,14 @@ def _log_failed_attempt(claimed: Claimed, outcome: Outcome, attempt: dict):
                        "next_attempt_at": isoformat(attempt["next_attempt_at"])})
 
 
-def _update_endpoint_health(session, results, now):
+def _update_endpoint_health(configs, results, now):
     """410 deactivates at once; a success clears `failing_since`; nothing but failures for
     WEBHOOK_DISABLE_AFTER_SECONDS deactivates."""
     by_account = {}
     for claimed, outcome in results:
         by_account.setdefault(claimed.account_id, []).append(outcome)
     disable_after = timedelta(seconds=current_app.config["WEBHOOK_DISABLE_AFTER_SECONDS"])
-    # Locked (in id order, after the rows: `write_transaction`) before they are read: a configuration changed or
-    # deleted meanwhile is not written over, or updated once it is gone.
-    for config in session.scalars(select(WebhookConfig).where(WebhookConfig.account_id.in_(list(by_account)))
-                                  .order_by(WebhookConfig.id).with_for_update(key_share=True)):
+    for config in configs:
         outcomes = by_account[config.account_id]
         was_active = config.is_active
         if any(outcome.succeeded for outcome in outcomes):

@@ -114,8 +114,8 @@ def new_secret() -> str:
     return SECRET_PREFIX + random_alphanumeric(SECRET_LENGTH)
 
 
-def get(account_id: str, session=None) -> WebhookConfig:
-    config = events.webhook_config_for(session or db.session, account_id)
+def get(account_id: str, session=None, keep=False) -> WebhookConfig:
+    config = events.webhook_config_for(session or db.session, account_id, keep)
     if config is None:
         raise ConfigurationMissing()
     return config
@@ -173,8 +173,12 @@ def remove(account_id: str) -> dict:
     """Delete the configuration; its queued deliveries are dropped (their events become skipped or failed)."""
     with write_transaction() as session:
         config = _locked_config(session, account_id)
-        # The outbox rows, then their events (the lock order: `write_transaction`), those rows' events only: a
-        # statement of its own would see rows queued since, which a sender may hold.
+        # Deleted first (the lock order: `write_transaction`): the delete waits for the writers that queue deliveries
+        # by it (they keep it locked: `events.webhook_configs_for`), and those that come after find none, so the
+        # outbox rows read next are all it will ever have.
+        session.delete(config)
+        session.flush()
+        # Then the outbox rows, then the events of those rows.
         owed = in_lock_order(OutboxDelivery.event_id, OutboxDelivery.account_id == account_id)
         dropped = session.scalars(delete(OutboxDelivery).where(owed).returning(OutboxDelivery.event_id)).all()
         if dropped:
@@ -182,7 +186,6 @@ def remove(account_id: str) -> dict:
             session.execute(update(table).where(table.c.id == bindparam("event_id"))
                             .values(delivery_status=case((table.c.attempt_count > 0, "failed"), else_="skipped")),
                             [{"event_id": event_id} for event_id in sorted(dropped)])
-        session.delete(config)
         return {"id": config.id, "deleted": True}
 
 
@@ -205,8 +208,9 @@ def previous_secret_in_overlap(config: WebhookConfig, now):
 
 
 def active_config(session, account_id) -> WebhookConfig:
-    """The configuration that explicit (re)deliveries go to: 404 when none, 409 while inactive."""
-    config = get(account_id, session)
+    """The configuration that explicit (re)deliveries go to: 404 when none, 409 while inactive. Kept locked until
+    the caller commits the deliveries it queues (`events.webhook_configs_for`)."""
+    config = get(account_id, session, keep=True)
     if not config.is_active:
         raise InvalidState("The webhook configuration is inactive; PUT /webhooks/configure with "
                            "is_active true first.", {"is_active": False})
