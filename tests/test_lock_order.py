@@ -3,15 +3,16 @@ where they meet, both finish. A third connection holds a row the first transacti
 there holding what it locked so far; the second starts and runs until it waits too; then the row is let go."""
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import event, func, select, text
 
-from app.common import utcnow
+from app.common import isoformat, utcnow
 from app.extensions import db
 from app.models import DeliveryAttempt, DeliveryDayCount, Event, OutboxDelivery, WebhookConfig
 from app.providers.base import normalize_snapshot
-from app.services import checks, outbox, webhooks
+from app.services import checks, outbox, retention, webhooks
 from app.services.transport import Outcome
 from tests.webhook_helpers import LOCAL_RECEIVER_CONFIG, configure, record_events, subscribe
 
@@ -251,6 +252,41 @@ def test_a_redelivery_while_the_configuration_is_deleted(app, alice):
     assert _statuses([event_id]) == ["skipped"]  # queued, then dropped by the removal
     assert db.session.scalar(select(func.count()).select_from(OutboxDelivery)) == 0
     assert db.session.scalar(select(func.count()).select_from(WebhookConfig)) == 0
+
+
+def test_a_redelivery_of_an_event_that_retention_is_deleting(app, alice):
+    """The redelivery's outbox row referred to an event deleted meanwhile: a foreign-key error, answered 500."""
+    [event_id] = record_events(alice.account_id)  # no configuration yet: skipped, nothing owed, prunable
+    configure(alice, "http://127.0.0.1:9/hook")
+    hold = f"SELECT count FROM event_day_counts WHERE account_id = '{alice.account_id}' FOR UPDATE"
+    answers = []
+
+    errors = interleave(app, hold, lambda: retention.prune_batch(utcnow(), 10),
+                        lambda: answers.append(alice.post(f"/events/{event_id}/redeliver")))
+
+    assert errors == []
+    assert (answers[0].status_code, answers[0].json["error"]) == (404, "NOT_FOUND")
+    assert answers[0].json["details"] == {"resource": "event", "id": event_id}
+    assert db.session.scalar(select(func.count()).select_from(Event)) == 0
+    assert db.session.scalar(select(func.count()).select_from(OutboxDelivery)) == 0
+
+
+def test_a_recovery_of_events_that_retention_is_deleting(app, alice):
+    """Recovery queues what is left of its window: an event deleted meanwhile is not counted (it was a foreign-key
+    error, answered 500)."""
+    record_events(alice.account_id)  # no configuration yet: skipped, nothing owed, prunable
+    configure(alice, "http://127.0.0.1:9/hook")
+    since = isoformat(utcnow() - timedelta(hours=1))
+    hold = f"SELECT count FROM event_day_counts WHERE account_id = '{alice.account_id}' FOR UPDATE"
+    answers = []
+
+    errors = interleave(app, hold, lambda: retention.prune_batch(utcnow(), 10),
+                        lambda: answers.append(alice.post("/webhooks/recover", json={"since": since})))
+
+    assert errors == []
+    assert (answers[0].status_code, answers[0].json) == (202, {"queued": 0})
+    assert db.session.scalar(select(func.count()).select_from(Event)) == 0
+    assert db.session.scalar(select(func.count()).select_from(OutboxDelivery)) == 0
 
 
 def _in_context(app, work):

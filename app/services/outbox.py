@@ -20,7 +20,7 @@ from sqlalchemy import DateTime, Integer, and_, case, delete, func, insert, lite
 from app import metrics
 from app.common import isoformat, new_id, new_sortable_id, utcnow
 from app.database import add_to_counters, in_lock_order, newest_first_page, upsert, write_transaction
-from app.errors import ValidationFailed
+from app.errors import NotFound, ValidationFailed
 from app.models import DeliveryAttempt, DeliveryDayCount, Event, OutboxDelivery, WebhookConfig
 from app.services import events, webhooks
 from app.services.transport import Outcome, Outgoing
@@ -297,9 +297,11 @@ def _restarted(now) -> dict:
 def _queue_where(session, conditions, now) -> int:
     """For every event matching `conditions`, a delivery due now with its retry schedule from the start: a new
     outbox row, or the event's owed row restarted (one INSERT … SELECT … ON CONFLICT: one row per event, in event
-    id order), then the events marked pending (after the outbox rows: the lock order of `write_transaction`)."""
-    chosen = select(Event.id, Event.account_id, literal(0, Integer), literal(now, DateTime),
-                    literal(now, DateTime)).where(*conditions).order_by(Event.id)
+    id order), then the events marked pending (after the outbox rows: the lock order of `write_transaction`).
+    Returns how many were queued: an event that retention deleted meanwhile is not (its FOR KEY SHARE, which a
+    foreign key's check would take after the insert, waited for the delete and then found no row)."""
+    chosen = (select(Event.id, Event.account_id, literal(0, Integer), literal(now, DateTime), literal(now, DateTime))
+              .where(*conditions).order_by(Event.id).with_for_update(read=True, key_share=True))
     statement = upsert(session, OutboxDelivery).from_select(
         ["event_id", "account_id", "attempts", "next_attempt_at", "created_at"], chosen)
     queued = len(session.execute(
@@ -316,7 +318,8 @@ def redeliver(account_id: str, event_id: str) -> dict:
     with write_transaction() as session:
         events.get(account_id, event_id)
         webhooks.active_config(session, account_id)
-        _queue_where(session, [Event.id == event_id, Event.account_id == account_id], utcnow())
+        if not _queue_where(session, [Event.id == event_id, Event.account_id == account_id], utcnow()):
+            raise NotFound("event", event_id)  # pruned by retention meanwhile
     events.notify_new_deliveries()
     return {"event_id": event_id, "delivery_status": "pending"}
 
