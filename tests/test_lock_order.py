@@ -6,9 +6,10 @@ import time
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import event, func, select, text
+from sqlalchemy import event, func, select, text, update
 
 from app.common import isoformat, utcnow
+from app.database import write_transaction
 from app.extensions import db
 from app.models import DeliveryAttempt, DeliveryDayCount, Event, OutboxDelivery, WebhookConfig
 from app.providers.base import normalize_snapshot
@@ -118,6 +119,28 @@ def test_deleting_the_configuration_while_a_sender_records_its_batch(app, alice)
     assert db.session.scalar(select(func.count()).select_from(DeliveryAttempt)) == 2
     assert dict(db.session.execute(select(DeliveryDayCount.status, DeliveryDayCount.count)).all()) == {
         "succeeded": 1, "failed": 1}
+
+
+def test_a_sender_recording_its_batch_while_a_removal_waits_for_another_delivery(app, alice):
+    """The removal deletes the configuration first, then drops the outbox rows: a sender that locked its rows before
+    the configuration would hold rows the removal waits for while it waits for the configuration."""
+    configure(alice, "http://127.0.0.1:9/hook")
+    [waiting] = record_events(alice.account_id)  # the first event id: the removal meets its row first
+    with write_transaction() as session:
+        session.execute(update(OutboxDelivery).values(next_attempt_at=utcnow() + timedelta(hours=1)))
+    record_events(alice.account_id, 2)
+    token = outbox.new_claim_token()
+    claimed = outbox.claim_due(token, 2)
+    results = [(claimed[0], _outcome(True)), (claimed[1], _outcome(False))]
+
+    errors = interleave(app, f"SELECT id FROM outbox WHERE event_id = '{waiting}' FOR UPDATE",
+                        lambda: webhooks.remove(alice.account_id), lambda: outbox.record_results(token, results))
+
+    assert errors == []
+    db.session.rollback()
+    assert db.session.scalar(select(func.count()).select_from(OutboxDelivery)) == 0
+    assert _statuses([waiting, *(item.outgoing.event_id for item in claimed)]) == ["skipped", "failed", "failed"]
+    assert db.session.scalar(select(func.count()).select_from(DeliveryAttempt)) == 2
 
 
 def test_a_redelivery_while_the_sender_records_the_same_delivery(app, alice):
