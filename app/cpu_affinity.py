@@ -3,23 +3,28 @@
 A worker is one Python process whose threads share one interpreter lock, which they hand to each other every
 time one of them calls into SQLite or the network. When those threads sit on different cores, each hand-over
 moves the interpreter's working set from one core's cache to the other's and wakes a thread across cores:
-under 8 concurrent requests, half of a list request's CPU went there (1.0 ms of CPU in one thread against
+under 8 concurrent requests, over a third of a list request's CPU went there (1.0 ms of CPU in one thread against
 1.6 ms with 8 threads, 50 context switches a request). Kept to one core, the threads hand over in place (4
 context switches a request) and the process still runs Python on one core at a time, as it always did.
 The price: work done outside the interpreter lock (SQLite's own steps, zlib, TLS) no longer overlaps with the
 threads' Python on a second core, and the kernel cannot move a worker off a core other processes crowd.
 
-Read by app/gunicorn_conf.py (the CPUs, when gunicorn starts) and its post_fork hook (one of them per worker);
-`entity-monitor serve` checks the setting first (app/serving.py)."""
+Several instances on one host (two services, containers sharing a machine without their own cpusets) each
+start with the highest CPU: give each its own `WORKER_CPU` number, or `off`.
+
+Read by app/gunicorn_conf.py: the CPUs when gunicorn starts, one of them for each new worker in its pre_fork hook
+(in the master, which knows the live workers), kept to in post_fork; `entity-monitor serve` checks the setting
+first (app/serving.py)."""
 import os
+from collections import Counter
 
 from app.config import ConfigError
 
 
 def worker_cpus(environ=os.environ):
-    """The CPUs web workers keep to, handed out in turn, or None to leave them to the kernel. `auto` (the
-    default): every CPU this process may run on, highest first (the first ones tend to take the devices'
-    interrupts), when there are at least two; `off`: none; a CPU number: that CPU for every worker."""
+    """The CPUs web workers keep to, one each (`cpu_for_new_worker`), or None to leave them to the kernel.
+    `auto` (the default): every CPU this process may run on, highest first (the first ones tend to take the
+    devices' interrupts), when there are at least two; `off`: none; a CPU number: that CPU for every worker."""
     raw = environ.get("WORKER_CPU", "").strip().lower() or "auto"
     if raw == "off":
         return None
@@ -34,7 +39,22 @@ def worker_cpus(environ=os.environ):
     return [cpu]
 
 
-def keep_to_one_cpu(cpus, worker_age: int) -> None:
-    """Called in a new worker process (gunicorn's post_fork): the `worker_age`-th CPU of `cpus` in turn."""
-    if cpus:
-        os.sched_setaffinity(0, {cpus[(worker_age - 1) % len(cpus)]})
+def cpu_for_new_worker(cpus, live_worker_cpus):
+    """The CPU of `cpus` (in their order) that the fewest of the live workers keep to, chosen in gunicorn's master
+    before each fork: a worker that replaces a dead one takes the CPU it left. None when `cpus` is None."""
+    if not cpus:
+        return None
+    taken = Counter(live_worker_cpus)
+    return min(cpus, key=lambda cpu: taken[cpu])
+
+
+def keep_to_one_cpu(cpu, log) -> None:
+    """Called in a new worker process (gunicorn's post_fork). A CPU this process may no longer use (a cpuset
+    narrowed since the server started) leaves the worker to the kernel, with a warning: a worker that failed
+    to boot would stop the whole server."""
+    if cpu is None:
+        return
+    try:
+        os.sched_setaffinity(0, {cpu})
+    except OSError as error:
+        log.warning("WORKER_CPU: this worker could not keep to CPU %s (%s); the kernel places it", cpu, error)

@@ -14,8 +14,13 @@ from app import cpu_affinity  # noqa: E402
 _worker_cpus = cpu_affinity.worker_cpus()
 
 
+def pre_fork(server, worker):
+    worker.cpu = cpu_affinity.cpu_for_new_worker(_worker_cpus, [getattr(live, "cpu", None)
+                                                                for live in server.WORKERS.values()])
+
+
 def post_fork(_server, worker):
-    cpu_affinity.keep_to_one_cpu(_worker_cpus, worker.age)
+    cpu_affinity.keep_to_one_cpu(worker.cpu, worker.log)
 
 
 timeout = 60

@@ -345,7 +345,8 @@ def print_table(rows, generator_name, options, database, connections, writers):
     worker left to the kernel, as a plain `gunicorn --threads 8` serves it (x off)."""
     bare, anywhere = rows[0][1].rate, dict(rows)[BARE_ANYWHERE].rate
     print(f"\n{database}, {options.rows:,} subscriptions in one account; gunicorn gthread, 1 process x "
-          f"{os.environ.get('GUNICORN_THREADS', '8')} threads, WORKER_CPU={os.environ.get('WORKER_CPU') or 'auto'}; load: {generator_name}, {connections} "
+          f"{os.environ.get('GUNICORN_THREADS', '8')} threads, WORKER_CPU={os.environ.get('WORKER_CPU') or 'auto'}; "
+          f"load: {generator_name}, {connections} "
           f"connections ({writers} for POST), {options.rounds} x {options.seconds:g} s, medians")
     print(f"{'endpoint':46} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'x bare':>7} {'x off':>6} {'CPU ms/req':>11}")
     for label, result in rows:

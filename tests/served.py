@@ -47,7 +47,8 @@ def served(tmp_path, migrated_template):
     port = _free_port()
     log_path = tmp_path / "gunicorn.log"
     log = open(log_path, "w")
-    env = {**os.environ, "DATABASE_URL": url, "RATELIMIT_ENABLED": "0", "SCHEDULER_ENABLED": "0",
+    # WORKER_CPU=off: the test processes' servers would otherwise all keep to the same CPU
+    env = {**os.environ, "DATABASE_URL": url, "RATELIMIT_ENABLED": "0", "SCHEDULER_ENABLED": "0", "WORKER_CPU": "off",
            "BIND": f"127.0.0.1:{port}"}
     server = subprocess.Popen([str(Path(sys.executable).parent / "gunicorn"), "-c", "python:app.gunicorn_conf",
                                "wsgi:app"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -40,7 +40,8 @@ class Service:
         self.database = folder / "monitor.db"
         self.env = {**os.environ, "DATABASE_URL": f"sqlite:///{self.database}", "INSTANCE_PATH": str(folder),
                     "WEBHOOK_ALLOW_HTTP": "1", "WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "1",
-                    "CHECK_INITIAL_DELAY_SECONDS": "0", "PATH": f"{BIN}:{os.environ['PATH']}"}
+                    "CHECK_INITIAL_DELAY_SECONDS": "0", "PATH": f"{BIN}:{os.environ['PATH']}",
+                    "WORKER_CPU": "off"}  # parallel tests' servers would all keep to one CPU (the tests of it say auto)
         self.env.pop("TEST_POSTGRES_URL", None)
 
     def command(self, *args, env=None, check=True):
@@ -342,15 +343,18 @@ def test_one_worker_with_threads_serves_and_writes_buffered_usage_counts_when_st
     assert service.sql("SELECT sum(requests) FROM usage_counters") == [(3,)]  # none lost in the buffer
 
 
-def allowed_cpus_of_worker(server) -> set:
-    """The CPUs gunicorn's one worker (the arbiter's child) may run on."""
+def workers_cpus(server, count) -> dict:
+    """{worker pid: the CPUs it may run on} once gunicorn runs `count` workers (the arbiter's children)."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        children = open(f"/proc/{server.pid}/task/{server.pid}/children").read().split()
-        if children:
-            return os.sched_getaffinity(int(children[0]))
+        children = [int(pid) for pid in open(f"/proc/{server.pid}/task/{server.pid}/children").read().split()]
+        if len(children) == count:
+            try:
+                return {pid: os.sched_getaffinity(pid) for pid in children}
+            except ProcessLookupError:  # a worker going away meanwhile
+                pass
         time.sleep(0.1)
-    raise AssertionError("gunicorn started no worker")
+    raise AssertionError(f"gunicorn did not run {count} workers")
 
 
 needs_two_cpus = pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
@@ -358,7 +362,7 @@ needs_two_cpus = pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(
 
 
 @needs_two_cpus
-@pytest.mark.parametrize("setting", ["", "off"])
+@pytest.mark.parametrize("setting", ["", "auto", "off"])
 def test_a_worker_served_with_the_config_file_keeps_to_one_cpu_unless_off(service, setting):
     service.create_account()
     port = free_port()
@@ -366,9 +370,28 @@ def test_a_worker_served_with_the_config_file_keeps_to_one_cpu_unless_off(servic
                            env={"BIND": f"127.0.0.1:{port}", "WORKER_CPU": setting, "SCHEDULER_ENABLED": "0"})
     with running(server):
         wait_until_serving(service, server, port)
-        worker_cpus = allowed_cpus_of_worker(server)
+        [worker_cpus] = workers_cpus(server, 1).values()
     everything = os.sched_getaffinity(0)
     assert worker_cpus == (everything if setting == "off" else {max(everything)})
+
+
+@needs_two_cpus
+def test_several_workers_keep_to_different_cpus_and_a_replacement_takes_the_cpu_its_predecessor_left(service):
+    # The bare view of the benchmark: the service itself refuses several workers on SQLite.
+    port = free_port()
+    server = service.start(str(BIN / "gunicorn"), "-c", "python:app.gunicorn_conf", "--pythonpath", "scripts",
+                           "bench_hello:app", env={"BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": "2",
+                                                   "WORKER_CPU": "auto"})
+    with running(server):
+        before = workers_cpus(server, 2)
+        highest_two = sorted(os.sched_getaffinity(0))[-2:]
+        assert sorted(before.values(), key=min) == [{cpu} for cpu in highest_two]
+        killed, its_cpus = min(before.items(), key=lambda item: min(item[1]))
+        os.kill(killed, signal.SIGKILL)
+        service.wait_for(lambda: killed not in workers_cpus(server, 2), what="a replacement worker")
+        after = workers_cpus(server, 2)
+    assert sorted(after.values(), key=min) == sorted(before.values(), key=min)  # still one CPU each, not both on one
+    assert [cpus for pid, cpus in after.items() if pid not in before] == [its_cpus]
 
 
 # --- installs like a Python service --------------------------------------------------------------------
