@@ -7,7 +7,7 @@ checkout; `--rows 10000 --seconds 3 --rounds 1` is a quick smoke run. `DATABASE_
 on PostgreSQL (an existing, migrated or empty database; the run adds its own account), else on a new
 SQLite file.
 
-Both servers are `python -m gunicorn -c python:app.gunicorn_conf …` (one process, GUNICORN_THREADS threads,
+The servers are `python -m gunicorn -c python:app.gunicorn_conf …` (one process, GUNICORN_THREADS threads,
 default 8, the worker kept to one CPU as WORKER_CPU says): the service as `app.wsgi:app`, the bare view as
 `scripts/bench_hello.py`; a second bare view runs with WORKER_CPU=off, as a plain `gunicorn --threads 8`
 would serve it, and the tables give each rate as a fraction of both. The service runs with
