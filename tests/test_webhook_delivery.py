@@ -4,9 +4,10 @@ the wake-up, and tenant isolation."""
 from datetime import timedelta, timezone
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import delete, select
 
 from app.common import always, isoformat, utcnow
+from app.database import write_transaction
 from app.extensions import db
 from app.models import DeliveryAttempt, Event, OutboxDelivery, WebhookConfig
 from app.services import health, outbox
@@ -628,6 +629,64 @@ def test_a_redelivery_while_a_send_is_in_flight_lets_it_finish_then_restarts_the
     # the restarted schedule (the row's tries, read when the result is recorded), not the claimed chain's 2nd step
     assert delay_after(attempts_of(event_id)[-1]) == SCHEDULE[0]
     assert event_row(event_id).delivery_status == "pending"
+
+
+def test_a_try_that_succeeded_while_the_configuration_was_removed_leaves_its_event_succeeded(alice):
+    """The removal drops the delivery on the wire and marks its event failed; the endpoint's 200 arrives after."""
+    configure(alice, "http://127.0.0.1:9/hook")
+    sent_ok, sent_failing, never_sent = record_events(alice.account_id, 3)
+    token = outbox.new_claim_token()
+    claimed = {item.outgoing.event_id: item for item in outbox.claim_due(token, 3)}
+    in_flight = {sent_ok: claimed[sent_ok], sent_failing: claimed[sent_failing]}
+    outbox.release(token, [claimed[never_sent].delivery_id])
+    assert alice.delete("/webhooks/configure").status_code == 200
+    assert [event_row(event_id).delivery_status for event_id in (sent_ok, sent_failing, never_sent)] == [
+        "failed", "failed", "skipped"]
+
+    outbox.record_results(token, [(in_flight[sent_ok], Outcome(True, 200, 10)),
+                                  (in_flight[sent_failing], Outcome(False, 500, 10))])
+
+    assert [event_row(event_id).delivery_status for event_id in (sent_ok, sent_failing, never_sent)] == [
+        "succeeded", "failed", "skipped"]
+    assert [attempt.status for attempt in attempts_of(sent_ok)] == ["succeeded"]
+    assert alice.get(f"/events/{sent_ok}").json["delivery_status"] == "succeeded"
+    assert owed_rows(sent_ok) == [] and owed_rows(sent_failing) == []
+
+
+def test_a_late_success_leaves_a_delivery_another_sender_holds_to_that_sender(alice, clock):
+    """The first sender's lease ran out and a second claimed the delivery: the late 200 does not end it."""
+    configure(alice, "http://127.0.0.1:9/hook")
+    [event_id] = record_events(alice.account_id)
+    late_token = outbox.new_claim_token()
+    [late] = outbox.claim_due(late_token, 1)
+    clock.travel_to(owed_rows(event_id)[0].next_attempt_at)
+    token = outbox.new_claim_token()
+    [current] = outbox.claim_due(token, 1)
+
+    outbox.record_results(late_token, [(late, Outcome(True, 200, 10))])
+
+    assert event_row(event_id).delivery_status == "pending"
+    [row] = owed_rows(event_id)
+    assert row.claim_token == token
+    outbox.record_results(token, [(current, Outcome(True, 200, 10))])
+    assert event_row(event_id).delivery_status == "succeeded" and owed_rows(event_id) == []
+    assert [attempt.attempt for attempt in attempts_of(event_id)] == [1, 2]
+
+
+def test_the_tries_of_an_event_deleted_while_they_were_sent_go_with_it(alice):
+    """Dropped by a removal, the delivery no longer kept its event from retention; the batch is still recorded."""
+    configure(alice, "http://127.0.0.1:9/hook")
+    kept, deleted = record_events(alice.account_id, 2)
+    token = outbox.new_claim_token()
+    claimed = outbox.claim_due(token, 2)
+    assert alice.delete("/webhooks/configure").status_code == 200
+    with write_transaction() as session:
+        session.execute(delete(Event).where(Event.id == deleted))
+
+    outbox.record_results(token, [(item, Outcome(True, 200, 10)) for item in claimed])
+
+    assert event_row(kept).delivery_status == "succeeded"
+    assert [attempt.event_id for attempt in attempts_of(kept) + attempts_of(deleted)] == [kept]
 
 
 def test_a_claim_takes_at_most_its_limit(app, alice):

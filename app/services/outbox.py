@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from flask import current_app
-from sqlalchemy import DateTime, Integer, and_, case, delete, func, insert, literal, or_, select, update
+from sqlalchemy import DateTime, Integer, and_, case, delete, exists, func, insert, literal, or_, select, update
 
 from app import metrics
 from app.common import isoformat, new_id, new_sortable_id, utcnow
@@ -204,6 +204,7 @@ def record_results(token: str, results: list) -> None:
             .where(OutboxDelivery.id.in_([claimed.delivery_id for claimed, _ in results]),
                    OutboxDelivery.claim_token == token)
             .order_by(OutboxDelivery.event_id).with_for_update()).all())
+        kept = _events_kept(session, results)
         attempts, retries, ended, event_changes = [], [], [], []
         for claimed, outcome in results:
             tries = still_ours.get(claimed.delivery_id, claimed.tries) + 1
@@ -228,9 +229,30 @@ def record_results(token: str, results: list) -> None:
             session.execute(delete(OutboxDelivery).where(OutboxDelivery.id.in_(ended)))
         if event_changes:
             session.execute(update(Event), sorted(event_changes, key=lambda change: change["id"]))
+        _record_late_successes(session, [claimed.outgoing.event_id for claimed, outcome in results
+                                         if outcome.succeeded and claimed.delivery_id not in still_ours])
         _update_endpoint_health(configs, results, now)
-        store_attempts(session, attempts)
+        store_attempts(session, [attempt for attempt in attempts if attempt["event_id"] in kept])
     metrics.observe_deliveries(results, now)
+
+
+def _events_kept(session, results) -> set:
+    """The ids of the batch's events that are still there, kept so until the commit. A delivery dropped while it
+    was sent (`webhooks.remove`) no longer holds its event back from retention, which may have deleted it since:
+    its tries go with it, as they would have had they been recorded first."""
+    event_ids = {claimed.outgoing.event_id for claimed, _ in results}
+    return set(session.scalars(select(Event.id).where(Event.id.in_(event_ids))
+                               .order_by(Event.id).with_for_update(read=True, key_share=True)))
+
+
+def _record_late_successes(session, event_ids):
+    """A try that reached the endpoint while its delivery was dropped (the configuration removed) or ended by
+    another sender: the event was delivered, whatever the dropping said. A delivery still owed (another sender
+    holds it now) is left to that sender."""
+    if event_ids:
+        session.execute(update(Event).where(in_lock_order(Event.id, Event.id.in_(event_ids),
+                                                          ~exists().where(OutboxDelivery.event_id == Event.id)))
+                        .values(delivery_status="succeeded").execution_options(synchronize_session=False))
 
 
 def _log_failed_attempt(claimed: Claimed, outcome: Outcome, attempt: dict):
