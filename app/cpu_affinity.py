@@ -9,8 +9,8 @@ context switches a request) and the process still runs Python on one core at a t
 The price: work done outside the interpreter lock (SQLite's own steps, zlib, TLS) no longer overlaps with the
 threads' Python on a second core, and the kernel cannot move a worker off a core other processes crowd.
 
-Several instances on one host (two services, containers sharing a machine without their own cpusets) each
-start with the highest CPU: give each its own `WORKER_CPU` number, or `off`.
+Several instances on one host (two services, containers sharing the machine's CPUs) share the CPUs out: a new
+worker also counts the other processes on the host (as far as /proc shows them) that keep to one CPU.
 
 Read by app/gunicorn_conf.py: the CPUs when gunicorn starts, one of them for each new worker in its pre_fork hook
 (in the master, which knows the live workers), kept to in post_fork; `entity-monitor serve` checks the setting
@@ -39,13 +39,47 @@ def worker_cpus(environ=os.environ):
     return [cpu]
 
 
-def cpu_for_new_worker(cpus, live_worker_cpus):
-    """The CPU of `cpus` (in their order) that the fewest of the live workers keep to, chosen in gunicorn's master
-    before each fork: a worker that replaces a dead one takes the CPU it left. None when `cpus` is None."""
+def cpu_for_new_worker(cpus, live_worker_cpus, kept_elsewhere=None):
+    """The CPU of `cpus` (in their order) that the fewest of the live workers and of the other processes keeping to
+    one CPU (`kept_elsewhere`: another instance's workers, say) keep to, chosen in gunicorn's master before each
+    fork: a worker that replaces a dead one takes the CPU it left. None when `cpus` is None."""
     if not cpus:
         return None
-    taken = Counter(live_worker_cpus)
+    taken = Counter(live_worker_cpus) + (kept_elsewhere or Counter())
     return min(cpus, key=lambda cpu: taken[cpu])
+
+
+PF_KTHREAD = 0x00200000  # a kernel thread: per-CPU ones sit on every CPU alike
+
+
+def processes_kept_to_one_cpu(leaving_out=(), proc="/proc") -> Counter:
+    """{cpu: how many user processes keep to that one CPU alone}, those in `leaving_out` (pids) left out; empty
+    where `proc` cannot tell (not Linux)."""
+    kept = Counter()
+    try:
+        pids = [name for name in os.listdir(proc) if name.isdigit() and int(name) not in leaving_out]
+    except OSError:
+        return kept
+    for pid in pids:
+        cpu = _the_one_cpu_of(os.path.join(proc, pid))
+        if cpu is not None:
+            kept[cpu] += 1
+    return kept
+
+
+def _the_one_cpu_of(process_dir):
+    """The CPU a user process keeps to, or None (several CPUs, a kernel thread, a zombie, gone, or not readable)."""
+    try:
+        with open(os.path.join(process_dir, "stat")) as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()  # the name, in parentheses, may hold spaces
+        if fields[0] == "Z" or int(fields[6]) & PF_KTHREAD:
+            return None
+        with open(os.path.join(process_dir, "status")) as status:
+            allowed = next((line.split(":", 1)[1].strip() for line in status if line.startswith("Cpus_allowed_list:")),
+                           "")
+    except (OSError, ValueError, IndexError):
+        return None
+    return int(allowed) if allowed.isdigit() else None
 
 
 def keep_to_one_cpu(cpu, log) -> None:

@@ -15,8 +15,9 @@ _worker_cpus = cpu_affinity.worker_cpus()
 
 
 def pre_fork(server, worker):
+    elsewhere = cpu_affinity.processes_kept_to_one_cpu(leaving_out=server.WORKERS) if _worker_cpus else None
     worker.cpu = cpu_affinity.cpu_for_new_worker(_worker_cpus, [getattr(live, "cpu", None)
-                                                                for live in server.WORKERS.values()])
+                                                                for live in server.WORKERS.values()], elsewhere)
 
 
 def post_fork(_server, worker):

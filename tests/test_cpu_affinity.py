@@ -1,6 +1,7 @@
 """WORKER_CPU: which CPU each gunicorn web worker keeps to (app/cpu_affinity.py); a served worker keeps to it:
 tests/test_production.py."""
 import os
+from collections import Counter
 
 import pytest
 
@@ -49,6 +50,39 @@ def test_each_new_worker_takes_the_cpu_fewest_live_workers_keep_to(machine_cpus)
     # the worker on CPU 1 died: its replacement takes CPU 1, not the next in turn
     assert cpu_affinity.cpu_for_new_worker(cpus, [2, 0]) == 1
     assert cpu_affinity.cpu_for_new_worker(None, [2]) is None
+
+
+def test_a_new_worker_also_counts_other_processes_keeping_to_one_cpu(machine_cpus):
+    """Another instance on the host: its worker keeps to CPU 2, so this one's first worker takes CPU 1."""
+    machine_cpus({0, 1, 2})
+    cpus = cpu_affinity.worker_cpus({})
+    assert cpu_affinity.cpu_for_new_worker(cpus, [], Counter({2: 1})) == 1
+    assert cpu_affinity.cpu_for_new_worker(cpus, [1], Counter({2: 1})) == 0
+    assert cpu_affinity.cpu_for_new_worker(cpus, [1, 0], Counter({2: 1})) == 2
+    assert cpu_affinity.cpu_for_new_worker(cpus, [], Counter({2: 3, 1: 1})) == 0
+
+
+def _process(proc, pid, allowed, name="python3", flags=0x400000, state="S"):
+    folder = proc / str(pid)
+    folder.mkdir()
+    (folder / "stat").write_text(f"{pid} ({name}) {state} 1 {pid} {pid} 0 -1 {flags} 0 0 0 0 1 2 0 0 20 0 1 0\n")
+    (folder / "status").write_text(f"Name:\t{name}\nCpus_allowed:\t3\nCpus_allowed_list:\t{allowed}\nVoluntary: 1\n")
+
+
+def test_the_processes_kept_to_one_cpu_are_read_from_proc(tmp_path):
+    _process(tmp_path, 10, "1")
+    _process(tmp_path, 11, "1", name="gunicorn: worker [app.wsgi:app] (x) y")  # parentheses and spaces in the name
+    _process(tmp_path, 12, "0")
+    _process(tmp_path, 13, "0-1")
+    _process(tmp_path, 14, "0,2")
+    _process(tmp_path, 15, "0", name="ksoftirqd/0", flags=0x208040)  # a kernel thread: every CPU has its own
+    _process(tmp_path, 16, "1")  # one of this server's own workers, counted as a live worker instead
+    _process(tmp_path, 18, "0", state="Z")  # dead, not yet reaped
+    (tmp_path / "17").mkdir()  # gone between the listing and the read
+    (tmp_path / "self").mkdir()
+    assert cpu_affinity.processes_kept_to_one_cpu(leaving_out={16: "worker"}, proc=str(tmp_path)) == Counter(
+        {1: 2, 0: 1})
+    assert cpu_affinity.processes_kept_to_one_cpu(proc=str(tmp_path / "missing")) == Counter()
 
 
 class Log:

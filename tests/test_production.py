@@ -15,6 +15,7 @@ import pytest
 import requests
 import sqlalchemy
 
+from app import cpu_affinity
 from tests.webhook_helpers import Receiver, Reply
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -365,6 +366,7 @@ needs_two_cpus = pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(
 @pytest.mark.parametrize("setting", ["", "auto", "off"])
 def test_a_worker_served_with_the_config_file_keeps_to_one_cpu_unless_off(service, setting):
     service.create_account()
+    freest = _the_first_cpu_a_new_worker_takes()
     port = free_port()
     server = service.start(str(BIN / "gunicorn"), "-c", "python:app.gunicorn_conf", "app.wsgi:app",
                            env={"BIND": f"127.0.0.1:{port}", "WORKER_CPU": setting, "SCHEDULER_ENABLED": "0"})
@@ -372,7 +374,13 @@ def test_a_worker_served_with_the_config_file_keeps_to_one_cpu_unless_off(servic
         wait_until_serving(service, server, port)
         [worker_cpus] = workers_cpus(server, 1).values()
     everything = os.sched_getaffinity(0)
-    assert worker_cpus == (everything if setting == "off" else {max(everything)})
+    assert worker_cpus == (everything if setting == "off" else {freest})
+
+
+def _the_first_cpu_a_new_worker_takes():
+    """The highest CPU, unless other processes on this host keep to it alone more than to another."""
+    elsewhere = cpu_affinity.processes_kept_to_one_cpu()
+    return min(sorted(os.sched_getaffinity(0), reverse=True), key=lambda cpu: elsewhere[cpu])
 
 
 @needs_two_cpus
@@ -392,6 +400,29 @@ def test_several_workers_keep_to_different_cpus_and_a_replacement_takes_the_cpu_
         after = workers_cpus(server, 2)
     assert sorted(after.values(), key=min) == sorted(before.values(), key=min)  # still one CPU each, not both on one
     assert [cpus for pid, cpus in after.items() if pid not in before] == [its_cpus]
+
+
+@needs_two_cpus
+def test_a_second_instance_on_the_host_takes_another_cpu(service):
+    deadline = time.monotonic() + 10  # the workers of servers killed before this test take a moment to notice
+    while cpu_affinity.processes_kept_to_one_cpu():
+        if time.monotonic() > deadline:
+            pytest.skip("other processes on this host keep to one CPU: which CPU is freest is theirs to say")
+        time.sleep(0.2)
+    service.create_account()
+
+    def instance(port):
+        return service.start(str(BIN / "gunicorn"), "-c", "python:app.gunicorn_conf", "app.wsgi:app",
+                             env={"BIND": f"127.0.0.1:{port}", "WORKER_CPU": "auto", "SCHEDULER_ENABLED": "0"})
+    first_port, second_port = free_port(), free_port()
+    with running(instance(first_port)) as first_server:
+        wait_until_serving(service, first_server, first_port)
+        [first] = workers_cpus(first_server, 1).values()
+        with running(instance(second_port)) as second_server:
+            wait_until_serving(service, second_server, second_port)
+            [second] = workers_cpus(second_server, 1).values()
+    assert first == {max(os.sched_getaffinity(0))}
+    assert len(second) == 1 and second != first
 
 
 # --- installs like a Python service --------------------------------------------------------------------
