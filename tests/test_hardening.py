@@ -259,6 +259,29 @@ def test_non_json_constants_are_a_400(alice, constant):
     assert is_validation_error(response, "body") and response.json["message"] == "The request body is not valid JSON."
 
 
+@pytest.mark.parametrize("path, body", [
+    ("/subscriptions", b'{"entity_type": "contact", "network_id": 1e999}'),
+    ("/subscriptions", b'{"entity_type": "contact", "network_id": "ab", "custom_metadata": {"x": -1.5E+400}}'),
+    ("/account/api-keys", b'{"name": 1e999}'),
+    ("/webhooks/recover", b'{"since": 1e309}'),
+    ("/events/evt_0/redeliver", b'{"unknown": 1e999}'),
+])
+def test_a_number_beyond_a_double_is_a_400_in_json_a_strict_parser_reads(alice, path, body):
+    """Python reads 1e999 as infinity; echoed in the error's details it was the non-JSON `Infinity`."""
+    before = key_count(alice.account_id)
+    response = alice.post(path, data=body, content_type="application/json")
+    assert is_validation_error(response, "body")
+    assert response.json["message"] == "The request body holds a number too large for a double (about ±1.8e308)."
+    json.loads(response.get_data(as_text=True), parse_constant=lambda name: pytest.fail(f"{name} in the answer"))
+    assert key_count(alice.account_id) == before and alice.get("/subscriptions").json["data"] == []
+
+
+def test_a_number_a_double_holds_still_gets_its_field_s_own_answer(alice):
+    response = alice.post("/account/api-keys", data=b'{"name": 1.7976931348623157e308}',
+                          content_type="application/json")
+    assert is_validation_error(response, "name") and response.json["details"]["value"] == 1.7976931348623157e308
+
+
 @pytest.mark.parametrize("url", ["https://[::1/in/jane-doe", "https://www.linkedin.com:99999/in/jane-doe",
                                  "https://www.linkedin.com:port/in/jane-doe"])
 def test_network_urls_that_urlsplit_cannot_read_are_a_400(alice, url):

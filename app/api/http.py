@@ -1,5 +1,6 @@
 """Request helpers for the blueprints: JSON bodies, schema loading, and OpenAPI metadata on views."""
 import json
+import math
 import re
 
 from flask import current_app, g, request
@@ -71,7 +72,7 @@ def json_body() -> dict:
         text = raw.decode("utf-8")
         if nests_deeper_than(text, MAX_JSON_DEPTH):
             raise ValidationFailed("body", "The request body nests too deeply.")
-        data = json.loads(text, parse_constant=_refuse_constant) if raw else None
+        data = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float) if raw else None
         json.dumps(data, ensure_ascii=False).encode("utf-8")  # a lone surrogate escape (\ud800) is no text
     except UnicodeError:
         raise ValidationFailed("body", "The request body must be JSON encoded as UTF-8.")
@@ -119,6 +120,15 @@ def nests_deeper_than(text: str, limit: int) -> bool:
 
 def _refuse_constant(name):
     raise ValueError(f"{name} is not JSON")  # Python's json reads NaN and Infinity; RFC 8259 does not
+
+
+def _finite_float(text):
+    """A JSON number with a fraction or exponent, as a float; 400 past a double's range (`1e999` would be read
+    as infinity, which no field takes and which a 400 echoing it back would write as the non-JSON `Infinity`)."""
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValidationFailed("body", "The request body holds a number too large for a double (about ±1.8e308).")
+    return number
 
 
 def load(schema, data):
