@@ -28,8 +28,20 @@ class RequestContextFilter(logging.Filter):
         return True
 
 
+# Control characters a message may carry from a request (a path's decoded `%0a`) or a remote answer, written
+# visibly: a line break in one would start a forged line of the text log, and a NUL makes grep call it binary.
+_VISIBLE_CONTROLS = {code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+                     for code in [*range(0x20), 0x7f, 0x85, 0x2028, 0x2029] if code != 0x09}
+_VISIBLE_CONTROLS.update({0x0a: "\\n", 0x0d: "\\r"})
+
+
 class TextFormatter(logging.Formatter):
-    """The classic line, then the ids the record carries: `… message [request_id=req_… event_id=evt_…]`."""
+    """The classic line, then the ids the record carries: `… message [request_id=req_… event_id=evt_…]`. The
+    message is one line whatever it holds (a traceback, appended after it, keeps its lines)."""
+
+    def formatMessage(self, record):
+        record.message = record.message.translate(_VISIBLE_CONTROLS)
+        return super().formatMessage(record)
 
     def format(self, record):
         line = super().format(record)
