@@ -649,8 +649,25 @@ def test_a_try_that_succeeded_while_the_configuration_was_removed_leaves_its_eve
     assert [event_row(event_id).delivery_status for event_id in (sent_ok, sent_failing, never_sent)] == [
         "succeeded", "failed", "skipped"]
     assert [attempt.status for attempt in attempts_of(sent_ok)] == ["succeeded"]
+    assert [attempt.next_attempt_at for attempt in attempts_of(sent_failing)] == [None]  # no try will follow
     assert alice.get(f"/events/{sent_ok}").json["delivery_status"] == "succeeded"
     assert owed_rows(sent_ok) == [] and owed_rows(sent_failing) == []
+
+
+def test_removing_the_configuration_leaves_no_next_attempt_announced_in_the_delivery_log(alice):
+    with Receiver(Reply(status=503)) as receiver:
+        configure(alice, receiver.url)
+        [event_id] = record_events(alice.account_id)
+        deliver_due()
+    [logged] = alice.get("/webhooks/deliveries").json["data"]
+    assert logged["next_attempt_at"] is not None and event_row(event_id).delivery_status == "pending"
+
+    assert alice.delete("/webhooks/configure").status_code == 200
+
+    [logged] = alice.get("/webhooks/deliveries").json["data"]
+    assert logged["status"] == "failed" and logged["next_attempt_at"] is None
+    assert alice.get(f"/events/{event_id}").json["attempts"][0]["next_attempt_at"] is None
+    assert event_row(event_id).delivery_status == "failed"
 
 
 def test_a_late_success_leaves_a_delivery_another_sender_holds_to_that_sender(alice, clock):

@@ -207,15 +207,16 @@ def record_results(token: str, results: list) -> None:
         kept = _events_kept(session, results)
         attempts, retries, ended, event_changes = [], [], [], []
         for claimed, outcome in results:
+            ours = claimed.delivery_id in still_ours  # else dropped, or another sender's now: no next try from us
             tries = still_ours.get(claimed.delivery_id, claimed.tries) + 1
-            delay = None if outcome.succeeded else retry_delay(tries, outcome)
+            delay = retry_delay(tries, outcome) if ours and not outcome.succeeded else None
             next_at = now + timedelta(seconds=delay) if delay is not None else None
             status = "succeeded" if outcome.succeeded else ("pending" if next_at else "failed")
             attempts.append(attempt_row(claimed.account_id, claimed.outgoing.event_id, claimed.event_type,
                                         claimed.outgoing.attempt, outcome, now, next_at))
             if not outcome.succeeded:
                 _log_failed_attempt(claimed, outcome, attempts[-1])
-            if claimed.delivery_id in still_ours:
+            if ours:
                 if next_at:
                     retries.append({"id": claimed.delivery_id, "attempts": tries,
                                     "next_attempt_at": next_at, "claim_token": None, "claimed_until": None})

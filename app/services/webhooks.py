@@ -11,7 +11,7 @@ from app.common import new_id, random_alphanumeric, utcnow
 from app.database import in_lock_order, write_transaction
 from app.errors import InvalidState, NotFound, ServiceError, ValidationFailed
 from app.extensions import db
-from app.models import Event, OutboxDelivery, WebhookConfig
+from app.models import DeliveryAttempt, Event, OutboxDelivery, WebhookConfig
 from app.services import events
 from app.services.account_lock import lock_account
 from app.services.transport import allowed_schemes, is_forbidden_address, parse_endpoint
@@ -182,10 +182,16 @@ def remove(account_id: str) -> dict:
         owed = in_lock_order(OutboxDelivery.event_id, OutboxDelivery.account_id == account_id)
         dropped = session.scalars(delete(OutboxDelivery).where(owed).returning(OutboxDelivery.event_id)).all()
         if dropped:
+            by_event = [{"dropped": event_id} for event_id in sorted(dropped)]
             table = Event.__table__
-            session.execute(update(table).where(table.c.id == bindparam("event_id"))
+            session.execute(update(table).where(table.c.id == bindparam("dropped"))
                             .values(delivery_status=case((table.c.attempt_count > 0, "failed"), else_="skipped")),
-                            [{"event_id": event_id} for event_id in sorted(dropped)])
+                            by_event)
+            # Their last tries' next attempt will not be made (contract §5: null when no other try is scheduled).
+            attempts = DeliveryAttempt.__table__
+            session.execute(update(attempts).where(attempts.c.event_id == bindparam("dropped"),
+                                                   attempts.c.next_attempt_at.is_not(None))
+                            .values(next_attempt_at=None), by_event)
         return {"id": config.id, "deleted": True}
 
 
