@@ -8,7 +8,8 @@ on PostgreSQL (an existing, migrated or empty database; the run adds its own acc
 SQLite file.
 
 The servers are `python -m gunicorn -c python:app.gunicorn_conf …` (one process, GUNICORN_THREADS threads,
-default 8, the worker kept to one CPU as WORKER_CPU says): the service as `app.wsgi:app`, the bare view as
+default 8, the worker kept to one CPU as WORKER_CPU says; with auto, both to the first CPU it would pick): the
+service as `app.wsgi:app`, the bare view as
 `scripts/bench_hello.py`; a second bare view runs with WORKER_CPU=off, as a plain `gunicorn --threads 8`
 would serve it, and the tables give each rate as a fraction of both. The service runs with
 its rate limiter on (RATELIMIT_ENABLED=1, memory://); the run's account is on the `enterprise` tier, whose
@@ -340,12 +341,12 @@ def measure_rounds(generator, endpoints, service, key, options, connections, wri
 BARE_ANYWHERE = "GET /hello (bare, WORKER_CPU=off)"
 
 
-def print_table(rows, generator_name, options, database, connections, writers):
+def print_table(rows, generator_name, options, database, connections, writers, worker_cpu):
     """Each rate as a fraction of the bare view's under the same settings (x bare) and of the bare view's on a
     worker left to the kernel, as a plain `gunicorn --threads 8` serves it (x off)."""
     bare, anywhere = rows[0][1].rate, dict(rows)[BARE_ANYWHERE].rate
     print(f"\n{database}, {options.rows:,} subscriptions in one account; gunicorn gthread, 1 process x "
-          f"{os.environ.get('GUNICORN_THREADS', '8')} threads, WORKER_CPU={os.environ.get('WORKER_CPU') or 'auto'}; "
+          f"{os.environ.get('GUNICORN_THREADS', '8')} threads, WORKER_CPU={worker_cpu}; "
           f"load: {generator_name}, {connections} "
           f"connections ({writers} for POST), {options.rounds} x {options.seconds:g} s, medians")
     print(f"{'endpoint':46} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'x bare':>7} {'x off':>6} {'CPU ms/req':>11}")
@@ -373,6 +374,10 @@ def main():
     database_url = os.environ.get("DATABASE_URL", "").strip() or f"sqlite:///{os.path.join(workdir, 'bench.db')}"
     env = {**os.environ, "DATABASE_URL": database_url, "INSTANCE_PATH": workdir, "RATELIMIT_ENABLED": "1",
            "RATELIMIT_STORAGE_URI": "memory://", "SCHEDULER_ENABLED": "0", "WEB_CONCURRENCY": "1"}
+    from app.cpu_affinity import worker_cpus
+    cpus = worker_cpus(os.environ)
+    if cpus:  # both servers on one CPU: with auto, the one started second would count the first's worker and move
+        env["WORKER_CPU"] = str(cpus[0])
     try:
         write_instance_config(workdir)
         flask = [sys.executable, "-m", "flask", "--app", "wsgi"]
@@ -416,7 +421,7 @@ def main():
         database = "PostgreSQL" if database_url.startswith("postgresql") else "SQLite"
         for found, connections, writers in tables:
             print_table([(label, median_result(results)) for label, results in found.items()], generator_name,
-                        options, database, connections, writers)
+                        options, database, connections, writers, env.get("WORKER_CPU") or "auto")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
