@@ -221,10 +221,10 @@ def in_lock_order(key, *conditions):
     return key.in_(select(key).where(*conditions).order_by(key).with_for_update(key_share=True).scalar_subquery())
 
 
-def lock_in_order(session, key, *conditions):
-    """Lock the rows meeting `conditions` in `key` order (PostgreSQL), as a DELETE will, before they are read
-    and deleted: see `in_lock_order`."""
-    session.execute(select(key).where(*conditions).order_by(key).with_for_update())
+def lock_in_order(session, key, *conditions, key_share=False):
+    """Lock the rows meeting `conditions` in `key` order (PostgreSQL), as a DELETE will (FOR UPDATE), or an UPDATE
+    of other columns than keys (`key_share`: FOR NO KEY UPDATE), before they are read: see `in_lock_order`."""
+    session.execute(select(key).where(*conditions).order_by(key).with_for_update(key_share=key_share))
 
 
 def end_read_transaction():

@@ -313,6 +313,27 @@ def test_a_recovery_of_events_that_retention_is_deleting(app, alice):
     assert db.session.scalar(select(func.count()).select_from(OutboxDelivery)) == 0
 
 
+def test_a_late_success_while_a_recovery_queues_the_same_event_again(app, alice):
+    """A removal dropped the delivery on the wire; a recovery queues its event again and waits on a later event
+    holding the first; the sender's 200 then arrives. The event is owed again, so it stays pending (the UPDATE that
+    waited for it checked the outbox against the snapshot it began with, and marked it succeeded)."""
+    configure(alice, "http://127.0.0.1:9/hook")
+    sent, later = record_events(alice.account_id, 2)
+    token = outbox.new_claim_token()
+    [on_the_wire] = [item for item in outbox.claim_due(token, 2) if item.outgoing.event_id == sent]
+    webhooks.remove(alice.account_id)
+    configure(alice, "http://127.0.0.1:9/hook")
+    since = utcnow() - timedelta(hours=1)
+
+    errors = interleave(app, f"SELECT id FROM events WHERE id = '{later}' FOR NO KEY UPDATE",
+                        lambda: outbox.recover(alice.account_id, since),
+                        lambda: outbox.record_results(token, [(on_the_wire, _outcome(True))]))
+
+    assert errors == []
+    assert _statuses([sent, later]) == ["pending", "pending"]
+    assert sorted(db.session.scalars(select(OutboxDelivery.event_id))) == [sent, later]
+
+
 def _in_context(app, work):
     def run():
         with app.app_context():

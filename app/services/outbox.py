@@ -19,7 +19,7 @@ from sqlalchemy import DateTime, Integer, and_, case, delete, exists, func, inse
 
 from app import metrics
 from app.common import isoformat, new_id, new_sortable_id, utcnow
-from app.database import add_to_counters, in_lock_order, newest_first_page, upsert, write_transaction
+from app.database import add_to_counters, in_lock_order, lock_in_order, newest_first_page, upsert, write_transaction
 from app.errors import NotFound, ValidationFailed
 from app.models import DeliveryAttempt, DeliveryDayCount, Event, OutboxDelivery, WebhookConfig
 from app.services import events, webhooks
@@ -249,11 +249,14 @@ def _events_kept(session, results) -> set:
 def _record_late_successes(session, event_ids):
     """A try that reached the endpoint while its delivery was dropped (the configuration removed) or ended by
     another sender: the event was delivered, whatever the dropping said. A delivery still owed (another sender
-    holds it now) is left to that sender."""
-    if event_ids:
-        session.execute(update(Event).where(in_lock_order(Event.id, Event.id.in_(event_ids),
-                                                          ~exists().where(OutboxDelivery.event_id == Event.id)))
-                        .values(delivery_status="succeeded").execution_options(synchronize_session=False))
+    holds it now, or a recovery queued it again meanwhile) is left to its sender."""
+    if not event_ids:
+        return
+    # Locked by a statement of its own first: on PostgreSQL, an UPDATE that waits for a row re-checks it against
+    # its first snapshot, which has not seen the outbox row the transaction it waited for queued.
+    lock_in_order(session, Event.id, Event.id.in_(event_ids), key_share=True)
+    session.execute(update(Event).where(Event.id.in_(event_ids), ~exists().where(OutboxDelivery.event_id == Event.id))
+                    .values(delivery_status="succeeded").execution_options(synchronize_session=False))
 
 
 def _log_failed_attempt(claimed: Claimed, outcome: Outcome, attempt: dict):
