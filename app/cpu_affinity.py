@@ -9,8 +9,9 @@ context switches a request) and the process still runs Python on one core at a t
 The price: work done outside the interpreter lock (SQLite's own steps, zlib, TLS) no longer overlaps with the
 threads' Python on a second core, and the kernel cannot move a worker off a core other processes crowd.
 
-Several instances on one host (two services, containers sharing the machine's CPUs) share the CPUs out: a new
-worker also counts the other processes on the host (as far as /proc shows them) that keep to one CPU.
+Several instances on one host (two services, containers sharing the machine's CPUs) share the CPUs out: where a
+server's own workers leave a choice, a new worker takes the CPU the fewest other processes on the host (as far
+as /proc shows them) keep to alone.
 
 Read by app/gunicorn_conf.py: the CPUs when gunicorn starts, one of them for each new worker in its pre_fork hook
 (in the master, which knows the live workers), kept to in post_fork; `entity-monitor serve` checks the setting
@@ -40,13 +41,14 @@ def worker_cpus(environ=os.environ):
 
 
 def cpu_for_new_worker(cpus, live_worker_cpus, kept_elsewhere=None):
-    """The CPU of `cpus` (in their order) that the fewest of the live workers and of the other processes keeping to
-    one CPU (`kept_elsewhere`: another instance's workers, say) keep to, chosen in gunicorn's master before each
-    fork: a worker that replaces a dead one takes the CPU it left. None when `cpus` is None."""
+    """The CPU of `cpus` (in their order) that the fewest of the server's live workers keep to, chosen in gunicorn's
+    master before each fork, so a worker that replaces a dead one takes the CPU it left; among those, the one the
+    fewest other processes keep to alone (`kept_elsewhere`: another instance's workers, say). None when `cpus` is
+    None."""
     if not cpus:
         return None
-    taken = Counter(live_worker_cpus) + (kept_elsewhere or Counter())
-    return min(cpus, key=lambda cpu: taken[cpu])
+    ours, others = Counter(live_worker_cpus), kept_elsewhere or Counter()
+    return min(cpus, key=lambda cpu: (ours[cpu], others[cpu]))
 
 
 PF_KTHREAD = 0x00200000  # a kernel thread: per-CPU ones sit on every CPU alike

@@ -15,7 +15,8 @@ _worker_cpus = cpu_affinity.worker_cpus()
 
 
 def pre_fork(server, worker):
-    elsewhere = cpu_affinity.processes_kept_to_one_cpu(leaving_out=server.WORKERS) if _worker_cpus else None
+    choice = _worker_cpus and len(_worker_cpus) > 1
+    elsewhere = cpu_affinity.processes_kept_to_one_cpu(leaving_out=server.WORKERS) if choice else None
     worker.cpu = cpu_affinity.cpu_for_new_worker(_worker_cpus, [getattr(live, "cpu", None)
                                                                 for live in server.WORKERS.values()], elsewhere)
 

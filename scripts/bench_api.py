@@ -374,10 +374,10 @@ def main():
     database_url = os.environ.get("DATABASE_URL", "").strip() or f"sqlite:///{os.path.join(workdir, 'bench.db')}"
     env = {**os.environ, "DATABASE_URL": database_url, "INSTANCE_PATH": workdir, "RATELIMIT_ENABLED": "1",
            "RATELIMIT_STORAGE_URI": "memory://", "SCHEDULER_ENABLED": "0", "WEB_CONCURRENCY": "1"}
-    from app.cpu_affinity import worker_cpus
+    from app.cpu_affinity import cpu_for_new_worker, processes_kept_to_one_cpu, worker_cpus
     cpus = worker_cpus(os.environ)
     if cpus:  # both servers on one CPU: with auto, the one started second would count the first's worker and move
-        env["WORKER_CPU"] = str(cpus[0])
+        env["WORKER_CPU"] = str(cpu_for_new_worker(cpus, [], processes_kept_to_one_cpu()))
     try:
         write_instance_config(workdir)
         flask = [sys.executable, "-m", "flask", "--app", "wsgi"]

@@ -52,7 +52,8 @@ def test_each_new_worker_takes_the_cpu_fewest_live_workers_keep_to(machine_cpus)
     assert cpu_affinity.cpu_for_new_worker(None, [2]) is None
 
 
-def test_a_new_worker_also_counts_other_processes_keeping_to_one_cpu(machine_cpus):
+def test_where_its_own_workers_leave_a_choice_a_new_worker_takes_the_cpu_fewest_other_processes_keep_to(
+        machine_cpus):
     """Another instance on the host: its worker keeps to CPU 2, so this one's first worker takes CPU 1."""
     machine_cpus({0, 1, 2})
     cpus = cpu_affinity.worker_cpus({})
@@ -60,6 +61,9 @@ def test_a_new_worker_also_counts_other_processes_keeping_to_one_cpu(machine_cpu
     assert cpu_affinity.cpu_for_new_worker(cpus, [1], Counter({2: 1})) == 0
     assert cpu_affinity.cpu_for_new_worker(cpus, [1, 0], Counter({2: 1})) == 2
     assert cpu_affinity.cpu_for_new_worker(cpus, [], Counter({2: 3, 1: 1})) == 0
+    # a database kept to one CPU with 30 processes does not pile this server's workers onto the others
+    assert cpu_affinity.cpu_for_new_worker(cpus, [1, 0], Counter({2: 30})) == 2
+    assert cpu_affinity.cpu_for_new_worker(cpus, [2, 0], Counter({1: 30})) == 1  # the CPU a dead worker left
 
 
 def _process(proc, pid, allowed, name="python3", flags=0x400000, state="S"):

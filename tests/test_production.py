@@ -379,8 +379,17 @@ def test_a_worker_served_with_the_config_file_keeps_to_one_cpu_unless_off(servic
 
 def _the_first_cpu_a_new_worker_takes():
     """The highest CPU, unless other processes on this host keep to it alone more than to another."""
-    elsewhere = cpu_affinity.processes_kept_to_one_cpu()
+    elsewhere = _settled_processes_kept_to_one_cpu()
     return min(sorted(os.sched_getaffinity(0), reverse=True), key=lambda cpu: elsewhere[cpu])
+
+
+def _settled_processes_kept_to_one_cpu():
+    """The processes on this host kept to one CPU, once the workers of servers killed before have gone (they notice
+    their master's end within a second or so)."""
+    deadline = time.monotonic() + 10
+    while (kept := cpu_affinity.processes_kept_to_one_cpu()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return kept
 
 
 @needs_two_cpus
@@ -404,11 +413,8 @@ def test_several_workers_keep_to_different_cpus_and_a_replacement_takes_the_cpu_
 
 @needs_two_cpus
 def test_a_second_instance_on_the_host_takes_another_cpu(service):
-    deadline = time.monotonic() + 10  # the workers of servers killed before this test take a moment to notice
-    while cpu_affinity.processes_kept_to_one_cpu():
-        if time.monotonic() > deadline:
-            pytest.skip("other processes on this host keep to one CPU: which CPU is freest is theirs to say")
-        time.sleep(0.2)
+    if _settled_processes_kept_to_one_cpu():
+        pytest.skip("other processes on this host keep to one CPU: which CPU is freest is theirs to say")
     service.create_account()
 
     def instance(port):
