@@ -249,6 +249,26 @@ def test_metadata_is_edited_as_json_and_bad_json_changes_nothing(browser, alice)
     assert "must be a JSON object" in page and "&#34;sam&#34;" in page
 
 
+@pytest.mark.parametrize("text", ['{"a": "\\ud800"}', '{"a": NaN}', '{"a": 1e999}'])
+def test_metadata_the_api_would_refuse_is_refused_here_too_and_changes_nothing(browser, alice, text):
+    """A lone surrogate saved here (the API refused it) failed every check batch holding the subscription, other
+    accounts' included, and its CSV export and page."""
+    subscription = subscribe(alice.account_id)
+    browser.post(f"/subscriptions/{subscription.id}/metadata", data={"custom_metadata": '{"owner": "sam"}'})
+    browser.post(f"/subscriptions/{subscription.id}/metadata", data={"custom_metadata": text})
+    page = browser.text(f"/subscriptions/{subscription.id}")
+    assert ("must be a JSON object" in page or "too large for a double" in page) and "&#34;sam&#34;" in page
+    assert alice.get(f"/subscriptions/{subscription.id}").json["custom_metadata"] == {"owner": "sam"}
+
+
+@pytest.mark.parametrize("page", ["²", "1⁰", "٣", "99999999999999999999", "-1", "+2", "2.0", ""])
+@pytest.mark.parametrize("path", ["/subscriptions", "/events", "/deliveries"])
+def test_a_page_number_that_is_no_page_shows_a_page(browser, alice, path, page):
+    """Digits str.isdigit takes and int() does not were a 500, and so was an offset past PostgreSQL's bigint."""
+    subscribe(alice.account_id)
+    assert browser.get(f"{path}?page={page}").status_code == 200
+
+
 def test_import_a_pasted_list_reports_each_refused_row(browser, alice):
     subscribe(alice.account_id, "already")
     pasted = "\n".join(["https://www.linkedin.com/in/one", "linkedin.com/company/acme",

@@ -81,6 +81,14 @@ def test_offsets_past_the_range_are_a_400(alice, path, offset):
     assert response.json["message"] == "offset: offset must be between 0 and 2147483647."
 
 
+@pytest.mark.parametrize("query, field", [("limit=5_0", "limit"), ("limit=%EF%BC%95", "limit"), ("limit=+5", "limit"),
+                                          ("limit=%205", "limit"), ("limit=5%20", "limit"), ("offset=1_0", "offset"),
+                                          ("offset=%EF%BC%91", "offset"), ("offset=%D9%A3", "offset"), ("limit=", "limit")])
+def test_an_integer_query_parameter_is_ascii_digits(alice, query, field):
+    """Python's int() read `5_0` as 50, full-width digits, signs and spaces: none of them a number to a client."""
+    assert is_validation_error(alice.get(f"/subscriptions?{query}"), field)
+
+
 def test_the_largest_offset_is_an_empty_page(alice):
     response = alice.get(f"/subscriptions?offset={2**31 - 1}")
     assert response.status_code == 200 and response.json["data"] == []
@@ -287,6 +295,22 @@ def test_a_number_a_double_holds_still_gets_its_field_s_own_answer(alice):
 def test_network_urls_that_urlsplit_cannot_read_are_a_400(alice, url):
     response = alice.post("/subscriptions", json={"entity_type": "contact", "network_url": url})
     assert is_validation_error(response, "network_url")
+
+
+@pytest.mark.parametrize("since", ["2026-11-25T00:00:00XZ", "2026-11-25T00:00:00\x00Z", "2026-11-25T00:00:00 Z",
+                                   "2026-11-25T00:00:00\tZ", "2026-W48-3T00:00Z", "2026-11-25T00:00:00Z ",
+                                   "２０２６-11-25", "2026-11-25t08:00:00z"])
+def test_a_time_that_is_not_iso_8601_s_extended_form_is_a_400(alice, dns_public, since):
+    """Python's datetime.fromisoformat read any one character before the Z, a NUL included."""
+    configure(alice, "https://hooks.example.com/in")
+    assert is_validation_error(alice.post("/webhooks/recover", json={"since": since}), "since")
+
+
+@pytest.mark.parametrize("since", ["2026-11-25", "2026-11-25T08:00", "2026-11-25T08:00:00.123456Z",
+                                   "2026-11-25 08:00:00+05:30", "2026-11-25T08:00:00-0800", "2026-11-25T08:00:00,5Z"])
+def test_iso_8601_s_extended_forms_are_read(alice, dns_public, since):
+    configure(alice, "https://hooks.example.com/in")
+    assert alice.post("/webhooks/recover", json={"since": since}).status_code == 202
 
 
 @pytest.mark.parametrize("since", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"])

@@ -69,11 +69,9 @@ def json_body() -> dict:
     Decoded as UTF-8 only (RFC 8259): `json.loads` given bytes would guess UTF-16 or UTF-32 instead."""
     raw = _body_within_limit()
     try:
-        text = raw.decode("utf-8")
-        if nests_deeper_than(text, MAX_JSON_DEPTH):
-            raise ValidationFailed("body", "The request body nests too deeply.")
-        data = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float) if raw else None
-        json.dumps(data, ensure_ascii=False).encode("utf-8")  # a lone surrogate escape (\ud800) is no text
+        data = parse_json_text(raw.decode("utf-8")) if raw else None
+    except NestedTooDeeply:
+        raise ValidationFailed("body", "The request body nests too deeply.")
     except UnicodeError:
         raise ValidationFailed("body", "The request body must be JSON encoded as UTF-8.")
     except ValueError:
@@ -99,6 +97,22 @@ def _body_within_limit() -> bytes:
 # depth runs finalizers that fail with RecursionError themselves (unraisable, logged, other objects' cleanup lost).
 MAX_JSON_DEPTH = 200
 _STRING_OR_BRACKET = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+class NestedTooDeeply(ValueError):
+    pass
+
+
+def parse_json_text(text: str):
+    """JSON text by RFC 8259's rules, not Python's: NaN and Infinity are no JSON, and a lone surrogate escape
+    (`"\\ud800"`) is no text (stored, it failed every later encoding to UTF-8: checks, exports, pages). ValueError
+    for what is not JSON (UnicodeError for a lone surrogate, NestedTooDeeply past MAX_JSON_DEPTH); a number beyond
+    a double is a ValidationFailed of its own."""
+    if nests_deeper_than(text, MAX_JSON_DEPTH):
+        raise NestedTooDeeply()
+    data = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    json.dumps(data, ensure_ascii=False).encode("utf-8")
+    return data
 
 
 def nests_deeper_than(text: str, limit: int) -> bool:

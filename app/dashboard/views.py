@@ -1,16 +1,18 @@
 """The dashboard's pages. Each view reads or changes through app/services and renders a template; a
 refused change comes back as a notice on the page it was made from."""
 import json
+import re
 
 from flask import current_app, g, redirect, request, url_for
 
-from app.api.http import MAX_JSON_DEPTH, load, nests_deeper_than
+from app.api.http import load, parse_json_text
 from app.api.limits import limit_unauthenticated
 from app.dashboard import (LOGIN_CSRF_COOKIE, SESSION_COOKIE, account_id, bp, check_login_csrf, new_login_csrf,
                            notify, render, safe_next, stream)
 from app.dashboard.presenters import change_rows, events_chart, import_results_href, import_steps, parse_body
 from app.errors import NotFound, ServiceError, Unauthorized, ValidationFailed
 from app.schemas.account import ApiKeyCreateSchema
+from app.schemas.base import MAX_OFFSET
 from app.schemas.subscriptions import (BulkIdsSchema, BulkStatusSchema, MetadataPatchSchema, SubscriptionCreateSchema,
                                        SubscriptionListQuerySchema)
 from app.schemas.webhooks import RecoverSchema, WebhookConfigureSchema, WebhookUpdateSchema
@@ -32,8 +34,11 @@ key_create_schema = ApiKeyCreateSchema()
 
 
 def _page_number() -> int:
+    """The `page` asked for, from 1 to the last page any database can skip to; page 1 for anything else (`²`, which
+    str.isdigit takes and int() does not, was a 500, and so was an offset past PostgreSQL's bigint)."""
     value = request.args.get("page", "1")
-    return max(1, int(value)) if value.isdigit() else 1
+    number = int(value) if re.fullmatch(r"[0-9]{1,10}", value) else 1
+    return min(max(1, number), MAX_OFFSET // PAGE_SIZE + 1)
 
 
 def _page_count(total: int) -> int:
@@ -192,11 +197,8 @@ def change_subscription(subscription_id, action):
 @bp.post("/subscriptions/<subscription_id>/metadata")
 def edit_metadata(subscription_id):
     def change():
-        text = request.form.get("custom_metadata") or "{}"
         try:
-            if nests_deeper_than(text, MAX_JSON_DEPTH):
-                raise ValueError("nested too deeply for the parser")
-            value = json.loads(text)
+            value = parse_json_text(request.form.get("custom_metadata") or "{}")
         except ValueError:
             raise ValidationFailed("custom_metadata",
                                    'Custom metadata must be a JSON object, e.g. {"owner": "sam"}.')

@@ -1,4 +1,5 @@
 import json
+import re
 
 from marshmallow import EXCLUDE, RAISE, Schema, fields, validate
 
@@ -51,12 +52,22 @@ class StrictBool(fields.Bool):
         return value
 
 
+class QueryInt(fields.Int):
+    """An integer written in ASCII digits, a minus sign allowed first: Python's int() also reads `5_0`, `+5`, ` 5 `
+    and other scripts' digits (`５`), none of which is a number to a client that checks what it sends."""
+
+    def _deserialize(self, value, attr, data, **kwargs):
+        if isinstance(value, str) and not re.fullmatch(r"-?[0-9]+", value):
+            raise self.make_error("invalid", input=value)
+        return super()._deserialize(value, attr, data, **kwargs)
+
+
 class PageQuerySchema(QuerySchema):
-    limit = fields.Int(load_default=20, validate=validate.Range(1, 100, error="limit must be between 1 and 100."),
-                       metadata={"description": "Results per page."})
-    offset = fields.Int(load_default=0,
-                        validate=validate.Range(0, MAX_OFFSET, error=f"offset must be between 0 and {MAX_OFFSET}."),
-                        metadata={"description": "Items to skip."})
+    limit = QueryInt(load_default=20, validate=validate.Range(1, 100, error="limit must be between 1 and 100."),
+                     metadata={"description": "Results per page."})
+    offset = QueryInt(load_default=0,
+                      validate=validate.Range(0, MAX_OFFSET, error=f"offset must be between 0 and {MAX_OFFSET}."),
+                      metadata={"description": "Items to skip."})
 
 
 class ErrorSchema(Schema):

@@ -1,3 +1,4 @@
+import re
 from datetime import datetime, timezone
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
@@ -31,13 +32,22 @@ def _initial_webhook(**kwargs):
                       metadata={"description": "`latest` (default), `all` or `none`."}, **kwargs)
 
 
+# ISO 8601's extended form: a date, then optionally a time (seconds and a fraction optional) and a zone. Python's
+# datetime.fromisoformat, which marshmallow uses, reads more than that: any one character before the Z, a NUL
+# included, and week dates.
+_ISO_8601 = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
+                       r"(?:[T ][0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:[.,][0-9]{1,9})?)?(?:Z|[+-][0-9]{2}(?::?[0-9]{2})?)?)?")
+
+
 class UtcDateTime(fields.DateTime):
-    """ISO 8601 or Unix seconds (a number); an offset is converted to UTC, none means UTC. Loads as naive
-    UTC (the stored form)."""
+    """ISO 8601 (extended form) or Unix seconds (a number); an offset is converted to UTC, none means UTC. Loads as
+    naive UTC (the stored form)."""
 
     def _deserialize(self, value, attr, data, **kwargs):
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return self._from_unix_seconds(value)
+        if isinstance(value, str) and not _ISO_8601.fullmatch(value):
+            raise self.make_error("invalid", input=value, obj_type=self.OBJ_TYPE)
         moment = super()._deserialize(value, attr, data, **kwargs)
         try:
             return moment.astimezone(timezone.utc).replace(tzinfo=None) if moment.tzinfo else moment
