@@ -19,11 +19,13 @@ import json
 import math
 
 import pytest
+import requests
 
 from app.providers import EntityUnavailable, ProviderError, QuotaExhausted, load_provider
 from app.providers.base import AccessRefused
 from app.providers.coresignal import CoresignalProvider
 from app.providers.crustdata import CrustdataProvider
+from app.providers.vendor_http import json_body
 from app.worker import checks as worker
 from tests.fake_vendors import FakeCoresignal, FakeCrustdata
 
@@ -244,3 +246,30 @@ def test_coresignal_through_the_engine_counts_credits_in_usage(app, alice, cores
     usage = alice.get("/account/usage").json
     assert (usage["day"]["provider_calls"], usage["day"]["provider_credits"]) == (1, 1.0)
     assert usage["provider_status"]["credits_remaining"] == 99
+
+
+# --- what a vendor's JSON may hold -----------------------------------------------------------------------
+
+def _answer(text):
+    response = requests.Response()
+    response.status_code, response._content, response.encoding = 200, text.encode("utf-8"), "utf-8"
+    return response
+
+
+def test_a_vendor_answer_is_read_into_values_json_can_carry_on():
+    body = json_body(_answer('{"headline": "Founder \\ud83d", "pair": "\\ud83d\\ude00 \\u00e9", "n": NaN, '
+                             '"big": -1e999, "fine": 1.5, "list": [{"\\udc00k": "x"}]}'), dict)
+    assert body == {"headline": "Founder \ufffd", "pair": "\U0001f600 \u00e9", "n": None, "big": None, "fine": 1.5,
+                    "list": [{"\ufffdk": "x"}]}
+    json.dumps(body, ensure_ascii=False, allow_nan=False).encode("utf-8")
+
+
+def test_an_emoji_cut_in_half_by_the_vendor_is_checked_and_recorded(app, alice, crustdata):
+    """A lone surrogate escape in the vendor's JSON failed the encoding of the event body, and with it every check
+    batch holding the subscription, every 2 minutes."""
+    app.extensions["provider"] = crust(crustdata)
+    crustdata.person(JANE, headline="Founder \ud83d")
+    response = alice.post("/subscriptions", json={"entity_type": "contact", "network_url": JANE})
+    assert worker.run_one(response.json["id"]).checked == 1
+    [event] = alice.get("/events").json["data"]
+    assert "Founder \ufffd" in json.dumps(event, ensure_ascii=False)

@@ -1,5 +1,7 @@
 """What HTTP vendors share: a pooled session, and their throttling, quota and key answers read from
 status and headers."""
+import math
+import re
 from datetime import datetime
 from typing import Optional
 
@@ -32,14 +34,40 @@ def send(session, method: str, url: str, timeout: float, **kwargs) -> requests.R
 
 
 def json_body(response, expected_type):
-    """The answer's JSON, which must be of `expected_type`; anything else is transient."""
+    """The answer's JSON, which must be of `expected_type`; anything else is transient.
+
+    Read so that what is stored and sent on stays JSON text: NaN, Infinity and numbers beyond a double are
+    unknown (None), and a lone surrogate escape (`"\\ud83d"`: an emoji cut in half, common in scraped text) becomes
+    U+FFFD. Kept as it was, one such value failed every check batch holding its subscription, at the encoding of
+    the event body."""
     try:
-        body = response.json()
+        body = response.json(parse_constant=lambda _name: None, parse_float=_finite_or_none)
     except ValueError as error:
         raise ProviderError("provider answer is not JSON") from error
     if not isinstance(body, expected_type):
         raise ProviderError(f"provider answer is not a JSON {expected_type.__name__}")
+    if _SURROGATE_ESCAPE.search(response.content):  # pairs are one character once read; only lone ones are left
+        body = _without_lone_surrogates(body)
     return body
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _finite_or_none(text):
+    number = float(text)
+    return number if math.isfinite(number) else None
+
+
+def _without_lone_surrogates(value):
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_without_lone_surrogates(key): _without_lone_surrogates(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_without_lone_surrogates(item) for item in value]
+    return value
 
 
 def raise_for_limits(response, wait_header: str = "Retry-After", resets_at: Optional[datetime] = None) -> None:
