@@ -743,3 +743,29 @@ def test_a_claim_takes_at_most_its_limit(alice):
         db.session.rollback()
         leased = db.session.scalars(select(Subscription.id).where(Subscription.claim_token == token)).all()
         assert len(claimed) == 2 and sorted(leased) == sorted(item.id for item in claimed)
+
+
+def test_an_outcome_that_cannot_be_written_holds_up_none_of_its_batch(alice, bob, network, monkeypatch, caplog):
+    """A batch is written in one transaction: one row that could not be written (a lone surrogate stored through
+    the dashboard did that) rolled back every check of the batch, other accounts' included, at every poll. The
+    batch is now written one check at a time when it fails, and a check that cannot be written counts as failed."""
+    ids = [subscribe(alice, "poisoned")["id"], subscribe(alice, "fine")["id"], subscribe(bob, "other")["id"]]
+    for network_id in ("poisoned", "fine", "other"):
+        network.set(network_id, person(network_id))
+    real_apply = checks._apply
+
+    def apply(built, subscription, outcome, *rest):
+        if subscription.id == ids[0] and outcome.snapshot is not None:
+            raise UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed")
+        return real_apply(built, subscription, outcome, *rest)
+    monkeypatch.setattr(checks, "_apply", apply)
+    make_due(*ids)
+
+    summary = worker.run_due_batch()
+
+    assert (summary.checked, summary.failed) == (2, 1)
+    assert [(row(id).last_check_status, row(id).consecutive_failures) for id in ids] == [
+        ("pending", 1), ("ok", 0), ("ok", 0)]  # a failed check: retried on the failure schedule
+    assert [row(id).claim_token for id in ids] == [None, None, None]
+    assert [event["metadata"]["subscription_id"] for event in events_of(alice) + events_of(bob)] == ids[1:]
+    assert "recording a batch of 3 checks failed" in caplog.text

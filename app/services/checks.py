@@ -475,7 +475,36 @@ def new_claim_token() -> str:
 def run_claimed(claimed: list, token: str, keep_going=always) -> Summary:
     """Fetch and record a claimed batch; what was not fetched (stopping, half the lease gone, the provider
     paused) is recorded as deferred: released untouched, so a claim never outlives its lease."""
-    return record_outcomes(token, fetch_all(current_provider(), claimed, keep_going=keep_going))
+    outcomes = fetch_all(current_provider(), claimed, keep_going=keep_going)
+    try:
+        return record_outcomes(token, outcomes)
+    except Exception:
+        if len(outcomes) < 2:
+            raise
+        log.exception("recording a batch of %s checks failed; recording them one at a time", len(outcomes))
+        return _merged([_record_alone(token, outcome) for outcome in outcomes])
+
+
+def _record_alone(token: str, outcome: Outcome) -> Summary:
+    """One check's outcome in a transaction of its own (contract §7: each check is one); one that cannot be
+    written is recorded as a failed check, so it neither holds up the others nor comes back every lease."""
+    try:
+        return record_outcomes(token, [outcome])
+    except Exception as error:
+        log.exception("the check of %s could not be recorded; it counts as failed", outcome.claimed.id,
+                      extra={"subscription_id": outcome.claimed.id})
+        return record_outcomes(token, [Outcome(outcome.claimed, error=f"not recorded: {type(error).__name__}",
+                                               called=outcome.called, credits=outcome.credits)])
+
+
+def _merged(summaries) -> Summary:
+    merged = Summary()
+    for summary in summaries:
+        for name in ("checked", "changes", "unavailable", "failed", "skipped", "deferred"):
+            setattr(merged, name, getattr(merged, name) + getattr(summary, name))
+        merged.deliveries_queued |= summary.deliveries_queued
+        merged.events.extend(summary.events)
+    return merged
 
 
 def due_batch_size(seconds: float) -> int:
