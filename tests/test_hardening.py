@@ -89,6 +89,18 @@ def test_an_integer_query_parameter_is_ascii_digits(alice, query, field):
     assert is_validation_error(alice.get(f"/subscriptions?{query}"), field)
 
 
+@pytest.mark.parametrize("metadata, field, value", [
+    ({"crm": 5}, "custom_metadata.crm.value", 5),
+    ({"crm": "x" * 501}, "custom_metadata.crm.value", "x" * 501),
+    ({"k" * 41: "x"}, f"custom_metadata.{'k' * 41}.key", "k" * 41),
+])
+def test_a_refused_metadata_value_or_key_is_the_error_s_value(alice, metadata, field, value):
+    """contract §2: `value` holds the first problem's value; for a metadata value or key it was null."""
+    response = alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "ab",
+                                                  "custom_metadata": metadata})
+    assert is_validation_error(response, field) and response.json["details"]["value"] == value
+
+
 def test_the_largest_offset_is_an_empty_page(alice):
     response = alice.get(f"/subscriptions?offset={2**31 - 1}")
     assert response.status_code == 200 and response.json["data"] == []

@@ -49,11 +49,20 @@ def flatten_messages(messages, prefix=""):
 
 
 def _value_at(data, path):
-    for part in path.split("."):
-        if isinstance(data, dict):
-            data = data.get(part)
+    """The value the field path names in the request's data; a path ending in marshmallow's `value` or `key` (a
+    dict field's value or key was refused) names that value or key."""
+    parts = path.split(".")
+    for index, part in enumerate(parts):
+        last = index == len(parts) - 1
+        if isinstance(data, dict) and part in data:
+            data = data[part]
         elif isinstance(data, list) and part.isdigit() and int(part) < len(data):
             data = data[int(part)]
+        elif last and part == "value":
+            break
+        elif last and part == "key" and index:
+            data = parts[index - 1]
+            break
         else:
             return None
     return data if isinstance(data, (str, int, float, bool)) or data is None else None
