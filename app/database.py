@@ -88,12 +88,12 @@ def write_transaction():
     key: `add_to_counters`); delivery attempts are updated or deleted only by a transaction holding their event (a
     removal, retention), and otherwise only inserted. A multi-row UPDATE or DELETE follows it through
     `in_lock_order` (or `lock_in_order` first); a claim takes only outbox rows no one holds (SKIP LOCKED); rows a
-    transaction inserts are no one else's yet. FOR KEY SHARE (only a DELETE, FOR UPDATE or an UPDATE of a key waits for it) keeps a row from
-    going while a transaction relies on it, out of this order as a foreign key's check takes it: a writer queueing
-    deliveries holds its configurations so (`events.webhook_configs_for`; a check after its subscription rows), a
-    redelivery its events before their outbox rows. Their deleters wait for nothing such a holder may hold: a
-    removal holds only the account row when it deletes the configuration; retention, holding its events, waits
-    only for the counters.
+    transaction inserts are no one else's yet. FOR KEY SHARE (only a DELETE, FOR UPDATE or an UPDATE of a key
+    waits for it) keeps a row from going while a transaction relies on it, out of this order as a foreign key's
+    check takes it: a writer queueing deliveries holds its configurations so (`events.webhook_configs_for`; a check
+    after its subscription rows), a redelivery its events before their outbox rows. Their deleters wait for nothing
+    such a holder may hold: a removal holds only the account row when it deletes the configuration; retention,
+    holding its events, waits only for the counters.
     """
     session = db.session
     session.rollback()

@@ -81,9 +81,11 @@ def test_offsets_past_the_range_are_a_400(alice, path, offset):
     assert response.json["message"] == "offset: offset must be between 0 and 2147483647."
 
 
-@pytest.mark.parametrize("query, field", [("limit=5_0", "limit"), ("limit=%EF%BC%95", "limit"), ("limit=+5", "limit"),
-                                          ("limit=%205", "limit"), ("limit=5%20", "limit"), ("offset=1_0", "offset"),
-                                          ("offset=%EF%BC%91", "offset"), ("offset=%D9%A3", "offset"), ("limit=", "limit")])
+@pytest.mark.parametrize("query, field", [
+    ("limit=5_0", "limit"), ("limit=%EF%BC%95", "limit"), ("limit=+5", "limit"), ("limit=%205", "limit"),
+    ("limit=5%20", "limit"), ("offset=1_0", "offset"), ("offset=%EF%BC%91", "offset"), ("offset=%D9%A3", "offset"),
+    ("limit=", "limit"),
+])
 def test_an_integer_query_parameter_is_ascii_digits(alice, query, field):
     """Python's int() read `5_0` as 50, full-width digits, signs and spaces: none of them a number to a client."""
     assert is_validation_error(alice.get(f"/subscriptions?{query}"), field)
