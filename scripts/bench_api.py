@@ -9,9 +9,9 @@ SQLite file.
 
 The servers are `python -m gunicorn -c python:app.gunicorn_conf …` (one process, GUNICORN_THREADS threads,
 default 8, the worker kept to one CPU as WORKER_CPU says; with auto, both to the first CPU it would pick): the
-service as `app.wsgi:app`, the bare view as
-`scripts/bench_hello.py`; a second bare view runs with WORKER_CPU=off, as a plain `gunicorn --threads 8`
-would serve it, and the tables give each rate as a fraction of both. The service runs with
+service as `app.wsgi:app`, the bare view as `scripts/bench_hello.py`; a second bare view runs with
+WORKER_CPU=off, as a plain `gunicorn --threads 8` would serve it, and the tables give each rate as a fraction of
+both. The service runs with
 its rate limiter on (RATELIMIT_ENABLED=1, memory://); the run's account is on the `enterprise` tier, whose
 limits an instance config raises so that the limiter runs on every request without answering 429. The
 scheduler is off (SCHEDULER_ENABLED=0: checks would compete for the CPU); a heartbeat row lets /healthz
