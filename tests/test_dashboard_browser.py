@@ -40,7 +40,8 @@ def server(tmp_path, migrated_template):
     port = _free_port()
     env = {**os.environ, "INSTANCE_PATH": str(tmp_path / "instance"), "DATABASE_URL": f"sqlite:///{database}",
            "BIND": f"127.0.0.1:{port}", "WEBHOOK_ALLOW_HTTP": "1", "WEBHOOK_ALLOW_PRIVATE_ADDRESSES": "1",
-           "CHECK_INITIAL_DELAY_SECONDS": "3600", "WEBHOOK_RETRY_SCHEDULE": "3600"}
+           "CHECK_INITIAL_DELAY_SECONDS": "3600", "WEBHOOK_RETRY_SCHEDULE": "3600",
+           "WORKER_CPU": "off"}  # as every test server outside test_production's, whose CPU tests it would sway
     log = open(tmp_path / "serve.log", "w")
     process = subprocess.Popen([str(BIN / "entity-monitor"), "serve"], cwd=ROOT, env=env, stdout=log,
                                stderr=subprocess.STDOUT)

@@ -427,8 +427,7 @@ def test_a_second_instance_on_the_host_takes_another_cpu(service):
         with running(instance(second_port)) as second_server:
             wait_until_serving(service, second_server, second_port)
             [second] = workers_cpus(second_server, 1).values()
-    assert first == {max(os.sched_getaffinity(0))}
-    assert len(second) == 1 and second != first
+    assert len(first) == 1 and len(second) == 1 and second != first
 
 
 # --- installs like a Python service --------------------------------------------------------------------
