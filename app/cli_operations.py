@@ -152,6 +152,9 @@ class Progress:
 def import_subscriptions(file, account_id, column, type_column, metadata, rejected_path, dry_run):
     """Subscribe to every profile of a CSV exported from a CRM; safe to re-run."""
     _existing_account(account_id)
+    if rejected_path and not os.path.isdir(os.path.dirname(os.path.abspath(rejected_path))):
+        # refused before importing: the report of the rows imported must have somewhere to go
+        raise click.BadParameter(f"the folder of {rejected_path} does not exist", param_hint="--rejected")
     try:
         header, rows = importer.read_rows(file)
         plan = importer.Plan.for_header(header, column, type_column,

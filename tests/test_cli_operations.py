@@ -156,6 +156,15 @@ def test_column_type_column_and_semicolons(runner, alice, tmp_path):
     assert "entity_type" in reasons["r2-d2"]
 
 
+def test_a_rejected_file_in_a_folder_that_does_not_exist_is_refused_before_importing(runner, alice, tmp_path):
+    """It imported the rows, then failed with a traceback where it wrote their report."""
+    path = _write_csv(tmp_path / "ids.csv", ["type", "linkedin_id"], [("contact", "jane-doe"), ("robot", "r2-d2")])
+    result = runner.invoke(args=["subscriptions", "import", path, "--account", alice.account_id,
+                                 "--rejected", str(tmp_path / "missing" / "out.csv")])
+    assert result.exit_code == 2 and "the folder of" in result.output and "does not exist" in result.output
+    assert alice.get("/subscriptions").json["data"] == []
+
+
 def test_rejected_rows_keep_the_order_of_the_file(runner, alice, tmp_path):
     # Rows refused by the import (a bare id without a type) used to come before rows refused by the bulk
     # rules (an unknown type) in the rejected file, whatever their order in the CRM export.

@@ -1,6 +1,7 @@
 """The dashboard through Flask's test client: sessions, CSRF, tenant isolation, and every page empty and
 populated."""
 import csv
+import html
 import io
 import re
 from datetime import timedelta
@@ -87,6 +88,11 @@ def test_sign_in_returns_to_the_page_asked_for_but_never_off_site(app, alice):
     response = client.post("/login?next=//evil.example/x", data={
         "api_key": alice.key, "csrf_token": csrf_of(page.get_data(as_text=True))})
     assert response.headers["Location"] == "/"
+    for crafted in ("/x%0d%0aSet-Cookie:%20a=b", "/%0ax", "/x%7f"):  # no Location header may hold these: a 500
+        page = client.get(f"/login?next={crafted}")
+        response = client.post(f"/login?next={crafted}", data={
+            "api_key": alice.key, "csrf_token": csrf_of(page.get_data(as_text=True))})
+        assert (response.status_code, response.headers["Location"]) == (302, "/")
 
 
 def test_the_sign_in_form_needs_its_csrf_token(app, alice):
@@ -395,6 +401,9 @@ def test_the_event_page_shows_the_body_once_and_each_tries_headers_as_sent(brows
         for name in ("X-Webhook-Attempt", "X-Webhook-Timestamp", "X-Webhook-Signature", "User-Agent"):
             assert f"{name}: {request.headers[name]}" in page
     assert "whsec_" not in page
+    # "These exact bytes on every try": the body a receiver signs and checks, not a re-indented copy of it
+    shown = html.unescape(page.split('aria-label="Body as sent">', 1)[1].split("</pre>", 1)[0])
+    assert [shown.encode()] == list({request.body for request in receiver.requests})
 
 
 def test_a_try_refused_before_sending_says_no_headers_were_kept(browser, alice, app):
@@ -415,12 +424,13 @@ def test_redeliver_to_an_inactive_endpoint_says_why(browser, alice):
     assert "inactive" in browser.text(f"/events/{event_id}")
 
 
-def test_recover_a_window(browser, alice):
+@pytest.mark.parametrize("since", ["2000-01-01T00:00", "946684800"])  # the README's ISO 8601 or Unix seconds
+def test_recover_a_window(browser, alice, since):
     configure(alice, "http://127.0.0.1:9/hook")
     alice.put("/webhooks/configure", json={"is_active": False})
     record_events(alice.account_id, count=2)
     alice.put("/webhooks/configure", json={"is_active": True})
-    response = browser.post("/deliveries/recover", data={"since": "2000-01-01T00:00"})
+    response = browser.post("/deliveries/recover", data={"since": since})
     assert response.status_code == 302
     assert "2 events queued for delivery." in browser.text("/deliveries")
 

@@ -51,9 +51,12 @@ def new_login_csrf() -> str:
 
 
 def safe_next(target) -> str:
-    """Only a path of this site: `next` must never send a signed-in browser elsewhere."""
-    parts = urlsplit(target or "")
-    if parts.scheme or parts.netloc or not (target or "").startswith("/") or target.startswith("//"):
+    """Only a path of this site: `next` must never send a signed-in browser elsewhere (nor hold a control
+    character, which no Location header may carry: a 500 at sign-in)."""
+    target = target or ""
+    parts = urlsplit(target)
+    if parts.scheme or parts.netloc or not target.startswith("/") or target.startswith("//") \
+            or any(ord(character) < 0x20 or ord(character) == 0x7f for character in target):
         return url_for("dashboard.overview_page")
     return target
 

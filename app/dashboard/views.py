@@ -225,8 +225,7 @@ def events_page():
 @bp.get("/events/<event_id>")
 def event_page(event_id):
     event = events.get(account_id(), event_id)
-    return render("event.html", event=event, payload=json.dumps(parse_body(event), indent=2, ensure_ascii=False),
-                  attempts=events.attempts_of(event.id))
+    return render("event.html", event=event, payload=event.body, attempts=events.attempts_of(event.id))
 
 
 @bp.post("/events/<event_id>/redeliver")
@@ -249,7 +248,9 @@ def deliveries_page():
 @bp.post("/deliveries/recover")
 def recover():
     def change():
-        form = {name: request.form[name] for name in ("since", "until") if request.form.get(name)}
+        # a form sends text: Unix seconds come as digits, which the API takes as a JSON number
+        form = {name: int(value) if re.fullmatch(r"[0-9]{1,12}", value) else value
+                for name, value in ((name, request.form.get(name, "")) for name in ("since", "until")) if value}
         body = load(recover_schema, {**form, "include_pending": request.form.get("include_pending") == "on"})
         queued = outbox.recover(account_id(), body["since"], body.get("until"), body["include_pending"])["queued"]
         return f"{queued:,} events queued for delivery."
