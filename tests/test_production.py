@@ -344,18 +344,21 @@ def test_one_worker_with_threads_serves_and_writes_buffered_usage_counts_when_st
     assert service.sql("SELECT sum(requests) FROM usage_counters") == [(3,)]  # none lost in the buffer
 
 
-def workers_cpus(server, count) -> dict:
-    """{worker pid: the CPUs it may run on} once gunicorn runs `count` workers (the arbiter's children)."""
+def workers_cpus(server, count, kept=False) -> dict:
+    """{worker pid: the CPUs it may run on} once gunicorn runs `count` workers (the arbiter's children) and, with
+    `kept`, each keeps to one CPU (a worker just forked has not run its post_fork yet)."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         children = [int(pid) for pid in open(f"/proc/{server.pid}/task/{server.pid}/children").read().split()]
         if len(children) == count:
             try:
-                return {pid: os.sched_getaffinity(pid) for pid in children}
+                found = {pid: os.sched_getaffinity(pid) for pid in children}
             except ProcessLookupError:  # a worker going away meanwhile
-                pass
+                found = {}
+            if found and (not kept or all(len(cpus) == 1 for cpus in found.values())):
+                return found
         time.sleep(0.1)
-    raise AssertionError(f"gunicorn did not run {count} workers")
+    raise AssertionError(f"gunicorn did not run {count} workers" + (" each kept to one CPU" if kept else ""))
 
 
 needs_two_cpus = pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
@@ -400,13 +403,13 @@ def test_several_workers_keep_to_different_cpus_and_a_replacement_takes_the_cpu_
                            "bench_hello:app", env={"BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": "2",
                                                    "WORKER_CPU": "auto"})
     with running(server):
-        before = workers_cpus(server, 2)
+        before = workers_cpus(server, 2, kept=True)
         highest_two = sorted(os.sched_getaffinity(0))[-2:]
         assert sorted(before.values(), key=min) == [{cpu} for cpu in highest_two]
         killed, its_cpus = min(before.items(), key=lambda item: min(item[1]))
         os.kill(killed, signal.SIGKILL)
         service.wait_for(lambda: killed not in workers_cpus(server, 2), what="a replacement worker")
-        after = workers_cpus(server, 2)
+        after = workers_cpus(server, 2, kept=True)
     assert sorted(after.values(), key=min) == sorted(before.values(), key=min)  # still one CPU each, not both on one
     assert [cpus for pid, cpus in after.items() if pid not in before] == [its_cpus]
 
@@ -423,10 +426,10 @@ def test_a_second_instance_on_the_host_takes_another_cpu(service):
     first_port, second_port = free_port(), free_port()
     with running(instance(first_port)) as first_server:
         wait_until_serving(service, first_server, first_port)
-        [first] = workers_cpus(first_server, 1).values()
+        [first] = workers_cpus(first_server, 1, kept=True).values()
         with running(instance(second_port)) as second_server:
             wait_until_serving(service, second_server, second_port)
-            [second] = workers_cpus(second_server, 1).values()
+            [second] = workers_cpus(second_server, 1, kept=True).values()
     assert len(first) == 1 and len(second) == 1 and second != first
 
 
