@@ -71,6 +71,7 @@ checks_cli = AppGroup("checks", help="Run checks in the foreground.")
 @click.option("--due", is_flag=True, help="The subscriptions that are due (the default).")
 def run_checks(subscription_id, check_all, due):
     """Check subscriptions now: the due ones, --all active ones, or one by id."""
+    from app.services.checks import Summary
     from app.worker import checks as check_worker
     if sum(bool(choice) for choice in (subscription_id, check_all, due)) > 1:
         raise click.UsageError("Give one of --all, --due or a SUBSCRIPTION_ID.")
@@ -83,8 +84,8 @@ def run_checks(subscription_id, check_all, due):
         summaries = list(check_worker.run_all())
     else:
         summaries = check_worker.run_due()
-    totals = {name: sum(getattr(summary, name) for summary in summaries)
-              for name in ("checked", "changes", "unavailable", "failed", "skipped", "deferred")}
+    total = Summary.merged(summaries)
+    totals = {name: getattr(total, name) for name in Summary.COUNTS}
     click.echo(" ".join(f"{name}={count}" for name, count in totals.items()))
     if totals["deferred"]:
         raise click.ClickException(

@@ -63,10 +63,21 @@ class Summary:
     deferred: int = 0  # provider paused or out of budget: released untouched, checked when it resumes
     deliveries_queued: bool = False
     events: list = field(default_factory=list)
+    COUNTS = ("checked", "changes", "unavailable", "failed", "skipped", "deferred")  # not a field: no annotation
 
     @property
     def did_work(self) -> bool:
         return bool(self.checked or self.failed or self.skipped)
+
+    @classmethod
+    def merged(cls, summaries) -> "Summary":
+        merged = cls()
+        for summary in summaries:
+            for name in cls.COUNTS:
+                setattr(merged, name, getattr(merged, name) + getattr(summary, name))
+            merged.deliveries_queued |= summary.deliveries_queued
+            merged.events.extend(summary.events)
+        return merged
 
 
 def _unclaimed(now):
@@ -482,7 +493,7 @@ def run_claimed(claimed: list, token: str, keep_going=always) -> Summary:
         if len(outcomes) < 2:
             raise
         log.exception("recording a batch of %s checks failed; recording them one at a time", len(outcomes))
-        return _merged([_record_alone(token, outcome) for outcome in outcomes])
+        return Summary.merged([_record_alone(token, outcome) for outcome in outcomes])
 
 
 def _record_alone(token: str, outcome: Outcome) -> Summary:
@@ -495,16 +506,6 @@ def _record_alone(token: str, outcome: Outcome) -> Summary:
                       extra={"subscription_id": outcome.claimed.id})
         return record_outcomes(token, [Outcome(outcome.claimed, error=f"not recorded: {type(error).__name__}",
                                                called=outcome.called, credits=outcome.credits)])
-
-
-def _merged(summaries) -> Summary:
-    merged = Summary()
-    for summary in summaries:
-        for name in ("checked", "changes", "unavailable", "failed", "skipped", "deferred"):
-            setattr(merged, name, getattr(merged, name) + getattr(summary, name))
-        merged.deliveries_queued |= summary.deliveries_queued
-        merged.events.extend(summary.events)
-    return merged
 
 
 def due_batch_size(seconds: float) -> int:
