@@ -56,13 +56,15 @@ def webhook_config_for(session, account_id, keep=False):
     return webhook_configs_for(session, [account_id], keep).get(account_id)
 
 
-def webhook_configs_for(session, account_ids, keep=False) -> dict:
+def webhook_configs_for(session, account_ids, keep=False, to_update=False) -> dict:
     """{account_id: its webhook configuration} for those that have one, in one query. A writer that queues
     deliveries by what it read passes `keep`: the configurations stay locked until it commits (FOR KEY SHARE, in id
-    order), so a removal waits for its outbox rows, or has committed first and none is read (`webhooks.remove`)."""
+    order), so a removal waits for its outbox rows, or has committed first and none is read (`webhooks.remove`).
+    One that will write them passes `to_update` (FOR NO KEY UPDATE, in id order): a configuration changed or deleted
+    meanwhile is not written over, or updated once it is gone."""
     query = select(WebhookConfig).where(WebhookConfig.account_id.in_(account_ids))
-    if keep:
-        query = query.order_by(WebhookConfig.id).with_for_update(read=True, key_share=True)
+    if keep or to_update:
+        query = query.order_by(WebhookConfig.id).with_for_update(read=not to_update, key_share=True)
     # populate_existing: the configuration as committed now, not a copy the session kept from earlier.
     configs = session.scalars(query.execution_options(populate_existing=True))
     return {config.account_id: config for config in configs}

@@ -76,8 +76,7 @@ def claim_due(token: str, limit: int) -> list:
         found = {row.id: row for row in session.execute(
             select(Event.id, Event.type, Event.body, Event.attempt_count, Event.created_at)
             .where(Event.id.in_({row.event_id for row in rows})))}
-        configs = {config.account_id: config for config in session.scalars(
-            select(WebhookConfig).where(WebhookConfig.account_id.in_({row.account_id for row in rows})))}
+        configs = events.webhook_configs_for(session, {row.account_id for row in rows})
         rows = _without_configuration_gone(session, rows, configs, now)
         if not rows:
             return []
@@ -194,18 +193,14 @@ def record_results(token: str, results: list) -> None:
         return
     with write_transaction() as session:
         now = utcnow()
-        # Locked before they are read: a configuration changed or deleted meanwhile is not written over, or updated
-        # once it is gone.
-        configs = session.scalars(select(WebhookConfig)
-                                  .where(WebhookConfig.account_id.in_({claimed.account_id for claimed, _ in results}))
-                                  .order_by(WebhookConfig.id).with_for_update(key_share=True)).all()
+        configs = events.webhook_configs_for(session, {claimed.account_id for claimed, _ in results}, to_update=True)
         still_ours = dict(session.execute(
             select(OutboxDelivery.id, OutboxDelivery.attempts)
             .where(OutboxDelivery.id.in_([claimed.delivery_id for claimed, _ in results]),
                    OutboxDelivery.claim_token == token)
             .order_by(OutboxDelivery.event_id).with_for_update()).all())
         kept = _events_kept(session, results)
-        attempts, retries, ended, event_changes = [], [], [], []
+        attempts, retries, ended, event_changes, late_successes = [], [], [], [], []
         for claimed, outcome in results:
             ours = claimed.delivery_id in still_ours  # else dropped, or another sender's now: no next try from us
             tries = still_ours.get(claimed.delivery_id, claimed.tries) + 1
@@ -224,15 +219,16 @@ def record_results(token: str, results: list) -> None:
                     ended.append(claimed.delivery_id)
                 event_changes.append({"id": claimed.outgoing.event_id, "delivery_status": status,
                                       "attempt_count": claimed.outgoing.attempt})
+            elif outcome.succeeded:
+                late_successes.append(claimed.outgoing.event_id)
         if retries:
             session.execute(update(OutboxDelivery), retries)
         if ended:
             session.execute(delete(OutboxDelivery).where(OutboxDelivery.id.in_(ended)))
         if event_changes:
             session.execute(update(Event), sorted(event_changes, key=lambda change: change["id"]))
-        _record_late_successes(session, [claimed.outgoing.event_id for claimed, outcome in results
-                                         if outcome.succeeded and claimed.delivery_id not in still_ours])
-        _update_endpoint_health(configs, results, now)
+        _record_late_successes(session, late_successes)
+        _update_endpoint_health(configs.values(), results, now)
         store_attempts(session, [attempt for attempt in attempts if attempt["event_id"] in kept])
     metrics.observe_deliveries(results, now)
 
