@@ -1,4 +1,5 @@
 """Small helpers shared by every layer: ids and time."""
+import re
 import secrets
 import string
 import time
@@ -8,6 +9,9 @@ from app.version import VERSION
 
 USER_AGENT = f"entity-monitor/{VERSION}"  # on webhook deliveries and provider requests
 _ALPHANUMERIC = string.ascii_letters + string.digits
+# C0 and C1 controls (tab and NUL included), DEL and Unicode's line and paragraph separators
+_CONTROL_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+NAME_RULE = "must not be blank or contain control characters (U+0000-U+001F, U+007F-U+009F, U+2028, U+2029)"
 
 
 def new_id(prefix: str) -> str:
@@ -20,6 +24,12 @@ def new_sortable_id(prefix: str) -> str:
     For tables written thousands of rows at a time (events, delivery attempts): new rows land at the end
     of the primary-key index instead of on random pages all over it."""
     return f"{prefix}_{int(time.time() * 1000):012x}{secrets.token_hex(6)}"
+
+
+def is_plain_name(text: str) -> bool:
+    """A name shown on one line (`accounts list`, `keys list`, the dashboard): not blank, no control characters
+    (a newline or tab would break the CLI's tab-separated lines; PostgreSQL refuses NUL in text)."""
+    return bool(text.strip()) and not _CONTROL_CHARACTERS.search(text)
 
 
 def random_alphanumeric(length: int) -> str:

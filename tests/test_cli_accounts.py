@@ -66,6 +66,8 @@ def test_create_with_a_tier(app, runner):
     ["create", "--name", ""],
     ["create", "--name", "   "],
     ["create", "--name", "x" * 201],
+    ["create", "--name", "Acme\nacct_forged\tenterprise"],
+    ["create", "--name", "Acme\tCo"],
     ["create"],
 ])
 def test_create_errors_exit_non_zero_and_create_nothing(runner, args):

@@ -40,6 +40,7 @@ def test_a_lost_key_is_replaced_then_revoked(app, runner, alice):
     ["keys", "create", "--account", "acct_missing", "--name", "x"],
     ["keys", "create", "--account", "ALICE", "--name", ""],
     ["keys", "create", "--account", "ALICE", "--name", "x" * 101],
+    ["keys", "create", "--account", "ALICE", "--name", "ops\nkey_forged"],
     ["keys", "list", "--account", "acct_missing"],
     ["keys", "revoke", "key_missing"],
 ])

@@ -359,8 +359,17 @@ def test_a_blank_key_name_is_a_400_and_stores_nothing(alice, name):
     assert key_count(alice.account_id) == 1
 
 
-def test_nul_in_a_key_name_is_a_400_and_stores_nothing(alice):
-    response = alice.post("/account/api-keys", json={"name": "a\x00b"})
+@pytest.mark.parametrize("name", ["a\x00b", "CI\nfake-key\t2026", "a\tb", "a\rb", "a\x1bb", "a\x7fb", "a\x85b",
+                                  "a\u2028b"])
+def test_a_control_character_in_a_key_name_is_a_400_and_stores_nothing(alice, name):
+    """A newline or tab forged lines and columns in `keys list`; PostgreSQL refuses NUL in text."""
+    response = alice.post("/account/api-keys", json={"name": name})
     assert is_validation_error(response, "name")
-    assert "NUL" in response.json["message"]
+    assert "control characters" in response.json["message"]
     assert key_count(alice.account_id) == 1
+
+
+def test_a_key_name_may_hold_any_printable_text(alice):
+    name = "Zoë's CRM 🚀 — 東京 \u200d"
+    response = alice.post("/account/api-keys", json={"name": name})
+    assert response.status_code == 201 and response.json["name"] == name

@@ -1,5 +1,6 @@
-from marshmallow import Schema, fields, validate
+from marshmallow import Schema, ValidationError, fields, validate
 
+from app.common import NAME_RULE, is_plain_name
 from app.schemas.base import BodySchema, Timestamp
 
 
@@ -57,10 +58,13 @@ class UsageSchema(Schema):
         "description": "The data provider: checks delayed by a pause keep their place and are not failures."})
 
 
+def plain_name(name: str):
+    if not is_plain_name(name):
+        raise ValidationError(f"name {NAME_RULE}.")
+
+
 class ApiKeyCreateSchema(BodySchema):
-    # PostgreSQL refuses NUL in text; a name of spaces alone names nothing in the list
-    name = fields.Str(required=True, validate=[validate.Length(1, 100), validate.Regexp(
-        r"^[^\x00]*[^\x00\s][^\x00]*$", error="name must not be blank or contain the NUL character (U+0000).")])
+    name = fields.Str(required=True, validate=[validate.Length(1, 100), plain_name])
 
 
 class ApiKeySchema(Schema):

@@ -4,7 +4,7 @@ from datetime import timedelta
 from flask import current_app
 from sqlalchemy import select
 
-from app.common import new_id, utcnow
+from app.common import NAME_RULE, is_plain_name, new_id, utcnow
 from app.database import write_transaction
 from app.errors import NotFound, ValidationFailed
 from app.extensions import db
@@ -36,6 +36,8 @@ def create_account(name: str, tier: str = None):
     name = (name or "").strip()
     if not 1 <= len(name) <= 200:
         raise ValidationFailed("name", "The account name must be 1-200 characters.", name)
+    if not is_plain_name(name):
+        raise ValidationFailed("name", f"The account name {NAME_RULE}.", name)
     now = utcnow()
     default_tier = current_app.config["DEFAULT_TIER"]
     tier = require_known_tier(tier or default_tier)
