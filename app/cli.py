@@ -7,6 +7,7 @@ import sys
 import click
 from flask import current_app
 from flask.cli import AppGroup, FlaskGroup
+from sqlalchemy.exc import DBAPIError
 
 from app.common import isoformat
 from app.errors import ServiceError
@@ -188,4 +189,16 @@ def main():
                        help="Entity change monitor: serve the API and run the operator commands.")
     group.add_command(serve)
     group = click.version_option(VERSION, prog_name="entity-monitor")(group)
-    group(prog_name="entity-monitor")
+    try:
+        group(prog_name="entity-monitor")
+    except DBAPIError as error:
+        if not _missing_table(error):
+            raise
+        sys.stderr.write("entity-monitor: the database has no schema (or an older one): run `entity-monitor db "
+                         f"upgrade` first ({str(error.orig).splitlines()[0]})\n")
+        raise SystemExit(1) from None
+
+
+def _missing_table(error: DBAPIError) -> bool:
+    """SQLite's `no such table`, PostgreSQL's undefined_table (SQLSTATE 42P01)."""
+    return "no such table" in str(error.orig) or getattr(error.orig, "sqlstate", None) == "42P01"

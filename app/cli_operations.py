@@ -214,7 +214,10 @@ def serve_metrics(bind):
     host, _, port = bind.rpartition(":")
     if not host or not port.isdigit():
         raise click.BadParameter(f"{bind!r} is not HOST:PORT", param_hint="--bind")
-    server = make_server(host, int(port), metrics_only(current_app._get_current_object()))
+    try:
+        server = make_server(host, int(port), metrics_only(current_app._get_current_object()))
+    except (OSError, OverflowError) as error:  # busy, not this host's address, no such host, port > 65535
+        raise click.ClickException(f"cannot listen on {bind}: {error}") from None
     click.echo(f"metrics on http://{bind}/metrics")
     server.serve_forever()
 

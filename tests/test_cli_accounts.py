@@ -1,6 +1,10 @@
 """Operator commands (contract §9, issue 2 point 3): accounts create / list / set-tier."""
 import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
@@ -8,7 +12,7 @@ from sqlalchemy import func, select
 from app.extensions import db
 from app.models import Account, ApiKey
 from app.services import keys
-from conftest import Tenant
+from conftest import DATABASES, Tenant, url_with_own_schema
 
 
 def _accounts():
@@ -120,3 +124,21 @@ def test_set_tier_errors_exit_non_zero_and_change_nothing(runner, alice, args):
     assert result.exit_code != 0
     db.session.rollback()
     assert db.session.get(Account, alice.account_id).tier == "starter"
+
+
+@pytest.mark.parametrize("database", DATABASES)
+@pytest.mark.parametrize("args", [["accounts", "create", "--name", "Acme"], ["accounts", "list"],
+                                  ["keys", "list", "--account", "acct_x"]])
+def test_a_database_without_its_schema_is_named_in_one_line(tmp_path, database, args):
+    """Before `db upgrade`, a command ended in SQLAlchemy's traceback with the statement and its parameters."""
+    if database == "sqlite":
+        url = f"sqlite:///{tmp_path / 'new.db'}"
+    else:
+        url = url_with_own_schema(f"unmigrated_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}")
+    env = {**os.environ, "DATABASE_URL": url, "INSTANCE_PATH": str(tmp_path)}
+    done = subprocess.run([str(Path(sys.executable).parent / "entity-monitor"), *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stdout == ""
+    [line] = done.stderr.splitlines()
+    assert line.startswith("entity-monitor: the database has no schema (or an older one): run `entity-monitor db "
+                           "upgrade` first (")

@@ -2,6 +2,7 @@
 database, route templates as labels, the switch, and sums across processes (multiprocess mode)."""
 import importlib.util
 import os
+import socket
 import subprocess
 import sys
 import types
@@ -191,3 +192,16 @@ def test_metrics_serve_refuses_without_a_shared_multiprocess_directory(runner, m
     monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
     result = runner.invoke(args=["metrics", "serve", "--bind", "127.0.0.1:0"])
     assert result.exit_code != 0 and "PROMETHEUS_MULTIPROC_DIR" in result.output
+
+
+@pytest.mark.parametrize("bind", ["127.0.0.1:99999", "no-such-host.invalid:9464", "203.0.113.9:9464", "BUSY"])
+def test_metrics_serve_says_in_one_line_why_it_cannot_listen(runner, monkeypatch, tmp_path, bind):
+    """A busy port, an address of another host, an unknown name, a port beyond 65535: one line, no traceback."""
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        bind = bind.replace("BUSY", f"127.0.0.1:{busy.getsockname()[1]}")
+        result = runner.invoke(args=["metrics", "serve", "--bind", bind])
+    assert result.exit_code == 1
+    assert result.output.startswith(f"Error: cannot listen on {bind}: ") and "Traceback" not in result.output
