@@ -1,6 +1,5 @@
 """Operator commands for keys, accounts, subscriptions and events (contract §10), registered by
 `app.cli.register_commands`, so they also appear in the `entity-monitor` console script."""
-import csv
 import json
 import os
 import sys
@@ -161,7 +160,7 @@ def import_subscriptions(file, account_id, column, type_column, metadata, reject
                                         [name.strip() for name in metadata.split(",") if name.strip()])
         with Progress(len(rows), on_terminal()) as progress:
             report = importer.import_rows(account_id, rows, plan, _load_item, dry_run, progress.update)
-    except (UnicodeDecodeError, csv.Error) as error:
+    except UnicodeDecodeError as error:
         raise click.ClickException(f"{file} is not a readable UTF-8 CSV file: {error}")
     except ServiceError as error:
         fail(error)

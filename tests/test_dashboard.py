@@ -293,6 +293,28 @@ def test_import_an_uploaded_csv(browser, alice):
     assert "2 subscribed" in page and subscription_count(alice.account_id) == 2
 
 
+@pytest.mark.parametrize("content, refusal", [
+    ("url,owner\nhttps://www.linkedin.com/in/jane,Zoë\n".encode("latin-1"), "not UTF-8 text (byte 46 is not)"),
+    (b'url,note\nhttps://www.linkedin.com/in/jane,"' + b"x" * 200_000 + b'"\n',
+     "cannot be read as CSV at row 1: field larger than field limit (131072)."),
+])
+def test_an_unreadable_upload_is_refused_with_the_reason_and_imports_nothing(browser, alice, content, refusal):
+    """A Latin-1 file was read with U+FFFD in place of its accented letters; a field beyond the csv module's
+    limit was a 500."""
+    response = browser.post("/subscriptions/import", data={"file": (io.BytesIO(content), "crm.csv")},
+                            content_type="multipart/form-data")
+    assert response.status_code == 302
+    assert refusal in browser.text(response.headers["Location"])
+    assert subscription_count(alice.account_id) == 0
+
+
+def test_a_pasted_field_beyond_the_csv_limit_is_refused(browser, alice):
+    response = browser.post("/subscriptions/import",
+                            data={"rows": 'url,note\nhttps://www.linkedin.com/in/jane,"' + "x" * 200_000 + '"'})
+    assert response.status_code == 302 and "cannot be read as CSV" in browser.text(response.headers["Location"])
+    assert subscription_count(alice.account_id) == 0
+
+
 def progress_of(page) -> list:
     """(value, max) of every progress bar the streamed import page sent, in order."""
     return [(int(value), int(top)) for value, top in re.findall(r'<progress value="(\d+)" max="(\d+)"', page)]

@@ -160,10 +160,9 @@ def bulk_action():
 def import_subscriptions():
     """The result page streams: each chunk's rows and the progress show as soon as the chunk is done."""
     upload = request.files.get("file")
-    text = upload.read().decode("utf-8-sig", errors="replace") if upload and upload.filename else ""
-    text = text or request.form.get("rows", "")
     try:
-        header, rows = importer.rows_from_text(text)
+        text = importer.text_of_upload(upload.read()) if upload and upload.filename else ""
+        header, rows = importer.rows_from_text(text or request.form.get("rows", ""))
         plan = importer.Plan.for_header(header)
     except ServiceError as error:
         notify("error", error.message)

@@ -34,6 +34,16 @@ def read_rows(path: str):
         return _parse(file)
 
 
+def text_of_upload(data: bytes) -> str:
+    """An uploaded file's text: UTF-8, a BOM skipped, as the CLI reads files. Another encoding is refused, not
+    read with U+FFFD in place of every accented letter."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise ImportRefused(f"The file is not UTF-8 text (byte {error.start + 1} is not): save it as CSV UTF-8 "
+                            "and choose it again.") from None
+
+
 def rows_from_text(text: str):
     """(header, rows) of pasted or uploaded text: a CSV with a header, or a bare list of profile URLs or ids,
     one a line (read as a `url` column)."""
@@ -57,7 +67,11 @@ def _parse(file):
     except csv.Error:
         dialect = csv.excel
     reader = csv.DictReader(file, dialect=dialect)
-    rows = list(reader)
+    rows = []
+    try:
+        rows.extend(reader)
+    except csv.Error as error:  # e.g. a field beyond the csv module's 131,072 characters
+        raise ImportRefused(f"The file cannot be read as CSV at row {len(rows) + 1}: {error}.") from None
     return reader.fieldnames or [], rows
 
 
