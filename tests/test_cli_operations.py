@@ -207,6 +207,15 @@ def test_import_of_a_file_that_is_not_utf8_fails_cleanly(runner, alice, tmp_path
     assert result.exit_code != 0 and "UTF-8" in result.output
 
 
+def test_import_of_a_field_beyond_the_csv_limit_names_the_row_and_imports_nothing(runner, alice, tmp_path):
+    path = tmp_path / "huge.csv"
+    path.write_text('network_url,note\nhttps://www.linkedin.com/in/jane,ok\nhttps://www.linkedin.com/in/al,"'
+                    + "x" * 200_000 + '"\n', encoding="utf-8")
+    result = runner.invoke(args=["subscriptions", "import", str(path), "--account", alice.account_id])
+    assert result.exit_code != 0 and "cannot be read as CSV at row 2: field larger than field limit" in result.output
+    assert alice.get("/subscriptions").json["pagination"]["total"] == 0
+
+
 def test_a_terminal_gets_a_progress_bar(runner, alice, crm_file, monkeypatch):
     bars = []
     real = cli_operations.click.progressbar
