@@ -315,6 +315,30 @@ def test_a_pasted_field_beyond_the_csv_limit_is_refused(browser, alice):
     assert subscription_count(alice.account_id) == 0
 
 
+@pytest.mark.parametrize("path, page", [
+    ("/subscriptions/import", "/subscriptions"), ("/subscriptions/bulk", "/subscriptions"),
+    ("/subscriptions/SUB/pause", "/subscriptions/SUB"), ("/subscriptions/SUB/metadata", "/subscriptions/SUB"),
+    ("/events/evt_x/redeliver", "/events/evt_x"), ("/deliveries/recover", "/deliveries"),
+    ("/webhook/test", "/webhook"), ("/webhook/rotate", "/webhook"), ("/keys/key_x/revoke", "/keys"), ("/logout", "/"),
+])
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+def test_a_get_of_a_form_url_goes_to_the_page_holding_the_form(browser, alice, path, page, method):
+    """An import's or a new secret's result page opened again: the import page said "No subscription with id
+    'import'", the others answered a 405 in JSON."""
+    subscription = subscribe(alice.account_id, "jane")
+    path, page = (text.replace("SUB", subscription.id) for text in (path, page))
+    response = browser.client.open(path, method=method)
+    assert response.status_code == 303 and response.headers["Location"] == page
+    assert subscription_count(alice.account_id) == 1 and keys.list_keys(alice.account_id)
+
+
+def test_api_and_unknown_paths_keep_their_json_answers(browser, alice):
+    assert browser.client.get("/api/v1/webhooks/test").json["error"] == "METHOD_NOT_ALLOWED"
+    assert browser.client.get("/api/v1/subscriptions/bulk").status_code == 405
+    assert browser.client.get("/nowhere/at/all").json["error"] == "NOT_FOUND"
+    assert browser.client.put("/webhook/rotate").status_code == 405  # only a page's GET is sent on
+
+
 def progress_of(page) -> list:
     """(value, max) of every progress bar the streamed import page sent, in order."""
     return [(int(value), int(top)) for value, top in re.findall(r'<progress value="(\d+)" max="(\d+)"', page)]

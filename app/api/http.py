@@ -19,9 +19,9 @@ class PathTextConverter(BaseConverter):
 
 
 class SubscriptionIdConverter(BaseConverter):
-    """`/subscriptions/<subscription:…>` never matches the static siblings `bulk` and `export`, so their
-    OPTIONS and 405 answers list only their own methods."""
-    regex = r"(?!(?:bulk|export)$)[^/\x00]+"
+    """`/subscriptions/<subscription:…>` never matches the static siblings `bulk`, `export` and the dashboard's
+    `import`, so their OPTIONS and 405 answers list only their own methods."""
+    regex = r"(?!(?:bulk|export|import)$)[^/\x00]+"
 
 
 FORM_MIMETYPES = ("application/x-www-form-urlencoded", "multipart/form-data")  # the bodies request.form parses

@@ -7,10 +7,10 @@ import hmac
 import secrets
 from urllib.parse import urlsplit
 
-from flask import (Blueprint, Response, abort, g, make_response, redirect, render_template, request,
-                   stream_template, url_for)
+from flask import (Blueprint, Response, abort, current_app, g, make_response, redirect, render_template,
+                   request, stream_template, url_for)
 from markupsafe import Markup
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from app.common import isoformat
 from app.errors import ServiceError
@@ -35,6 +35,31 @@ def require_session():
         abort(403, "This form is missing its security token or it has expired. Reload the page and try again.")
     g.account = accounts.get_account(g.dashboard_session.account_id)
     return None
+
+
+@bp.before_app_request
+def page_of_a_form_url():
+    """A GET of a URL only a form posts to (a result page such as an import's or a new secret's, opened again or
+    bookmarked): 303 to the nearest dashboard page above it, the one holding that form, not a 405 in JSON."""
+    if request.method not in ("GET", "HEAD") or not isinstance(request.routing_exception, MethodNotAllowed):
+        return None
+    urls = current_app.url_map.bind_to_environ(request.environ)
+    if not _dashboard_endpoint(urls, request.path, "POST"):
+        return None
+    path = request.path
+    while path != "/":
+        path = path.rsplit("/", 1)[0] or "/"
+        if _dashboard_endpoint(urls, path, "GET"):
+            return redirect(path, 303)
+    return None
+
+
+def _dashboard_endpoint(urls, path: str, method: str) -> bool:
+    try:
+        endpoint, _arguments = urls.match(path, method=method)
+    except HTTPException:
+        return False
+    return endpoint.startswith(f"{bp.name}.")
 
 
 def _same_token(sent, expected) -> bool:
