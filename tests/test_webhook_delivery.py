@@ -194,6 +194,39 @@ def test_410_deactivates_the_configuration_at_once(alice, clock):
     assert receiver.event_ids == [gone]
 
 
+@pytest.mark.parametrize("status", [410, 500])
+def test_a_redelivered_test_event_is_a_probe_like_the_test_send(alice, clock, status):
+    """It was sent on the retry schedule, and a 410 answering it deactivated the configuration."""
+    with Receiver(Reply(status=status)) as receiver:
+        configure(alice, receiver.url)
+        test_event = alice.post("/webhooks/test").json["event_id"]
+        assert alice.post(f"/events/{test_event}/redeliver").status_code == 202
+        assert deliver_due() == 1
+        clock.advance(86400)
+        assert deliver_due() == 0
+    assert [attempt.attempt for attempt in attempts_of(test_event)] == [1, 2]
+    assert attempts_of(test_event)[-1].next_attempt_at is None
+    assert event_row(test_event).delivery_status == "failed"
+    config = config_row(alice.account_id)
+    assert config.is_active is True and config.failing_since is None
+    assert receiver.event_ids == [test_event, test_event]
+
+
+def test_a_redelivered_test_event_does_not_clear_a_failing_endpoints_record(alice, clock):
+    with Receiver(Reply(status=500)) as receiver:
+        configure(alice, receiver.url)
+        record_events(alice.account_id)
+        deliver_due()
+        failing_since = config_row(alice.account_id).failing_since
+        assert failing_since is not None
+        receiver.reply = Reply(status=200)
+        test_event = alice.post("/webhooks/test").json["event_id"]
+        alice.post(f"/events/{test_event}/redeliver")
+        assert deliver_due() == 1
+    assert event_row(test_event).delivery_status == "succeeded"
+    assert config_row(alice.account_id).failing_since == failing_since
+
+
 def test_redirects_are_not_followed_and_count_as_failures(alice):
     with Receiver(lambda received: Reply(status=302, headers={"Location": "/elsewhere"})) as receiver:
         configure(alice, receiver.url)

@@ -204,7 +204,7 @@ def record_results(token: str, results: list) -> None:
         for claimed, outcome in results:
             ours = claimed.delivery_id in still_ours  # else dropped, or another sender's now: no next try from us
             tries = still_ours.get(claimed.delivery_id, claimed.tries) + 1
-            delay = retry_delay(tries, outcome) if ours and not outcome.succeeded else None
+            delay = retry_delay(tries, outcome) if ours and not outcome.succeeded and not _probe(claimed) else None
             next_at = now + timedelta(seconds=delay) if delay is not None else None
             status = "succeeded" if outcome.succeeded else ("pending" if next_at else "failed")
             attempts.append(attempt_row(claimed.account_id, claimed.outgoing.event_id, claimed.event_type,
@@ -264,15 +264,24 @@ def _log_failed_attempt(claimed: Claimed, outcome: Outcome, attempt: dict):
                        "next_attempt_at": isoformat(attempt["next_attempt_at"])})
 
 
+def _probe(claimed: Claimed) -> bool:
+    """A `test` event (redelivered by API): tried once, and its answer tells nothing of the endpoint's health, as
+    for `send_test`."""
+    return claimed.event_type == "test"
+
+
 def _update_endpoint_health(configs, results, now):
     """410 deactivates at once; a success clears `failing_since`; nothing but failures for
-    WEBHOOK_DISABLE_AFTER_SECONDS deactivates."""
+    WEBHOOK_DISABLE_AFTER_SECONDS deactivates. Test events are probes and count for none of this."""
     by_account = {}
     for claimed, outcome in results:
-        by_account.setdefault(claimed.account_id, []).append(outcome)
+        if not _probe(claimed):
+            by_account.setdefault(claimed.account_id, []).append(outcome)
     disable_after = timedelta(seconds=current_app.config["WEBHOOK_DISABLE_AFTER_SECONDS"])
     for config in configs:
-        outcomes = by_account[config.account_id]
+        outcomes = by_account.get(config.account_id)
+        if not outcomes:
+            continue
         was_active = config.is_active
         if any(outcome.succeeded for outcome in outcomes):
             config.failing_since = None
