@@ -323,6 +323,15 @@ def test_a_time_that_is_not_iso_8601_s_extended_form_is_a_400(alice, dns_public,
     assert is_validation_error(alice.post("/webhooks/recover", json={"since": since}), "since")
 
 
+def test_unix_seconds_in_a_string_are_refused_with_how_to_send_them(alice, dns_public):
+    """A string of digits could be ISO 8601's basic form (20261125) as well as Unix seconds: only a JSON number is
+    read as seconds, and the answer says so."""
+    configure(alice, "https://hooks.example.com/in")
+    response = alice.post("/webhooks/recover", json={"since": "1795654000"})
+    assert is_validation_error(response, "since") and "Unix seconds as a JSON number" in response.json["message"]
+    assert alice.post("/webhooks/recover", json={"since": 1795000000}).status_code == 202
+
+
 @pytest.mark.parametrize("since", ["2026-11-25", "2026-11-25T08:00", "2026-11-25T08:00:00.123456Z",
                                    "2026-11-25 08:00:00+05:30", "2026-11-25T08:00:00-0800", "2026-11-25T08:00:00,5Z"])
 def test_iso_8601_s_extended_forms_are_read(alice, dns_public, since):

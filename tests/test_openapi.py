@@ -4,6 +4,7 @@ import re
 import pytest
 
 from app.api.openapi import PREFIX
+from tests.webhook_helpers import configure
 
 _PARAMETER = re.compile(r"<(?:[a-z]+:)?([a-z_]+)>")
 
@@ -119,6 +120,38 @@ def test_each_operation_lists_the_error_codes_it_can_answer(document):
     resume = document["paths"]["/subscriptions/{subscription_id}/resume"]["post"]["responses"]
     assert resume["404"]["description"] == "NOT_FOUND" and resume["409"]["description"] == "INVALID_STATE"
     assert document["paths"]["/account/api-keys"]["post"]["responses"]["403"]["description"] == "KEY_LIMIT_EXCEEDED"
+
+
+@pytest.mark.parametrize("path, method", [("/webhooks/rotate-secret", "post"), ("/webhooks/test", "post"),
+                                          ("/webhooks/configure", "delete"), ("/account/api-keys/{key_id}", "delete"),
+                                          ("/events/{event_id}/redeliver", "post"),
+                                          ("/subscriptions/{subscription_id}/pause", "post")])
+def test_operations_that_take_no_body_document_the_answers_to_one(alice, document, path, method):
+    """They read a body all the same: fields are a 400, a body past the limit a 413; the document left both out."""
+    responses = document["paths"][path][method]["responses"]
+    assert responses["400"]["description"].startswith("VALIDATION_ERROR")
+    assert responses["413"]["description"] == "PAYLOAD_TOO_LARGE"
+    configure(alice, "https://hooks.example.com/in")
+    url = path.replace("{key_id}", "key_x").replace("{event_id}", "evt_x").replace("{subscription_id}", "sub_x")
+    assert alice.request(method.upper(), url, json={"x": 1}).status_code == 400
+    assert alice.request(method.upper(), url, data=b"{" + b" " * (1 << 20) + b"}",
+                      headers={"Content-Type": "application/json"}).status_code == 413
+
+
+def test_only_a_keyed_operation_that_may_carry_a_body_reads_one(document):
+    assert "413" not in document["paths"]["/subscriptions"]["get"]["responses"]
+    assert "400" not in document["paths"]["/account"]["get"]["responses"]
+
+
+@pytest.mark.parametrize("path, name", [("/subscriptions", "search"), ("/events", "subscription_id"),
+                                        ("/webhooks/deliveries", "event_id")])
+def test_free_text_query_parameters_state_that_nul_is_refused(alice, document, path, name):
+    """schemathesis sent `search=…%00…`, valid by the document, and the API answered 400 (NUL is refused on
+    every database alike)."""
+    [parameter] = [item for item in document["paths"][path]["get"]["parameters"] if item.get("name") == name]
+    assert re.match(parameter["schema"]["pattern"].replace("\\u0000", "\x00"), "a\x00b") is None
+    assert re.match(parameter["schema"]["pattern"].replace("\\u0000", "\x00"), "jané-doe") is not None
+    assert alice.get(path, query_string={name: "a\x00b"}).status_code == 400
 
 
 def test_one_api_key_is_documented_in_the_list_items_shape(document):

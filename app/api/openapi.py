@@ -4,14 +4,21 @@ import re
 from apispec import APISpec
 from apispec.ext.marshmallow import MarshmallowPlugin
 from flask import current_app
-from marshmallow import fields
+from marshmallow import fields, validate
 
-from app.schemas.base import ErrorSchema
+from app.api.http import BODY_METHODS
+from app.schemas.base import ErrorSchema, QuerySchema
 from app.version import VERSION
 
 _PATH_PARAMETER = re.compile(r"<(?:[a-z]+:)?([a-z_]+)>")
 PREFIX = "/api/v1"
+NO_NUL_PATTERN = "^[^\\u0000]*$"
 ALWAYS = {401: ["UNAUTHORIZED"], 429: ["RATE_LIMIT_EXCEEDED"], 500: ["INTERNAL_ERROR"]}
+
+
+def _free_query_text(field) -> bool:
+    return (isinstance(field, fields.String) and isinstance(field.parent, QuerySchema)
+            and not any(isinstance(rule, (validate.OneOf, validate.Regexp)) for rule in field.validators))
 
 
 def _schema_name(schema):
@@ -20,11 +27,14 @@ def _schema_name(schema):
 
 
 def _stated_constraints(self, field, **kwargs) -> dict:
-    """What apispec leaves out of a field's JSON schema: a Dict's key rules as `propertyNames`, and
-    `metadata={"json_schema": {...}}` for rules a service function enforces rather than a validator."""
+    """What apispec leaves out of a field's JSON schema: a Dict's key rules as `propertyNames`, no NUL in a
+    query parameter's text (`refuse_nul_in_query_and_form`), and `metadata={"json_schema": {...}}` for rules a
+    service function enforces rather than a validator."""
     extra = dict(field.metadata.get("json_schema", {}))
     if isinstance(field, fields.Dict) and field.key_field is not None:
         extra["propertyNames"] = self.field2property(field.key_field)
+    if _free_query_text(field) and "pattern" not in extra:
+        extra["pattern"] = NO_NUL_PATTERN
     return extra
 
 
@@ -45,7 +55,7 @@ def build_document(app) -> dict:
             continue
         path = _PATH_PARAMETER.sub(r"{\1}", rule.rule.removeprefix(PREFIX)) or "/"
         for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
-            operation = _operation(meta, rule)
+            operation = _operation(meta, rule, method)
             operation["operationId"] = _unique_id(view.__name__, path, operation_ids)
             paths.setdefault(path, {})[method.lower()] = operation
         if meta["body"] is not None:
@@ -67,12 +77,14 @@ def _unique_id(name: str, path: str, taken: set) -> str:
     return operation_id
 
 
-def _error_codes(meta, rule) -> dict:
-    """{status: [codes]} this operation can answer with."""
+def _error_codes(meta, rule, method) -> dict:
+    """{status: [codes]} this operation can answer with. A keyed operation whose method may carry a body reads it
+    even when it takes none (`refuse_a_body_where_none_is_taken`): fields are a 400, a body past the limit a 413."""
     codes = {status: list(names) for status, names in ALWAYS.items()} if meta["auth"] else {500: ["INTERNAL_ERROR"]}
-    if meta["body"] is not None or meta["query"] is not None:
+    reads_a_body = meta["body"] is not None or (meta["auth"] and method in BODY_METHODS)
+    if reads_a_body or meta["query"] is not None:
         codes.setdefault(400, []).append("VALIDATION_ERROR")
-    if meta["body"] is not None:
+    if reads_a_body:
         codes.setdefault(413, []).append("PAYLOAD_TOO_LARGE")
     if rule.arguments:
         codes.setdefault(404, []).append("NOT_FOUND")
@@ -82,7 +94,7 @@ def _error_codes(meta, rule) -> dict:
     return dict(sorted(codes.items()))
 
 
-def _operation(meta, rule):
+def _operation(meta, rule, method):
     success = {"description": meta["summary"]}
     response = meta["response"]
     if isinstance(response, dict):
@@ -91,7 +103,7 @@ def _operation(meta, rule):
         success["content"] = {"application/json": {"schema": response}}
     statuses = meta["status"] if isinstance(meta["status"], tuple) else (meta["status"],)
     responses = {str(status): success for status in statuses}
-    for status, codes in _error_codes(meta, rule).items():
+    for status, codes in _error_codes(meta, rule, method).items():
         responses[str(status)] = {"description": " or ".join(codes),
                                   "content": {"application/json": {"schema": "Error"}}}
     operation = {"summary": meta["summary"], "responses": responses,

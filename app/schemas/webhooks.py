@@ -42,6 +42,8 @@ _ISO_8601 = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
 class UtcDateTime(fields.DateTime):
     """ISO 8601 (extended form) or Unix seconds (a number); an offset is converted to UTC, none means UTC. Loads as
     naive UTC (the stored form)."""
+    default_error_messages = {"invalid": "Not a valid time: ISO 8601 (2026-11-25T08:00:00Z) or Unix seconds as a "
+                                         "JSON number (a string of digits could be either)."}
 
     def _deserialize(self, value, attr, data, **kwargs):
         if isinstance(value, (int, float)) and not isinstance(value, bool):
