@@ -71,7 +71,8 @@ def _value_at(data, path):
 def validation_failed_from(error: ValidationError, data) -> ValidationFailed:
     errors = flatten_messages(error.messages)
     first = errors[0] if errors else {"field": "body", "message": "Invalid input."}
-    message = f"{first['field']}: {first['message']}"
+    field, problem = first["field"], first["message"]
+    message = problem if problem.startswith(f"{field} ") else f"{field}: {problem}"  # not "name: name must…"
     return ValidationFailed(first["field"], message, _value_at(data, first["field"]), errors)
 
 

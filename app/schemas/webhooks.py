@@ -5,15 +5,28 @@ from marshmallow import Schema, ValidationError, fields, validate, validates_sch
 
 from app.schemas.base import BodySchema, PageQuerySchema, PaginationSchema, StrictBool, Timestamp
 from app.schemas.events import DeliveryAttemptSchema
-from app.services.webhooks import EVENT_PATTERNS, HOST_NAME, INITIAL_WEBHOOK_CHOICES, PORT, URL_PATH
+from app.errors import ValidationFailed
+from app.services.webhooks import (EVENT_PATTERNS, HOST_NAME, INITIAL_WEBHOOK_CHOICES, PORT, URL_PATH,
+                                   check_endpoint_url, validate_events)
 
 MAX_EVENT_PATTERNS = 50
 # What `check_endpoint_url` accepts, less IP literals (public ones are accepted too)
 PUBLIC_HTTPS_URL = f"^https://{HOST_NAME}{PORT}{URL_PATH}$"
 
 
+def _checked_by(check):
+    """A service's check as a field validator, so that every problem of one body is listed together (contract §2:
+    `errors` lists all); the service checks again as it writes."""
+    def validator(value):
+        try:
+            check(value)
+        except ValidationFailed as error:
+            raise ValidationError(error.message) from None
+    return validator
+
+
 def _endpoint_url(**kwargs):
-    return fields.Str(validate=validate.Length(1, 2048),
+    return fields.Str(validate=[validate.Length(1, 2048), _checked_by(check_endpoint_url)],
                       metadata={"description": "HTTPS URL that receives events; must resolve to a public address "
                                                "(an IP literal is accepted when public; the pattern shows names).",
                                 "json_schema": {"pattern": PUBLIC_HTTPS_URL}},
@@ -22,7 +35,7 @@ def _endpoint_url(**kwargs):
 
 def _event_patterns(**kwargs):
     pattern = fields.Str(validate=validate.Length(1, 100), metadata={"json_schema": {"enum": EVENT_PATTERNS}})
-    return fields.List(pattern, validate=validate.Length(1, MAX_EVENT_PATTERNS),
+    return fields.List(pattern, validate=[validate.Length(1, MAX_EVENT_PATTERNS), _checked_by(validate_events)],
                        metadata={"description": "Event types to receive: `*`, a family such as `contact.*`, "
                                                 "or exact types."}, **kwargs)
 
