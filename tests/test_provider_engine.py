@@ -321,6 +321,28 @@ def test_calls_the_budget_cannot_grant_before_the_deadline_are_deferred_untouche
     assert all(state_of(subscription_id) == before[subscription_id] for subscription_id in deferred)
 
 
+@pytest.mark.parametrize("local", [False, True])
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_no_call_starts_past_the_deadline_however_free_the_provider(alice, vendor, local, concurrency):
+    """A slow provider with slots and budget to spare started every call of the claim: past half the lease, past
+    the lease itself, and another process re-claimed the batch and threw its results away, over and over."""
+    from app.services import checks
+    starts = []
+
+    def slow_fetch(entity_type, keys, fetch=vendor.fetch_many):
+        starts.append(time.time())
+        time.sleep(0.15)
+        return fetch(entity_type, keys)
+    vendor.fetch_many, vendor.batch_size, vendor.local, vendor.concurrency = slow_fetch, 1, local, concurrency
+    ids = [subscribe(alice, f"p{number}") for number in range(12)]
+    make_due(ids)
+    token = checks.new_claim_token()
+    deadline = time.time() + 0.35
+    summary = checks.record_outcomes(token, checks.fetch_all(vendor, checks.claim(token, 20), deadline=deadline))
+    assert starts and all(start < deadline for start in starts)
+    assert (summary.checked, summary.deferred) == (len(starts), 12 - len(starts)) and len(starts) < 12
+
+
 # --- concurrency slots shared by every process ----------------------------------------------------------
 
 DIES_HOLDING_A_SLOT = textwrap.dedent("""

@@ -312,9 +312,11 @@ def fetch_all(provider, claimed: list, deadline: float = None, keep_going=always
     flight = _Flight(spec, timedelta(seconds=lease))
     pool = ThreadPoolExecutor(max_workers=spec.concurrency) if spec.concurrency > 1 else None
     try:
+        def go_on() -> bool:  # the deadline too: a call started past it could outlive the claim's lease
+            return not stop.is_set() and keep_going() and time.time() < deadline
+
         for index, call in enumerate(calls):
-            if not (flight.reserve(deadline, lambda: not stop.is_set() and keep_going())
-                    and _may_call(spec, deadline)):
+            if not (flight.reserve(deadline, go_on) and _may_call(spec, deadline)):
                 flight.unreserve()
                 deferred = _deferred(calls[index:])
                 break
