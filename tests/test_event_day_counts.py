@@ -91,7 +91,8 @@ def test_the_chart_shows_each_day_of_the_window_from_the_counters(alice):
                        for days_ago, count in ((0, 2), (3, 1), (29, 4))}  # 30 days: today and the 29 before
 
 
-def test_pruned_events_and_attempts_leave_the_counters(alice):
+def test_pruned_events_and_attempts_stay_counted(alice):
+    """Usage and the overview count what happened: with a retention under a month, the month's figures shrank."""
     old_day = utcnow() - timedelta(days=100)
     with write_transaction() as session:
         for _ in range(3):
@@ -103,10 +104,22 @@ def test_pruned_events_and_attempts_leave_the_counters(alice):
                                                     Outcome(succeeded=True, status_code=200, duration_ms=30), old_day,
                                                     None) for event_id in old_ids])
     assert delivery_counted(alice.account_id) == {(old_day.date().isoformat(), "succeeded"): (3, 90)}
+    before = counted(alice.account_id)
+    assert before == recounted(alice.account_id) == {(utcnow().date().isoformat(), "contact.position_changed"): 1,
+                                                     (old_day.date().isoformat(), "test"): 3}
     retention.prune()
-    assert counted(alice.account_id) == recounted(alice.account_id) == {
-        (utcnow().date().isoformat(), "contact.position_changed"): 1}
-    assert delivery_counted(alice.account_id) == {}
+    assert recounted(alice.account_id) == {(utcnow().date().isoformat(), "contact.position_changed"): 1}
+    assert counted(alice.account_id) == before
+    assert delivery_counted(alice.account_id) == {(old_day.date().isoformat(), "succeeded"): (3, 90)}
+
+
+def test_usage_of_the_day_stays_after_its_events_are_pruned(app, alice):
+    app.config["EVENT_RETENTION_DAYS"] = 0
+    record_events(alice.account_id, count=3)
+    assert retention.prune().events == 3
+    assert alice.get("/events").json["pagination"]["total"] == 0
+    assert alice.get("/account/usage").json["day"]["events_created"] == 3
+    assert alice.get("/account/usage").json["month"]["events_created"] == 3
 
 
 def test_deliveries_are_counted_per_day_and_status_for_the_overview_and_usage(alice):

@@ -44,9 +44,9 @@ class Event(db.Model):
 
 
 class EventDayCount(db.Model):
-    """How many events of a type an account has of a UTC day: changed in the same transaction as the events are
-    inserted or pruned (`events.count_by_day`), so the dashboard's chart and the usage report read a row a day
-    and type instead of every event."""
+    """How many events of a type an account created on a UTC day: added to in the same transaction as the events
+    are inserted (`events.count_by_day`), so the dashboard's chart and the usage report read a row a day and type
+    instead of every event. Retention leaves the count: it says what happened, not what is kept."""
     __tablename__ = "event_day_counts"
 
     account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"), primary_key=True)
@@ -120,8 +120,8 @@ class DeliveryAttempt(db.Model):
 
 
 class DeliveryDayCount(db.Model):
-    """Delivery attempts of an account per UTC day and status, with their summed duration: changed in the same
-    transaction as the attempts are inserted or pruned (`outbox.count_attempts_by_day`)."""
+    """Delivery attempts of an account per UTC day and status, with their summed duration: added to in the same
+    transaction as the attempts are inserted (`outbox.count_attempts_by_day`); retention leaves them."""
     __tablename__ = "delivery_day_counts"
 
     account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"), primary_key=True)

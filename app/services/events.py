@@ -125,11 +125,11 @@ def store(session, built):
         session.execute(insert(OutboxDelivery.__table__), delivery_rows)
 
 
-def count_by_day(session, event_rows, sign=1):
-    """Add (sign 1) or take away (-1) event rows in `event_day_counts`, inside the caller's transaction."""
+def count_by_day(session, event_rows):
+    """Add event rows to `event_day_counts`, inside the caller's transaction (retention leaves them counted)."""
     counts = Counter((row["account_id"], row["created_at"].date(), row["type"]) for row in event_rows)
     add_to_counters(session, EventDayCount, ("account_id", "day", "type"),
-                    [{"account_id": account_id, "day": day, "type": event_type, "count": sign * count}
+                    [{"account_id": account_id, "day": day, "type": event_type, "count": count}
                      for (account_id, day, event_type), count in counts.items()])
 
 

@@ -161,16 +161,16 @@ def store_attempts(session, attempt_rows):
     count_attempts_by_day(session, attempt_rows)
 
 
-def count_attempts_by_day(session, attempt_rows, sign=1):
-    """Add (sign 1) or take away (-1) attempt rows in `delivery_day_counts`."""
+def count_attempts_by_day(session, attempt_rows):
+    """Add attempt rows to `delivery_day_counts` (retention leaves them counted)."""
     counts, durations = Counter(), Counter()
     for row in attempt_rows:
         key = (row["account_id"], row["attempted_at"].date(), row["status"])
         counts[key] += 1
         durations[key] += row["duration_ms"] or 0
     add_to_counters(session, DeliveryDayCount, ("account_id", "day", "status"),
-                    [{"account_id": account_id, "day": day, "status": status, "count": sign * count,
-                      "duration_ms": sign * durations[account_id, day, status]}
+                    [{"account_id": account_id, "day": day, "status": status, "count": count,
+                      "duration_ms": durations[account_id, day, status]}
                      for (account_id, day, status), count in counts.items()])
 
 

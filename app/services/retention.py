@@ -13,7 +13,6 @@ from app.common import utcnow
 from app.database import end_read_transaction, lock_in_order, write_transaction
 from app.extensions import db
 from app.models import DeliveryAttempt, Event, OutboxDelivery
-from app.services import events, outbox
 
 
 @dataclass
@@ -41,15 +40,6 @@ def _prunable_event_ids(cutoff, limit) -> list:
     return ids
 
 
-def _uncount(session, event_ids):
-    """Take the events and their attempts about to be deleted out of the per-day counters."""
-    events.count_by_day(session, session.execute(select(Event.account_id, Event.created_at, Event.type)
-                                                 .where(Event.id.in_(event_ids))).mappings().all(), sign=-1)
-    outbox.count_attempts_by_day(session, session.execute(
-        select(DeliveryAttempt.account_id, DeliveryAttempt.attempted_at, DeliveryAttempt.status,
-               DeliveryAttempt.duration_ms).where(DeliveryAttempt.event_id.in_(event_ids))).mappings().all(), sign=-1)
-
-
 def prune_batch(cutoff, batch_size) -> Pruned:
     """Delete up to `batch_size` events created before `cutoff`, with their attempts."""
     ids = _prunable_event_ids(cutoff, batch_size)
@@ -60,7 +50,7 @@ def prune_batch(cutoff, batch_size) -> Pruned:
         # re-checked once they are locked: a redelivery may have queued one of them meanwhile
         kept = set(session.scalars(select(OutboxDelivery.event_id).where(OutboxDelivery.event_id.in_(ids))))
         ids = [event_id for event_id in ids if event_id not in kept]
-        _uncount(session, ids)
+        # The per-day counters keep them: usage and the overview count what happened, not what is kept.
         attempts = session.execute(delete(DeliveryAttempt).where(DeliveryAttempt.event_id.in_(ids))).rowcount
         pruned = session.execute(delete(Event).where(Event.id.in_(ids))).rowcount
     return Pruned(pruned, attempts)
