@@ -1,6 +1,8 @@
 """Delivery from the outbox: success, the retry schedule (time travel), 410, redirects, throttling,
 Retry-After, filters, inactive configurations, auto-disable, the delivery log, redelivery, recovery,
 the wake-up, and tenant isolation."""
+import threading
+import time
 from datetime import timedelta, timezone
 
 import pytest
@@ -569,6 +571,44 @@ def test_a_stopping_sender_gives_back_what_it_did_not_send_and_the_attempt_numbe
         assert all(event_row(event_id).attempt_count == 0 for event_id in ids)
         assert deliver_due() == 3  # released rows are due at once, and their first try is attempt 1
     assert sorted(request.headers["X-Webhook-Attempt"] for request in receiver.requests) == ["1", "1", "1"]
+
+
+def test_a_slow_endpoint_holds_back_its_own_batch_not_the_sends_claimed_after_it(app, alice, bob):
+    """The sender claimed the next batch only once the one before the last was recorded: one account's endpoint
+    answering slowly (up to the 10 s timeout) delayed every other account's deliveries."""
+    app.config.update(WEBHOOK_BATCH_SIZE=1, WEBHOOK_WORKERS=4)
+    bob_served, release_alice = threading.Event(), threading.Event()
+
+    def alice_reply(received):
+        release_alice.wait(30)
+        return Reply()
+
+    with Receiver(alice_reply) as slow, Receiver() as fast:
+        configure(alice, slow.url)
+        configure(bob, fast.url)
+        [alices] = record_events(alice.account_id)
+        bobs = record_events(bob.account_id, 3)
+
+        def release_once_bob_is_served():
+            if _wait_for(lambda: len(fast.requests) == 3):
+                bob_served.set()
+            release_alice.set()
+        watcher = threading.Thread(target=release_once_bob_is_served)
+        watcher.start()
+        assert deliveries.deliver_until_idle() == 4
+        watcher.join()
+    assert bob_served.is_set(), "bob's deliveries waited for alice's endpoint"
+    assert sorted(fast.event_ids) == sorted(bobs) and slow.event_ids == [alices]
+    assert all(event_row(event_id).delivery_status == "succeeded" for event_id in [alices, *bobs])
+
+
+def _wait_for(condition, seconds=20) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def test_a_batch_the_pool_refuses_is_given_back(alice, app):

@@ -3,7 +3,7 @@ lets the scheduler's sender loop start as soon as a transaction has queued deliv
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 from flask import current_app
@@ -13,6 +13,7 @@ from app.services import events, outbox
 from app.services.transport import transport_for
 
 STEP_BUDGET_SECONDS = 30
+RECHECK_SECONDS = 0.2  # while tries run: how soon a wake-up (new deliveries queued) is noticed
 log = logging.getLogger(__name__)
 
 woken = threading.Event()  # new rows were queued since the sender last looked
@@ -69,21 +70,35 @@ def deliver_due() -> int:
 def deliver_until_idle(budget_seconds=None, keep_going=always) -> int:
     """Deliver batch after batch until nothing is due (or the budget is spent); returns how many were sent.
 
-    Pipelined: the next batch is claimed and handed to the pool before the previous one is recorded, so
-    the senders never wait for the bookkeeping."""
+    A batch is claimed whenever a sender is idle, and each batch is recorded once its last try has returned: an
+    endpoint that answers slowly (up to WEBHOOK_TIMEOUT_SECONDS a try) holds back its own batch's record, not
+    the sends of the batches claimed after it (other accounts' endpoints among them)."""
     app = current_app._get_current_object()
     deadline = None if budget_seconds is None else time.monotonic() + budget_seconds
-    sent, previous = 0, None
+    sent, in_flight, due = 0, [], True
     with _sender_pool(app) as pool:
         while True:
-            woken.clear()
-            within_budget = keep_going() and (deadline is None or time.monotonic() < deadline)
-            current = _claim_and_send(app, pool, keep_going) if within_budget else None
-            if previous is not None:
-                sent += _record(previous)
-            if current is None or not (current.batch or woken.is_set()):
+            claiming = keep_going() and (deadline is None or time.monotonic() < deadline)
+            due = due or woken.is_set()
+            if claiming and due and _tries_running(in_flight) < app.config["WEBHOOK_WORKERS"]:
+                woken.clear()
+                current = _claim_and_send(app, pool, keep_going)
+                due = bool(current.batch)  # an empty claim: nothing is due until something wakes the sender
+                if current.batch:
+                    in_flight.append(current)
+                    continue
+            for finished in [batch for batch in in_flight if all(future.done() for future in batch.futures)]:
+                sent += _record(finished)
+                in_flight.remove(finished)
+            if not in_flight and not (claiming and (due or woken.is_set())):
                 return sent
-            previous = current if current.batch else None
+            wait([future for batch in in_flight for future in batch.futures], timeout=RECHECK_SECONDS,
+                 return_when=FIRST_COMPLETED)
+
+
+def _tries_running(in_flight) -> int:
+    """Tries handed to the pool that have not returned (running, or waiting for a sender)."""
+    return sum(not future.done() for batch in in_flight for future in batch.futures)
 
 
 def run_sender_loop(app, stopping: threading.Event) -> None:
