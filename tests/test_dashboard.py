@@ -332,6 +332,18 @@ def test_a_get_of_a_form_url_goes_to_the_page_holding_the_form(browser, alice, p
     assert subscription_count(alice.account_id) == 1 and keys.list_keys(alice.account_id)
 
 
+@pytest.mark.parametrize("path, page", [("/events/a%0Ab/redeliver", "/events/a%0Ab"),
+                                        ("/subscriptions/a%0D%0Ab/pause", "/subscriptions/a%0D%0Ab"),
+                                        ("/events/a%3Fb/redeliver", "/events/a%3Fb"),
+                                        ("/events/a%23b/redeliver", "/events/a%23b"),
+                                        ("/events/a%25b/redeliver", "/events/a%25b")])
+def test_a_form_url_holding_encoded_characters_goes_to_its_page_encoded_alike(anon, path, page):
+    """The decoded path went into Location: a line break there was a 500 (before any sign-in), `?` and `#` cut
+    the id short."""
+    response = anon.client.get(path)
+    assert response.status_code == 303 and response.headers["Location"] == page
+
+
 def test_api_and_unknown_paths_keep_their_json_answers(browser, alice):
     assert browser.client.get("/api/v1/webhooks/test").json["error"] == "METHOD_NOT_ALLOWED"
     assert browser.client.get("/api/v1/subscriptions/bulk").status_code == 405

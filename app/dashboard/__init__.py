@@ -44,22 +44,25 @@ def page_of_a_form_url():
     if request.method not in ("GET", "HEAD") or not isinstance(request.routing_exception, MethodNotAllowed):
         return None
     urls = current_app.url_map.bind_to_environ(request.environ)
-    if not _dashboard_endpoint(urls, request.path, "POST"):
+    if not _dashboard_route(urls, request.path, "POST"):
         return None
     path = request.path
     while path != "/":
         path = path.rsplit("/", 1)[0] or "/"
-        if _dashboard_endpoint(urls, path, "GET"):
-            return redirect(path, 303)
+        page = _dashboard_route(urls, path, "GET")
+        if page:
+            endpoint, arguments = page
+            return redirect(url_for(endpoint, **arguments), 303)  # built again: the path is decoded text
     return None
 
 
-def _dashboard_endpoint(urls, path: str, method: str) -> bool:
+def _dashboard_route(urls, path: str, method: str):
+    """(endpoint, arguments) of the dashboard's route for this path and method; None for any other."""
     try:
-        endpoint, _arguments = urls.match(path, method=method)
+        endpoint, arguments = urls.match(path, method=method)
     except HTTPException:
-        return False
-    return endpoint.startswith(f"{bp.name}.")
+        return None
+    return (endpoint, arguments) if endpoint.startswith(f"{bp.name}.") else None
 
 
 def _same_token(sent, expected) -> bool:
