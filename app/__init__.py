@@ -121,10 +121,11 @@ def _register_request_hooks(app):
 
 def _register_blueprints(app):
     from app.api import account, events, keys, meta, metrics, subscriptions, webhooks
-    from app.api.http import PathTextConverter, SubscriptionIdConverter
+    from app.api.http import PathTextConverter, id_converter_beside
     from app.dashboard import bp as dashboard_bp
     app.url_map.converters["default"] = PathTextConverter
-    app.url_map.converters["subscription"] = SubscriptionIdConverter
+    app.url_map.converters["subscription"] = id_converter_beside("bulk", "export")  # the API's
+    app.url_map.converters["dashboard_subscription"] = id_converter_beside("bulk", "import")
     app.register_blueprint(meta.bp)
     app.register_blueprint(dashboard_bp)
     metrics.register(app)

@@ -568,3 +568,10 @@ def test_a_switched_off_endpoint_is_shown_with_why(browser, alice):
     overview = browser.text("/")
     assert "Deactivated: deliveries are paused after failing since" in overview
     assert "Deliveries are switched off: the endpoint kept failing" in browser.text("/webhook")
+
+
+def test_the_dashboards_and_the_apis_subscription_ids_each_step_around_their_own_siblings(browser, alice):
+    assert browser.client.get("/subscriptions/export").status_code == 404  # the dashboard has no export page
+    assert "No subscription with id" in browser.client.get("/subscriptions/export").get_data(as_text=True)
+    response = alice.get("/subscriptions/import")  # the API has no import route: an id like any other
+    assert response.status_code == 404 and response.json["details"]["resource"] == "subscription"

@@ -18,10 +18,10 @@ class PathTextConverter(BaseConverter):
     regex = r"[^/\x00]+"
 
 
-class SubscriptionIdConverter(BaseConverter):
-    """`/subscriptions/<subscription:…>` never matches the static siblings `bulk`, `export` and the dashboard's
-    `import`, so their OPTIONS and 405 answers list only their own methods."""
-    regex = r"(?!(?:bulk|export|import)$)[^/\x00]+"
+def id_converter_beside(*siblings: str) -> type:
+    """A path parameter that never matches these static siblings of its route (`/subscriptions/bulk` beside
+    `/subscriptions/<id>`), so their OPTIONS and 405 answers list only their own methods."""
+    return type("IdConverter", (BaseConverter,), {"regex": rf"(?!(?:{'|'.join(siblings)})$)[^/\x00]+"})
 
 
 FORM_MIMETYPES = ("application/x-www-form-urlencoded", "multipart/form-data")  # the bodies request.form parses

@@ -173,7 +173,7 @@ def import_subscriptions():
                   listed=IMPORT_ROWS_LISTED, results_href=lambda: import_results_href(header, report))
 
 
-@bp.get("/subscriptions/<subscription:subscription_id>")
+@bp.get("/subscriptions/<dashboard_subscription:subscription_id>")
 def subscription_page(subscription_id):
     subscription = subscriptions.get(account_id(), subscription_id)
     rows, total = events.list_page(account_id(), PAGE_SIZE, 0, subscription_id=subscription.id)
@@ -182,7 +182,7 @@ def subscription_page(subscription_id):
                   metadata=json.dumps(subscription.custom_metadata or {}, indent=2, ensure_ascii=False))
 
 
-@bp.post("/subscriptions/<subscription:subscription_id>/<any(pause, resume, cancel):action>")
+@bp.post("/subscriptions/<dashboard_subscription:subscription_id>/<any(pause, resume, cancel):action>")
 def change_subscription(subscription_id, action):
     def change():
         if action == "cancel":
@@ -193,7 +193,7 @@ def change_subscription(subscription_id, action):
     return _attempt(change, "dashboard.subscription_page", subscription_id=subscription_id)
 
 
-@bp.post("/subscriptions/<subscription:subscription_id>/metadata")
+@bp.post("/subscriptions/<dashboard_subscription:subscription_id>/metadata")
 def edit_metadata(subscription_id):
     def change():
         try:
