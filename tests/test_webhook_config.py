@@ -1,4 +1,6 @@
 """Webhook configuration: create/replace, read, update, delete, filters, secrets and the test send."""
+import socket
+
 import pytest
 
 from tests.webhook_helpers import LOCAL_RECEIVER_CONFIG, Receiver, Reply, configure
@@ -177,3 +179,43 @@ def test_webhook_routes_are_in_the_openapi_document(anon):
     for path in ("/webhooks/test", "/webhooks/rotate-secret", "/webhooks/recover", "/events/{event_id}/redeliver"):
         assert "post" in paths[path]
     assert "get" in paths["/webhooks/deliveries"]
+
+
+def test_every_problem_of_a_configuration_is_listed_once_and_nothing_is_stored(app, alice):
+    """The URL and event checks ran after the schema, so a body's problems came in two rounds; then each check
+    ran beside a Length rule and a problem could be listed twice."""
+    app.config.update(WEBHOOK_ALLOW_HTTP=False, WEBHOOK_ALLOW_PRIVATE_ADDRESSES=False)
+    response = alice.post("/webhooks/configure", json={"endpoint_url": "http://hooks.example.com/in",
+                                                       "events": ["*", "bogus"], "initial_webhook": "x", "extra": 1})
+    details = response.json["details"]
+    assert [error["field"] for error in details["errors"]] == ["endpoint_url", "events.1", "initial_webhook", "extra"]
+    assert details["field"] == "endpoint_url" and details["value"] == "http://hooks.example.com/in"
+    assert response.json["message"] == "endpoint_url must be an https:// URL."
+    empty = alice.post("/webhooks/configure", json={"endpoint_url": "", "events": []}).json["details"]["errors"]
+    assert [error["field"] for error in empty] == ["endpoint_url", "events"]
+    assert alice.get("/webhooks/configure").status_code == 404
+
+
+def test_an_unknown_event_type_is_the_value_named(alice):
+    response = alice.put("/webhooks/configure", json={"events": ["contact.*", "bogus"]})
+    details = response.json["details"]
+    assert (details["field"], details["value"]) == ("events.1", "bogus")
+    assert "Unknown event type 'bogus'" in response.json["message"]
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT"])
+def test_the_endpoints_name_is_looked_up_once_and_outside_any_transaction(app, alice, monkeypatch, method):
+    """It was looked up twice (a schema check, then the service's), both times with the request's read
+    transaction still open: on PostgreSQL, a connection idle in transaction across two DNS lookups."""
+    from app.extensions import db
+    app.config.update(WEBHOOK_ALLOW_HTTP=False, WEBHOOK_ALLOW_PRIVATE_ADDRESSES=False)
+    configure(alice, "https://93.184.216.34/in")
+    lookups = []
+
+    def resolve(host, port, *args, **kwargs):
+        lookups.append((host, db.session().in_transaction()))
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.215.14", port or 443))]
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    response = alice.request(method, "/webhooks/configure", json={"endpoint_url": "https://hooks.example.com/in"})
+    assert response.status_code == 200
+    assert lookups == [("hooks.example.com", False)]

@@ -5,37 +5,43 @@ from marshmallow import Schema, ValidationError, fields, validate, validates_sch
 
 from app.schemas.base import BodySchema, PageQuerySchema, PaginationSchema, StrictBool, Timestamp
 from app.schemas.events import DeliveryAttemptSchema
-from app.errors import ValidationFailed
 from app.services.webhooks import (EVENT_PATTERNS, HOST_NAME, INITIAL_WEBHOOK_CHOICES, PORT, URL_PATH,
-                                   check_endpoint_url, validate_events)
+                                   endpoint_url_problem, unknown_event_pattern)
 
 MAX_EVENT_PATTERNS = 50
+MAX_URL_LENGTH = 2048
 # What `check_endpoint_url` accepts, less IP literals (public ones are accepted too)
 PUBLIC_HTTPS_URL = f"^https://{HOST_NAME}{PORT}{URL_PATH}$"
 
 
-def _checked_by(check):
-    """A service's check as a field validator, so that every problem of one body is listed together (contract §2:
-    `errors` lists all); the service checks again as it writes."""
-    def validator(value):
-        try:
-            check(value)
-        except ValidationFailed as error:
-            raise ValidationError(error.message) from None
-    return validator
+def _endpoint_url_form(url: str):
+    """The URL's form, checked with the rest of the body so that every problem is listed together (contract §2:
+    `errors` lists all); the name lookup waits for the service, outside any transaction."""
+    if len(url) > MAX_URL_LENGTH:
+        raise ValidationError(f"endpoint_url must be at most {MAX_URL_LENGTH} characters.")
+    problem = endpoint_url_problem(url)
+    if problem:
+        raise ValidationError(problem)
+
+
+def _known_event_pattern(pattern: str):
+    if pattern not in EVENT_PATTERNS:
+        raise ValidationError(unknown_event_pattern(pattern if len(pattern) <= 100 else f"{pattern[:100]}…"))
 
 
 def _endpoint_url(**kwargs):
-    return fields.Str(validate=[validate.Length(1, 2048), _checked_by(check_endpoint_url)],
+    return fields.Str(validate=_endpoint_url_form,
                       metadata={"description": "HTTPS URL that receives events; must resolve to a public address "
                                                "(an IP literal is accepted when public; the pattern shows names).",
-                                "json_schema": {"pattern": PUBLIC_HTTPS_URL}},
+                                "json_schema": {"pattern": PUBLIC_HTTPS_URL, "minLength": 1,
+                                                "maxLength": MAX_URL_LENGTH}},
                       **kwargs)
 
 
 def _event_patterns(**kwargs):
-    pattern = fields.Str(validate=validate.Length(1, 100), metadata={"json_schema": {"enum": EVENT_PATTERNS}})
-    return fields.List(pattern, validate=[validate.Length(1, MAX_EVENT_PATTERNS), _checked_by(validate_events)],
+    pattern = fields.Str(validate=_known_event_pattern, metadata={"json_schema": {"enum": EVENT_PATTERNS}})
+    return fields.List(pattern, validate=validate.Length(1, MAX_EVENT_PATTERNS, error=(
+                           f"events must list 1 to {MAX_EVENT_PATTERNS} event types, or `*`.")),
                        metadata={"description": "Event types to receive: `*`, a family such as `contact.*`, "
                                                 "or exact types."}, **kwargs)
 

@@ -8,7 +8,7 @@ from flask import current_app
 from sqlalchemy import bindparam, case, delete, update
 
 from app.common import new_id, random_alphanumeric, utcnow
-from app.database import in_lock_order, write_transaction
+from app.database import end_read_transaction, in_lock_order, write_transaction
 from app.errors import InvalidState, NotFound, ServiceError, ValidationFailed
 from app.extensions import db
 from app.models import DeliveryAttempt, Event, OutboxDelivery, WebhookConfig
@@ -39,15 +39,23 @@ class ConfigurationMissing(NotFound):
 
 # --- validation -------------------------------------------------------------------------------
 
+NOT_PUBLIC = ("endpoint_url must resolve to a public internet address (loopback, private, link-local and similar "
+              "ranges are refused).")
+
+
 def validate_events(patterns: list) -> list:
     """`*`, a known type, or a family prefix such as `contact.*`; duplicates dropped, order kept."""
     if not patterns:
         raise ValidationFailed("events", "events must list at least one event type, or `*`.", patterns)
     for pattern in patterns:
         if pattern not in EVENT_PATTERNS:
-            raise ValidationFailed("events", f"Unknown event type '{pattern}'. Use `*`, a family such as "
-                                             f"`contact.*`, or one of: {', '.join(events.EVENT_TYPES)}.", pattern)
+            raise ValidationFailed("events", unknown_event_pattern(pattern), pattern)
     return list(dict.fromkeys(patterns))
+
+
+def unknown_event_pattern(pattern: str) -> str:
+    return (f"Unknown event type '{pattern}'. Use `*`, a family such as `contact.*`, or one of: "
+            f"{', '.join(events.EVENT_TYPES)}.")
 
 
 def _is_ip_literal(host: str) -> bool:
@@ -72,40 +80,46 @@ def _resolved_addresses(host: str, port: int) -> list:
 
 
 def check_endpoint_url(url: str) -> str:
-    """The configure-time guard. A name that does not resolve now is accepted: the send-time guard,
-    which checks the address actually connected to, still refuses it if it later points inward."""
+    """The configure-time guard: the URL's form (`endpoint_url_problem`), then the addresses its name stands for
+    now. A name that does not resolve now is accepted: the send-time guard, which checks the address actually
+    connected to, still refuses it if it later points inward. Call it outside any transaction (a name lookup)."""
+    problem = endpoint_url_problem(url)
+    if problem:
+        raise ValidationFailed("endpoint_url", problem, url)
+    config = current_app.config
+    if config["WEBHOOK_ALLOW_PRIVATE_ADDRESSES"]:
+        return url
+    endpoint = parse_endpoint(url)
+    allow_loopback = config["WEBHOOK_TEST_ALLOW_LOOPBACK"]
+    if any(is_forbidden_address(address, allow_loopback) for address in _resolved_addresses(endpoint.host,
+                                                                                           endpoint.port)):
+        raise ValidationFailed("endpoint_url", NOT_PUBLIC, url)
+    return url
+
+
+def endpoint_url_problem(url: str):
+    """What is wrong with the URL's form, without looking its name up (None: nothing)."""
     config = current_app.config
     try:
         endpoint = parse_endpoint(url)
     except ValueError:
-        raise ValidationFailed("endpoint_url", "endpoint_url is not a valid URL (host or port).", url)
+        return "endpoint_url is not a valid URL (host or port)."
     if endpoint.scheme not in allowed_schemes(config["WEBHOOK_ALLOW_HTTP"]):
-        raise ValidationFailed("endpoint_url", "endpoint_url must be an https:// URL.", url)
-    host, port = endpoint.host, endpoint.port
+        return "endpoint_url must be an https:// URL."
+    host = endpoint.host
     if not _URL_CHARACTERS.fullmatch(url):
-        raise ValidationFailed("endpoint_url", "endpoint_url holds characters a URL cannot; percent-encode them.",
-                               url)
+        return "endpoint_url holds characters a URL cannot; percent-encode them."
     if not host:
-        raise ValidationFailed("endpoint_url", "endpoint_url must name a host.", url)
+        return "endpoint_url must name a host."
     if endpoint.has_credentials:  # they would be shown and logged with the URL; deliveries are signed instead
-        raise ValidationFailed("endpoint_url", "endpoint_url must not hold credentials (user:password@); "
-                                               "verify the webhook signature instead.", url)
+        return "endpoint_url must not hold credentials (user:password@); verify the webhook signature instead."
     if config["WEBHOOK_ALLOW_PRIVATE_ADDRESSES"]:
-        return url
+        return None
     if not (_is_ip_literal(host) or re.fullmatch(HOST_NAME, host)):
-        raise ValidationFailed("endpoint_url", "endpoint_url must name a public host: a fully qualified "
-                                               "name (no trailing dot) or an IP address.", url)
+        return "endpoint_url must name a public host: a fully qualified name (no trailing dot) or an IP address."
     if host == "localhost" or host.endswith(".localhost"):
-        raise _not_public(url)
-    allow_loopback = config["WEBHOOK_TEST_ALLOW_LOOPBACK"]
-    if any(is_forbidden_address(address, allow_loopback) for address in _resolved_addresses(host, port)):
-        raise _not_public(url)
-    return url
-
-
-def _not_public(url):
-    return ValidationFailed("endpoint_url", "endpoint_url must resolve to a public internet address "
-                                            "(loopback, private, link-local and similar ranges are refused).", url)
+        return NOT_PUBLIC
+    return None
 
 
 # --- configuration ------------------------------------------------------------------------------
@@ -134,6 +148,7 @@ def get_or_none(account_id: str):
 
 def configure(account_id: str, body: dict):
     """Create the configuration or replace it (new secret, active, healthy). Returns (config, created)."""
+    end_read_transaction()  # the URL's name is looked up next: no transaction stays open across it
     url = check_endpoint_url(body["endpoint_url"])
     patterns = validate_events(body["events"])
     with write_transaction() as session:
@@ -154,6 +169,7 @@ def configure(account_id: str, body: dict):
 def update_config(account_id: str, changes: dict) -> WebhookConfig:
     """Change any of endpoint_url, events, is_active, initial_webhook; the secret stays."""
     if "endpoint_url" in changes:
+        end_read_transaction()  # as in `configure`
         check_endpoint_url(changes["endpoint_url"])
     if "events" in changes:
         changes["events"] = validate_events(changes["events"])
