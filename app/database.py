@@ -93,7 +93,7 @@ def write_transaction():
     check takes it: a writer queueing deliveries holds its configurations so (`events.webhook_configs_for`; a check
     after its subscription rows), a redelivery its events before their outbox rows. Their deleters wait for nothing
     such a holder may hold: a removal holds only the account row when it deletes the configuration; retention,
-    holding its events, waits only for the counters.
+    holding its events, waits only for their delivery attempts.
     """
     session = db.session
     session.rollback()

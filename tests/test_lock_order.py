@@ -67,6 +67,7 @@ def interleave(app, hold: str, first, second) -> list:
         for number, thread in enumerate(threads, 1):
             thread.start()
             _until_waiting(holder_pid, number, thread)
+            assert number > 1 or thread.is_alive(), "the first transaction never waited for the held row"
         holder.rollback()
     for thread in threads:
         thread.join(timeout=30)
@@ -278,11 +279,19 @@ def test_a_redelivery_while_the_configuration_is_deleted(app, alice):
     assert db.session.scalar(select(func.count()).select_from(WebhookConfig)) == 0
 
 
+def _an_attempt_of(event_id, account_id) -> str:
+    """A try of the event, and a statement that holds it: retention, having locked its events, waits there."""
+    with write_transaction() as session:
+        outbox.store_attempts(session, [outbox.attempt_row(account_id, event_id, "contact.position_changed", 1,
+                                                           _outcome(False), utcnow(), None)])
+    return f"SELECT id FROM delivery_attempts WHERE event_id = '{event_id}' FOR UPDATE"
+
+
 def test_a_redelivery_of_an_event_that_retention_is_deleting(app, alice):
     """The redelivery's outbox row referred to an event deleted meanwhile: a foreign-key error, answered 500."""
     [event_id] = record_events(alice.account_id)  # no configuration yet: skipped, nothing owed, prunable
     configure(alice, "http://127.0.0.1:9/hook")
-    hold = f"SELECT count FROM event_day_counts WHERE account_id = '{alice.account_id}' FOR UPDATE"
+    hold = _an_attempt_of(event_id, alice.account_id)
     answers = []
 
     errors = interleave(app, hold, lambda: retention.prune_batch(utcnow(), 10),
@@ -298,10 +307,10 @@ def test_a_redelivery_of_an_event_that_retention_is_deleting(app, alice):
 def test_a_recovery_of_events_that_retention_is_deleting(app, alice):
     """Recovery queues what is left of its window: an event deleted meanwhile is not counted (it was a foreign-key
     error, answered 500)."""
-    record_events(alice.account_id)  # no configuration yet: skipped, nothing owed, prunable
+    [event_id] = record_events(alice.account_id)  # no configuration yet: skipped, nothing owed, prunable
     configure(alice, "http://127.0.0.1:9/hook")
     since = isoformat(utcnow() - timedelta(hours=1))
-    hold = f"SELECT count FROM event_day_counts WHERE account_id = '{alice.account_id}' FOR UPDATE"
+    hold = _an_attempt_of(event_id, alice.account_id)
     answers = []
 
     errors = interleave(app, hold, lambda: retention.prune_batch(utcnow(), 10),

@@ -46,7 +46,7 @@ def prune_batch(cutoff, batch_size) -> Pruned:
     if not ids:
         return Pruned()
     with write_transaction() as session:
-        lock_in_order(session, Event.id, Event.id.in_(ids))  # before the counters: `write_transaction`
+        lock_in_order(session, Event.id, Event.id.in_(ids))  # before their attempts: `write_transaction`
         # re-checked once they are locked: a redelivery may have queued one of them meanwhile
         kept = set(session.scalars(select(OutboxDelivery.event_id).where(OutboxDelivery.event_id.in_(ids))))
         ids = [event_id for event_id in ids if event_id not in kept]
