@@ -9,9 +9,15 @@ from app.version import VERSION
 
 USER_AGENT = f"entity-monitor/{VERSION}"  # on webhook deliveries and provider requests
 _ALPHANUMERIC = string.ascii_letters + string.digits
-# C0 and C1 controls (tab and NUL included), DEL and Unicode's line and paragraph separators
-_CONTROL_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-NAME_RULE = "must not be blank or contain control characters (U+0000-U+001F, U+007F-U+009F, U+2028, U+2029)"
+# C0 and C1 controls (tab and NUL included), DEL, Unicode's line and paragraph separators and its bidirectional
+# embeddings, overrides and isolates (which reorder what follows them on a terminal's line); a regular expression
+# class that Python and JSON Schema (ECMA-262) read alike
+CONTROL_CLASS = "\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029\\u202a-\\u202e\\u2066-\\u2069"
+_CONTROL_CHARACTERS = re.compile(f"[{CONTROL_CLASS}]")
+NAME_RULE = ("must not be blank or contain control characters (U+0000-U+001F, U+007F-U+009F, U+2028, U+2029, "
+             "U+202A-U+202E, U+2066-U+2069)")
+# JSON Schema's statement of `is_plain_name`: one character that is not a space, none that is a control
+PLAIN_NAME_PATTERN = f"^[^{CONTROL_CLASS}]*[^\\s{CONTROL_CLASS}][^{CONTROL_CLASS}]*$"
 
 
 def new_id(prefix: str) -> str:

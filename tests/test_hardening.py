@@ -369,7 +369,7 @@ def test_a_blank_key_name_is_a_400_and_stores_nothing(alice, name):
 
 
 @pytest.mark.parametrize("name", ["a\x00b", "CI\nfake-key\t2026", "a\tb", "a\rb", "a\x1bb", "a\x7fb", "a\x85b",
-                                  "a\u2028b"])
+                                  "a\u2028b", "admin\u202egnp.exe", "a\u2067b"])
 def test_a_control_character_in_a_key_name_is_a_400_and_stores_nothing(alice, name):
     """A newline or tab forged lines and columns in `keys list`; PostgreSQL refuses NUL in text."""
     response = alice.post("/account/api-keys", json={"name": name})

@@ -154,6 +154,15 @@ def test_free_text_query_parameters_state_that_nul_is_refused(alice, document, p
     assert alice.get(path, query_string={name: "a\x00b"}).status_code == 400
 
 
+@pytest.mark.parametrize("name", ["CI pipeline", "Zoë 🚀 東京", " padded ", "", " ", "\u3000", "a\x00b", "a\nb", "a\tb",
+                                  "a\x85b", "a\u2028b", "a\u202eb", "a\u2066b"])
+def test_the_documented_key_name_pattern_is_the_rule_the_api_applies(alice, document, name):
+    """The name's rule became a function, and the document kept only its length: NUL and line breaks looked valid."""
+    pattern = document["components"]["schemas"]["ApiKeyCreate"]["properties"]["name"]["pattern"]
+    accepted = alice.post("/account/api-keys", json={"name": name}).status_code == 201
+    assert bool(re.match(pattern, name)) == accepted
+
+
 def test_one_api_key_is_documented_in_the_list_items_shape(document):
     get_one = document["paths"]["/account/api-keys/{key_id}"]["get"]
     assert get_one["responses"]["200"]["content"]["application/json"]["schema"] == \

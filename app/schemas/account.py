@@ -1,6 +1,6 @@
 from marshmallow import Schema, ValidationError, fields, validate
 
-from app.common import NAME_RULE, is_plain_name
+from app.common import NAME_RULE, PLAIN_NAME_PATTERN, is_plain_name
 from app.schemas.base import BodySchema, Timestamp
 
 
@@ -64,7 +64,8 @@ def plain_name(name: str):
 
 
 class ApiKeyCreateSchema(BodySchema):
-    name = fields.Str(required=True, validate=[validate.Length(1, 100), plain_name])
+    name = fields.Str(required=True, validate=[validate.Length(1, 100), plain_name],
+                      metadata={"json_schema": {"pattern": PLAIN_NAME_PATTERN}})
 
 
 class ApiKeySchema(Schema):
