@@ -200,5 +200,7 @@ def main():
 
 
 def _missing_table(error: DBAPIError) -> bool:
-    """SQLite's `no such table`, PostgreSQL's undefined_table (SQLSTATE 42P01)."""
-    return "no such table" in str(error.orig) or getattr(error.orig, "sqlstate", None) == "42P01"
+    """A table or column the code expects is not there: SQLite's `no such table`/`no such column`, PostgreSQL's
+    undefined_table and undefined_column (SQLSTATE 42P01, 42703)."""
+    return (str(error.orig).startswith(("no such table", "no such column"))
+            or getattr(error.orig, "sqlstate", None) in ("42P01", "42703"))

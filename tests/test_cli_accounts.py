@@ -142,3 +142,19 @@ def test_a_database_without_its_schema_is_named_in_one_line(tmp_path, database, 
     [line] = done.stderr.splitlines()
     assert line.startswith("entity-monitor: the database has no schema (or an older one): run `entity-monitor db "
                            "upgrade` first (")
+
+
+def test_a_database_with_an_older_schema_is_named_in_one_line_too(database_url, tmp_path):
+    """A table is there but a column the code reads is not (a release ahead of `db upgrade`)."""
+    from sqlalchemy import create_engine, text
+    engine = create_engine(database_url)
+    with engine.begin() as connection:
+        connection.execute(text("ALTER TABLE accounts DROP COLUMN trial_ends_at"))
+    engine.dispose()
+    env = {**os.environ, "DATABASE_URL": database_url, "INSTANCE_PATH": str(tmp_path)}
+    done = subprocess.run([str(Path(sys.executable).parent / "entity-monitor"), "accounts", "list"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stdout == ""
+    [line] = done.stderr.splitlines()
+    assert line.startswith("entity-monitor: the database has no schema (or an older one): run `entity-monitor db "
+                           "upgrade` first (") and "trial_ends_at" in line

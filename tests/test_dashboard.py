@@ -1,5 +1,6 @@
 """The dashboard through Flask's test client: sessions, CSRF, tenant isolation, and every page empty and
 populated."""
+import codecs
 import csv
 import html
 import io
@@ -295,6 +296,9 @@ def test_import_an_uploaded_csv(browser, alice):
 
 @pytest.mark.parametrize("content, refusal", [
     ("url,owner\nhttps://www.linkedin.com/in/jane,Zoë\n".encode("latin-1"), "not UTF-8 text (byte 46 is not)"),
+    (codecs.BOM_UTF8 + "url,owner\nhttps://www.linkedin.com/in/jane,Zoë\n".encode("latin-1"),
+     "not UTF-8 text (byte 49 is not)"),
+    (b'"' + b"x" * 200_000 + b'"\nhttps://www.linkedin.com/in/jane\n', "cannot be read as CSV at its header"),
     (b'url,note\nhttps://www.linkedin.com/in/jane,"' + b"x" * 200_000 + b'"\n',
      "cannot be read as CSV at row 1: field larger than field limit (131072)."),
 ])

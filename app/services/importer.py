@@ -1,6 +1,7 @@
 """Subscriptions from a CRM export (CSV): find the URL or id column, turn each row into a create item,
 and send the items in chunks through the bulk-create rules. Re-running is safe: what exists already is
 reported as present, not as a failure."""
+import codecs
 import csv
 import io
 import re
@@ -40,8 +41,9 @@ def text_of_upload(data: bytes) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
-        raise ImportRefused(f"The file is not UTF-8 text (byte {error.start + 1} is not): save it as CSV UTF-8 "
-                            "and choose it again.") from None
+        byte = error.start + 1 + (len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0)  # the BOM's too
+        raise ImportRefused(f"The file is not UTF-8 text (byte {byte} is not): save it as CSV UTF-8 and choose it "
+                            "again.") from None
 
 
 def rows_from_text(text: str):
@@ -67,12 +69,16 @@ def _parse(file):
     except csv.Error:
         dialect = csv.excel
     reader = csv.DictReader(file, dialect=dialect)
-    rows = []
+    rows, where = [], "its header"
     try:
-        rows.extend(reader)
+        header = reader.fieldnames or []  # read here: its errors are the header's
+        where = "row 1"
+        for row in reader:
+            rows.append(row)
+            where = f"row {len(rows) + 1}"
     except csv.Error as error:  # e.g. a field beyond the csv module's 131,072 characters
-        raise ImportRefused(f"The file cannot be read as CSV at row {len(rows) + 1}: {error}.") from None
-    return reader.fieldnames or [], rows
+        raise ImportRefused(f"The file cannot be read as CSV at {where}: {error}.") from None
+    return header, rows
 
 
 def _find(header, wanted: str, what: str):
