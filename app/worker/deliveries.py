@@ -3,7 +3,7 @@ lets the scheduler's sender loop start as soon as a transaction has queued deliv
 import logging
 import threading
 import time
-from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from flask import current_app
@@ -67,6 +67,47 @@ def deliver_due() -> int:
         return _record(in_flight) if in_flight.batch else 0
 
 
+class _Sending:
+    """The claimed batches whose tries are in the sender pool. A try returning wakes the sender loop only when it
+    matters: its batch's last try has returned (record the batch) or a sender fell idle (claim another)."""
+
+    def __init__(self, senders: int):
+        self.senders = senders
+        self.batches = []
+        self.changed = threading.Event()
+        self._lock = threading.Lock()
+        self._running = 0
+        self._left = {}  # claim token -> tries of that batch not returned yet
+
+    def add(self, batch: InFlight) -> None:
+        with self._lock:
+            self._running += len(batch.futures)
+            self._left[batch.token] = len(batch.futures)
+        self.batches.append(batch)
+        for future in batch.futures:
+            future.add_done_callback(lambda _future, token=batch.token: self._returned(token))
+
+    def _returned(self, token: str) -> None:
+        with self._lock:
+            self._running -= 1
+            self._left[token] -= 1
+            if not self._left[token] or self._running < self.senders:
+                self.changed.set()
+
+    def idle(self) -> bool:
+        with self._lock:
+            return self._running < self.senders
+
+    def finished(self) -> list:
+        """The batches whose every try has returned, taken out."""
+        with self._lock:
+            done = [batch for batch in self.batches if not self._left[batch.token]]
+            for batch in done:
+                del self._left[batch.token]
+        self.batches = [batch for batch in self.batches if batch not in done]
+        return done
+
+
 def deliver_until_idle(budget_seconds=None, keep_going=always) -> int:
     """Deliver batch after batch until nothing is due (or the budget is spent); returns how many were sent.
 
@@ -75,30 +116,24 @@ def deliver_until_idle(budget_seconds=None, keep_going=always) -> int:
     the sends of the batches claimed after it (other accounts' endpoints among them)."""
     app = current_app._get_current_object()
     deadline = None if budget_seconds is None else time.monotonic() + budget_seconds
-    sent, in_flight, due = 0, [], True
+    sent, sending, due = 0, _Sending(app.config["WEBHOOK_WORKERS"]), True
     with _sender_pool(app) as pool:
         while True:
+            sending.changed.clear()
             claiming = keep_going() and (deadline is None or time.monotonic() < deadline)
             due = due or woken.is_set()
-            if claiming and due and _tries_running(in_flight) < app.config["WEBHOOK_WORKERS"]:
+            if claiming and due and sending.idle():
                 woken.clear()
                 current = _claim_and_send(app, pool, keep_going)
                 due = bool(current.batch)  # an empty claim: nothing is due until something wakes the sender
                 if current.batch:
-                    in_flight.append(current)
+                    sending.add(current)
                     continue
-            for finished in [batch for batch in in_flight if all(future.done() for future in batch.futures)]:
-                sent += _record(finished)
-                in_flight.remove(finished)
-            if not in_flight and not (claiming and (due or woken.is_set())):
+            for batch in sending.finished():
+                sent += _record(batch)
+            if not sending.batches and not (claiming and (due or woken.is_set())):
                 return sent
-            wait([future for batch in in_flight for future in batch.futures], timeout=RECHECK_SECONDS,
-                 return_when=FIRST_COMPLETED)
-
-
-def _tries_running(in_flight) -> int:
-    """Tries handed to the pool that have not returned (running, or waiting for a sender)."""
-    return sum(not future.done() for batch in in_flight for future in batch.futures)
+            sending.changed.wait(RECHECK_SECONDS)
 
 
 def run_sender_loop(app, stopping: threading.Event) -> None:
