@@ -206,6 +206,16 @@ def test_webhook_bodies_state_the_url_shape_and_the_event_enum(document):
     assert update["minProperties"] == 1 and update["properties"]["is_active"]["type"] == "boolean"
 
 
+@pytest.mark.parametrize("url", ["https://hooks.example.com:00/", "https://hooks.example.com:0/", "https://a.example:080/",
+                                 "https://hooks.example.com:443/in", "https://hooks.example.com:65535/",
+                                 "https://hooks.example.com:65536/", "https://0.0.0.0.0.0.0.0.0.A:00"])
+def test_the_documented_url_shape_agrees_with_the_form_check(app, document, url):
+    """schemathesis (seed 41) sent `https://0.0.0.0.0.0.0.0.0.A:00`: port 0 matched the pattern, and is refused."""
+    from app.services.webhooks import endpoint_url_problem
+    pattern = document["components"]["schemas"]["WebhookConfigure"]["properties"]["endpoint_url"]["pattern"]
+    assert bool(re.match(pattern, url)) == (endpoint_url_problem(url) is None)
+
+
 def test_timestamps_that_may_be_unset_are_nullable(document):
     subscription = document["components"]["schemas"]["Subscription"]["properties"]
     assert "null" in subscription["cancelled_at"]["type"] and "null" in subscription["last_check_status"]["type"]

@@ -26,7 +26,7 @@ EVENT_PATTERNS = ("*", *events.EVENT_TYPES, *(f"{family}.*" for family in EVENT_
 # A fully qualified name whose last label starts with a letter (so not an IP address), and the characters a
 # URL may hold (RFC 3986: unreserved, reserved, percent-escapes); the OpenAPI pattern is built from these
 HOST_NAME = r"([A-Za-z0-9-]{1,63}\.)+[A-Za-z][A-Za-z0-9-]{0,62}"
-PORT = r"(:([0-9]{1,4}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?"
+PORT = r"(:0*([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?"  # not 0
 URL_PATH = r"(/([-A-Za-z0-9._~!$&'()*+,;=:@/?#]|%[0-9A-Fa-f]{2})*)?"
 _URL_CHARACTERS = re.compile(r"([-A-Za-z0-9._~!$&'()*+,;=:@/?#\[\]]|%[0-9A-Fa-f]{2})+")
 
