@@ -2,7 +2,6 @@
 import os
 
 from flask import Flask
-from limits.errors import ConfigurationError as LimitsConfigurationError
 from sqlalchemy.engine import make_url
 from werkzeug.middleware.proxy_fix import ProxyFix
 
@@ -64,7 +63,12 @@ def create_app(test_config=None):
 def _configure(app, test_config):
     app.config.from_object(config_module.Defaults)
     app.config["SQLALCHEMY_DATABASE_URI"] = "sqlite:///" + os.path.join(app.instance_path, "monitor.db")
-    app.config.from_pyfile("config.py", silent=True)
+    try:
+        app.config.from_pyfile("config.py", silent=True)
+    except Exception as error:  # noqa: BLE001 - any error of the file's own code: one line, not a traceback
+        raise config_module.ConfigError(f"{os.path.join(app.instance_path, 'config.py')} cannot be read: "
+                                        f"{type(error).__name__}: {error}") from None
+    config_module.parse_text_values(app.config)  # config.py may write "0" or "30" as the environment does
     app.config.update(config_module.settings_from_environment())
     if test_config:
         app.config.update(test_config)
@@ -108,11 +112,7 @@ def _register_request_hooks(app):
     app.before_request(assign_request_id)
     app.before_request(identify_caller)
     app.before_request(refuse_nul_in_query_and_form)
-    try:
-        limiter.init_app(app)
-    except LimitsConfigurationError as error:  # e.g. redis:// without the redis package
-        raise config_module.ConfigError(f"RATELIMIT_STORAGE_URI={app.config['RATELIMIT_STORAGE_URI']!r} cannot be "
-                                        f"used: {error} (pip install 'entity-monitor[redis]')") from None
+    limiter.init_app(app)  # its storage URI was checked with the configuration
     app.before_request(refuse_a_body_where_none_is_taken)  # after the limiter: a refused request spends one
     app.after_request(add_rate_limit_headers)
     app.after_request(count_request)

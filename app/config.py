@@ -154,21 +154,23 @@ def parse_text(_name, raw):
 PARSERS = {
     parse_bool: ("RATELIMIT_ENABLED", "SCHEDULER_ENABLED", "WEBHOOK_ALLOW_HTTP", "WEBHOOK_ALLOW_PRIVATE_ADDRESSES",
                  "METRICS_ENABLED"),
-    parse_whole_number: ("DATABASE_POOL_SIZE", "TRUSTED_PROXY_HOPS", "CHECK_INITIAL_DELAY_SECONDS",
+    parse_whole_number: ("DATABASE_POOL_SIZE", "SQLITE_BUSY_TIMEOUT_MS", "RATELIMIT_UNAUTHENTICATED", "TRIAL_DAYS",
+                         "TRUSTED_PROXY_HOPS", "CHECK_INITIAL_DELAY_SECONDS",
                          "CHECK_INTERVAL_SECONDS", "CHECK_LEASE_SECONDS", "CHECK_BATCH_SIZE", "SIMULATED_SEED",
                          "SIMULATED_PACE_SECONDS", "WEBHOOK_WORKERS", "WEBHOOK_BATCH_SIZE", "WEBHOOK_LEASE_SECONDS",
                          "HEALTH_SCHEDULER_MAX_LAG_SECONDS", "EVENT_RETENTION_DAYS", "SIMULATED_LATENCY_MS",
                          "PROVIDER_CONCURRENCY", "PROVIDER_BATCH_SIZE"),
     parse_number: ("EMPLOYEE_COUNT_MIN_PERCENT", "PROVIDER_HTTP_TIMEOUT_SECONDS", "SIMULATED_FAILURE_PERCENT",
-                   "SIMULATED_THROTTLE_PERCENT", "SIMULATED_RETRY_AFTER_SECONDS"),
+                   "SIMULATED_THROTTLE_PERCENT", "SIMULATED_RETRY_AFTER_SECONDS", "SCHEDULER_STANDBY_POLL_SECONDS"),
     parse_seconds_list: ("WEBHOOK_RETRY_SCHEDULE",),
     parse_text: ("RATELIMIT_STORAGE_URI", "PROVIDER", "PROVIDER_HTTP_URL", "PROVIDER_HTTP_TOKEN", "NETWORK_DOMAIN",
                  "API_KEY_MODE", "LOG_FORMAT", "PROVIDER_RATE_LIMIT", "PROVIDER_RATE_LIMIT_STORAGE_URI",
-                 "SIMULATED_RATES"),
+                 "SIMULATED_RATES", "DEFAULT_TIER"),
 }
 
 #: whole-number settings and their smallest accepted value
-MINIMUMS = {"DATABASE_POOL_SIZE": 1, "TRUSTED_PROXY_HOPS": 0, "CHECK_INITIAL_DELAY_SECONDS": 0,
+MINIMUMS = {"DATABASE_POOL_SIZE": 1, "SQLITE_BUSY_TIMEOUT_MS": 0, "RATELIMIT_UNAUTHENTICATED": 1, "TRIAL_DAYS": 0,
+            "SCHEDULER_STANDBY_POLL_SECONDS": 0.1, "TRUSTED_PROXY_HOPS": 0, "CHECK_INITIAL_DELAY_SECONDS": 0,
             "CHECK_INTERVAL_SECONDS": 1, "CHECK_LEASE_SECONDS": 1, "CHECK_BATCH_SIZE": 1, "SIMULATED_PACE_SECONDS": 1,
             "WEBHOOK_WORKERS": 1,
             "WEBHOOK_BATCH_SIZE": 1, "WEBHOOK_LEASE_SECONDS": 1, "HEALTH_SCHEDULER_MAX_LAG_SECONDS": 1,
@@ -183,6 +185,15 @@ MINIMUMS = {"DATABASE_POOL_SIZE": 1, "TRUSTED_PROXY_HOPS": 0, "CHECK_INITIAL_DEL
 DELAY_SETTINGS = ("CHECK_INITIAL_DELAY_SECONDS", "CHECK_INTERVAL_SECONDS", "CHECK_LEASE_SECONDS",
                   "WEBHOOK_LEASE_SECONDS")
 LONGEST_DELAY_SECONDS = 10 * 365 * 86400  # ten years
+
+
+def parse_text_values(config) -> None:
+    """Settings of `instance/config.py` written as text (`SCHEDULER_ENABLED = "0"`, `CHECK_INTERVAL_SECONDS = "30"`)
+    are read as the environment's: "0" was a true value, "30" a string no comparison could take."""
+    for parse, names in PARSERS.items():
+        for name in names:
+            if parse is not parse_text and isinstance(config.get(name), str):
+                config[name] = parse(name, config[name])
 
 
 def settings_from_environment(environ=os.environ):
@@ -216,8 +227,14 @@ def validate(config) -> None:
         raise ConfigError("WEBHOOK_RETRY_SCHEDULE must list positive seconds, e.g. 5,300,1800")
     if max(schedule) > LONGEST_DELAY_SECONDS:
         raise ConfigError(f"WEBHOOK_RETRY_SCHEDULE may not wait more than {LONGEST_DELAY_SECONDS} seconds (ten years)")
+    if config["DEFAULT_TIER"] not in config["TIERS"]:
+        raise ConfigError(f"DEFAULT_TIER={config['DEFAULT_TIER']!r} is not a tier: use one of "
+                          f"{', '.join(config['TIERS'])}")
     _validate_database_url(config["SQLALCHEMY_DATABASE_URI"])
-    _validate_ratelimit_storage(config["RATELIMIT_STORAGE_URI"])
+    _validate_ratelimit_storage("RATELIMIT_STORAGE_URI", config["RATELIMIT_STORAGE_URI"])
+    if config.get("PROVIDER_RATE_LIMIT_STORAGE_URI"):
+        _validate_ratelimit_storage("PROVIDER_RATE_LIMIT_STORAGE_URI", config["PROVIDER_RATE_LIMIT_STORAGE_URI"])
+    _validate_metrics_directory(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
     _validate_provider(config)
     _validate_webhook_test_settings(config)
 
@@ -231,13 +248,32 @@ def _validate_database_url(url):
     if parsed.get_backend_name() not in ("sqlite", "postgresql"):
         raise ConfigError(f"DATABASE_URL names {parsed.get_backend_name()!r}: use sqlite:///PATH or "
                           "postgresql://USER@HOST/DB")
+    try:
+        parsed.get_dialect().import_dbapi()
+    except ImportError as error:
+        raise ConfigError(f"DATABASE_URL names {parsed.get_backend_name()} but its driver is not installed ({error}): "
+                          "pip install 'entity-monitor[postgres]'") from None
 
 
-def _validate_ratelimit_storage(uri):
+def _validate_ratelimit_storage(name, uri):
+    """A `limits` storage URI whose client library is installed (the storage connects only when first used)."""
+    from limits.errors import ConfigurationError
+    from limits.storage import storage_from_string
     scheme = urlsplit(uri).scheme
     if scheme not in RATELIMIT_SCHEMES:
-        raise ConfigError(f"RATELIMIT_STORAGE_URI={uri!r} is not a limits storage URI: use memory:// or "
-                          "redis://HOST:6379")
+        raise ConfigError(f"{name}={uri!r} is not a limits storage URI: use memory:// or redis://HOST:6379")
+    if scheme == "memory":  # nothing to install (and its storage would start a sweeping thread)
+        return
+    try:
+        storage_from_string(uri)
+    except ConfigurationError as error:  # e.g. redis:// without the redis package
+        raise ConfigError(f"{name}={uri!r} cannot be used: {error} (pip install 'entity-monitor[redis]')") from None
+
+
+def _validate_metrics_directory(path):
+    if path and not os.path.isdir(path):
+        raise ConfigError(f"PROMETHEUS_MULTIPROC_DIR={path!r} is not a directory: create it (empty) before the "
+                          "service starts")
 
 
 def _validate_provider(config):

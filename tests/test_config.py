@@ -29,3 +29,59 @@ def test_a_delay_past_ten_years_is_refused_at_start_up(app, name, value):
         validate({**app.config, name: value})
     longest = [LONGEST_DELAY_SECONDS] if name == "WEBHOOK_RETRY_SCHEDULE" else LONGEST_DELAY_SECONDS
     validate({**app.config, name: longest})
+
+
+def test_the_documented_settings_are_read_from_the_environment_too():
+    """SCHEDULER_STANDBY_POLL_SECONDS and the others were read from instance/config.py only: set in the
+    environment, they were silently ignored."""
+    assert settings_from_environment({
+        "SCHEDULER_STANDBY_POLL_SECONDS": "2.5", "SQLITE_BUSY_TIMEOUT_MS": "3000", "RATELIMIT_UNAUTHENTICATED": "20",
+        "TRIAL_DAYS": "1", "DEFAULT_TIER": "growth"}) == {
+        "SCHEDULER_STANDBY_POLL_SECONDS": 2.5, "SQLITE_BUSY_TIMEOUT_MS": 3000, "RATELIMIT_UNAUTHENTICATED": 20,
+        "TRIAL_DAYS": 1, "DEFAULT_TIER": "growth"}
+
+
+def _app_with(monkeypatch, tmp_path, environ=None, config_py=None):
+    from app import create_app
+    monkeypatch.setenv("INSTANCE_PATH", str(tmp_path))
+    for name, value in (environ or {}).items():
+        monkeypatch.setenv(name, value)
+    if config_py is not None:
+        (tmp_path / "config.py").write_text(config_py)
+    return create_app({"SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp_path / 'x.db'}"})
+
+
+@pytest.mark.parametrize("environ, refusal", [
+    ({"DEFAULT_TIER": "gold"}, "DEFAULT_TIER='gold' is not a tier"),
+    ({"PROVIDER_RATE_LIMIT": "100/minute", "PROVIDER_RATE_LIMIT_STORAGE_URI": "bogus://"},
+     "PROVIDER_RATE_LIMIT_STORAGE_URI='bogus://' is not a limits storage URI"),
+    ({"PROVIDER_RATE_LIMIT": "0/minute"}, "PROVIDER_RATE_LIMIT '0/minute' allows no call"),
+    ({"PROMETHEUS_MULTIPROC_DIR": "/nonexistent/metrics"}, "PROMETHEUS_MULTIPROC_DIR='/nonexistent/metrics' is not"),
+    ({"SCHEDULER_STANDBY_POLL_SECONDS": "abc"}, "SCHEDULER_STANDBY_POLL_SECONDS='abc' is not a number"),
+])
+def test_settings_that_would_fail_later_are_refused_at_start_up(monkeypatch, tmp_path, environ, refusal):
+    """A bad provider budget storage failed every check batch with a traceback while /healthz said ok; a missing
+    metrics folder was a traceback in every command."""
+    with pytest.raises(ConfigError) as refused:
+        _app_with(monkeypatch, tmp_path, environ)
+    assert str(refused.value).startswith(refusal)
+
+
+def test_instance_config_values_written_as_text_are_read_as_the_environments(monkeypatch, tmp_path):
+    """`SCHEDULER_ENABLED = "0"` in config.py was a true value; `CHECK_INTERVAL_SECONDS = "30"` a string that
+    failed later, with a TypeError."""
+    app = _app_with(monkeypatch, tmp_path, config_py='SCHEDULER_ENABLED = "0"\nMETRICS_ENABLED = "off"\n'
+                                                     'CHECK_INTERVAL_SECONDS = "30"\nWEBHOOK_RETRY_SCHEDULE = "5,300"\n')
+    assert (app.config["SCHEDULER_ENABLED"], app.config["METRICS_ENABLED"]) == (False, False)
+    assert (app.config["CHECK_INTERVAL_SECONDS"], app.config["WEBHOOK_RETRY_SCHEDULE"]) == (30, [5.0, 300.0])
+
+
+@pytest.mark.parametrize("config_py, refusal", [
+    ('CHECK_INTERVAL_SECONDS = "30s"\n', "CHECK_INTERVAL_SECONDS='30s' is not a whole number"),
+    ("SCHEDULER_ENABLED = no\n", "config.py cannot be read: NameError: name 'no' is not defined"),
+    ("TIERS = {\n", "config.py cannot be read: SyntaxError"),
+])
+def test_an_unreadable_instance_config_is_one_line(monkeypatch, tmp_path, config_py, refusal):
+    with pytest.raises(ConfigError) as refused:
+        _app_with(monkeypatch, tmp_path, config_py=config_py)
+    assert refusal in str(refused.value) and "\n" not in str(refused.value)

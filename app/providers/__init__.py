@@ -31,9 +31,12 @@ def parse_rate(text) -> Optional[limits.RateLimitItem]:
     if not text:
         return None
     try:
-        return limits.parse(text)
+        rate = limits.parse(text)
     except ValueError as error:
         raise ValueError(f"PROVIDER_RATE_LIMIT {text!r} is not a rate like '30/minute'") from error
+    if rate.amount < 1:  # no call would ever be granted: every check deferred, for ever
+        raise ValueError(f"PROVIDER_RATE_LIMIT {text!r} allows no call: give at least 1, e.g. '1/minute'")
+    return rate
 
 
 def traits(provider) -> Traits:
