@@ -51,6 +51,8 @@ def test_a_refused_configuration_is_not_restarted_forever(unit):
                     reason="nginx or openssl is not installed")
 def test_the_nginx_site_passes_nginx_t_once_its_certificate_placeholders_are_filled(tmp_path):
     site = (DEPLOY / "nginx.conf").read_text()
+    metrics = site.split("location = /metrics {")[1].split("}")[0]  # not public: the README's advice, shipped
+    assert "deny all;" in metrics and "allow 10.0.0.0/8;" in metrics
     placeholders = ["/etc/ssl/entity-monitor/REPLACE-WITH-fullchain.pem", "/etc/ssl/entity-monitor/REPLACE-WITH-privkey.pem"]
     assert all(placeholder in site for placeholder in placeholders)
     certificate, key = tmp_path / "cert.pem", tmp_path / "key.pem"

@@ -9,6 +9,7 @@ import types
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from werkzeug.test import Client
 from sqlalchemy import func, select
 
 from app.extensions import db
@@ -129,8 +130,19 @@ def test_http_requests_are_labelled_by_route_template(alice):
 
 
 @pytest.mark.parametrize("app_config", [{"METRICS_ENABLED": False}])
-def test_metrics_can_be_switched_off(anon):
+def test_metrics_can_be_switched_off_and_requests_are_still_counted_for_metrics_serve(app, anon):
+    """With METRICS_ENABLED=0 (the README's set-up for `metrics serve`) no request was counted at all."""
+    from app.api.metrics import metrics_only
     assert anon.client.get("/metrics").status_code == 404
+    before = list(text_string_to_metric_families(Client(metrics_only(app)).get("/metrics").get_data(as_text=True)))
+    anon.client.get("/healthz")
+    after = list(text_string_to_metric_families(Client(metrics_only(app)).get("/metrics").get_data(as_text=True)))
+    assert _healthz_count(after) - _healthz_count(before) == 1
+
+
+def _healthz_count(families) -> float:
+    return sum(sample.value for family in families for sample in family.samples
+               if sample.name == "entity_monitor_http_requests_total" and sample.labels.get("route") == "/healthz")
 
 
 WORKER = """
@@ -177,7 +189,6 @@ def test_the_dashboard_and_alert_rules_use_only_metrics_the_service_exposes(anon
 
 
 def test_metrics_only_app_answers_metrics_and_nothing_else(app):
-    from werkzeug.test import Client
 
     from app.api.metrics import metrics_only
     client = Client(metrics_only(app))

@@ -47,7 +47,7 @@ def metrics_only(app):
 
 
 def register(app):
-    if not app.config["METRICS_ENABLED"]:
-        return
-    app.register_blueprint(bp)
+    """Requests are counted either way: with METRICS_ENABLED=0, `metrics serve` answers for this process."""
     app.after_request(observe_request)
+    if app.config["METRICS_ENABLED"]:
+        app.register_blueprint(bp)
