@@ -31,7 +31,8 @@ def create_account(name, tier, as_json):
     except ServiceError as error:
         _fail(error)
     if as_json:
-        click.echo(json.dumps({"account_id": account.id, "api_key": api_key, "tier": account.tier}))
+        click.echo(json.dumps({"account_id": account.id, "api_key": api_key, "tier": account.tier,
+                               "trial_ends_at": isoformat(account.trial_ends_at)}))
     else:
         click.echo(f"account_id: {account.id}\ntier: {account.tier}\n"
                    f"trial_ends_at: {isoformat(account.trial_ends_at)}\napi_key: {api_key}")

@@ -90,7 +90,7 @@ def _log_access(response):
     query = request.query_string.decode("latin-1")
     path = redact_uri(f"{request.path}?{query}" if query else request.path)  # a key pasted anywhere in it
     duration_ms = round(1000 * elapsed_seconds(), 1)
-    access_log.info("%s %s %s", request.method, path, response.status_code,
+    access_log.info("%s %s %s %s ms", request.method, path, response.status_code, duration_ms,
                     extra={"method": request.method, "path": path, "status": response.status_code,
                            "duration_ms": duration_ms, "remote_addr": request.remote_addr})
     return response

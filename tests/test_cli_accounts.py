@@ -51,8 +51,8 @@ def test_create_json_prints_one_object(app, runner):
     result = _invoke(runner, "create", "--name", "Acme", "--json")
     assert result.exit_code == 0
     body = json.loads(result.output)
-    assert set(body) == {"account_id", "api_key", "tier"}
-    assert body["tier"] == "starter"
+    assert set(body) == {"account_id", "api_key", "tier", "trial_ends_at"}  # the text output's fields
+    assert body["tier"] == "starter" and body["trial_ends_at"].endswith("Z")
     db.session.rollback()
     stored = db.session.scalars(select(ApiKey).where(ApiKey.account_id == body["account_id"])).one()
     assert stored.key_hash == keys.hash_key(body["api_key"])

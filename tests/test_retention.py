@@ -81,7 +81,9 @@ def test_events_prune_command(runner, history):
     assert result.exit_code == 0, result.output
     assert result.output.strip() == "events=3 attempts=3"
     assert _remaining(history["old"]) == set()
-    assert runner.invoke(args=["events", "prune", "--days", "-1"]).exit_code != 0
+    for days in ("-1", "0"):  # 0 deleted every delivered event at once, where EVENT_RETENTION_DAYS=0 is refused
+        refused = runner.invoke(args=["events", "prune", "--days", days])
+        assert refused.exit_code == 2 and "--days" in refused.output
 
 
 @pytest.mark.parametrize("days", ["1000000", "999999999", "1000000000"])
