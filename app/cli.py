@@ -10,6 +10,7 @@ from flask.cli import AppGroup, FlaskGroup
 from sqlalchemy.exc import DBAPIError
 
 from app.common import isoformat
+from app.database import database_problem
 from app.errors import ServiceError
 from app.services import accounts
 
@@ -193,15 +194,8 @@ def main():
     try:
         group(prog_name="entity-monitor")
     except DBAPIError as error:
-        if not _missing_table(error):
+        problem = database_problem(error)
+        if problem is None:
             raise
-        sys.stderr.write("entity-monitor: the database has no schema (or an older one): run `entity-monitor db "
-                         f"upgrade` first ({str(error.orig).splitlines()[0]})\n")
+        sys.stderr.write(f"entity-monitor: {problem}\n")
         raise SystemExit(1) from None
-
-
-def _missing_table(error: DBAPIError) -> bool:
-    """A table or column the code expects is not there: SQLite's `no such table`/`no such column`, PostgreSQL's
-    undefined_table and undefined_column (SQLSTATE 42P01, 42703)."""
-    return (str(error.orig).startswith(("no such table", "no such column"))
-            or getattr(error.orig, "sqlstate", None) in ("42P01", "42703"))

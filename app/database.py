@@ -13,6 +13,7 @@ from contextlib import contextmanager, nullcontext
 
 from sqlalchemy import Float, LargeBinary, Numeric, bindparam, event, func, literal, select
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from app.extensions import db
 
@@ -226,6 +227,19 @@ def lock_in_order(session, key, *conditions, key_share=False):
     """Lock the rows meeting `conditions` in `key` order (PostgreSQL), as a DELETE will (FOR UPDATE), or an UPDATE
     of other columns than keys (`key_share`: FOR NO KEY UPDATE), before they are read: see `in_lock_order`."""
     session.execute(select(key).where(*conditions).order_by(key).with_for_update(key_share=key_share))
+
+
+def database_problem(error: DBAPIError):
+    """One line for an operator when the database cannot be used as it is (None: not that kind of error): a
+    table or column the code expects is missing (SQLite's `no such table`/`no such column`, PostgreSQL's SQLSTATE
+    42P01 and 42703), or the database cannot be reached or opened (an OperationalError)."""
+    first_line = str(error.orig).strip().splitlines()[0] if str(error.orig).strip() else type(error.orig).__name__
+    if (first_line.startswith(("no such table", "no such column"))
+            or getattr(error.orig, "sqlstate", None) in ("42P01", "42703")):
+        return f"the database has no schema (or an older one): run `entity-monitor db upgrade` first ({first_line})"
+    if isinstance(error, OperationalError):  # refused, unknown host, a file that cannot be opened, a full disk…
+        return f"the database (DATABASE_URL) cannot be used: {first_line}"
+    return None
 
 
 def end_read_transaction():

@@ -6,9 +6,11 @@ import os
 import sys
 
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 
 from app import cpu_affinity, create_app
 from app.config import ConfigError, parse_whole_number
+from app.database import database_problem
 from app.services import usage
 from app.worker.scheduler import running_one_off_command, start_when_serving
 
@@ -28,7 +30,14 @@ def load():
         raise SystemExit(APP_LOAD_ERROR) from None
     if not running_one_off_command():
         atexit.register(_write_buffered_usage_counts, app)
-    start_when_serving(app)
+    try:
+        start_when_serving(app)
+    except DBAPIError as error:  # unreachable, or not migrated: one line, and gunicorn stops instead of respawning
+        problem = database_problem(error)
+        if problem is None:
+            raise
+        sys.stderr.write(f"entity-monitor: {problem}\n")
+        raise SystemExit(APP_LOAD_ERROR) from None
     return app
 
 

@@ -158,3 +158,34 @@ def test_a_database_with_an_older_schema_is_named_in_one_line_too(database_url, 
     [line] = done.stderr.splitlines()
     assert line.startswith("entity-monitor: the database has no schema (or an older one): run `entity-monitor db "
                            "upgrade` first (") and "trial_ends_at" in line
+
+
+@pytest.mark.parametrize("url, problem", [
+    ("postgresql://postgres@127.0.0.1:1/nowhere", "the database (DATABASE_URL) cannot be used: connection failed"),
+    ("sqlite:////nonexistent/folder/x.db", "the database (DATABASE_URL) cannot be used: unable to open database file"),
+])
+@pytest.mark.parametrize("args", [["accounts", "list"], ["db", "upgrade"]])
+def test_a_database_that_cannot_be_reached_is_named_in_one_line(tmp_path, url, problem, args):
+    """A refused connection or an unopenable file ended in a traceback of 150 lines."""
+    env = {**os.environ, "DATABASE_URL": url, "INSTANCE_PATH": str(tmp_path)}
+    done = subprocess.run([str(Path(sys.executable).parent / "entity-monitor"), *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stdout == ""
+    [line] = [line for line in done.stderr.splitlines() if not line.startswith("INFO  [alembic")]
+    assert line.startswith(f"entity-monitor: {problem}")
+
+
+@pytest.mark.parametrize("database", DATABASES)
+def test_serve_on_a_database_without_its_schema_stops_with_one_line(tmp_path, database):
+    """The worker ended in a traceback, and gunicorn's `Worker failed to boot`."""
+    if database == "sqlite":
+        url = f"sqlite:///{tmp_path / 'new.db'}"
+    else:
+        url = url_with_own_schema(f"unserved_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}")
+    env = {**os.environ, "DATABASE_URL": url, "INSTANCE_PATH": str(tmp_path), "BIND": "127.0.0.1:0",
+           "WORKER_CPU": "off"}
+    done = subprocess.run([str(Path(sys.executable).parent / "entity-monitor"), "serve"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 4  # gunicorn halts: the app failed to load
+    assert "entity-monitor: the database has no schema (or an older one): run `entity-monitor db upgrade` first" \
+        in done.stderr and "Traceback" not in done.stderr
