@@ -127,7 +127,7 @@ def parse_whole_number(name, raw):
     try:
         return int(raw.strip())
     except ValueError:
-        raise ConfigError(f"{name}={raw!r} is not a whole number (write seconds as digits only, e.g. 30)") from None
+        raise ConfigError(f"{name}={raw!r} is not a whole number (digits only, e.g. 30)") from None
 
 
 def parse_number(name, raw):
@@ -217,6 +217,9 @@ def validate(config) -> None:
     for name, accepted in (("API_KEY_MODE", ("live", "test")), ("LOG_FORMAT", ("text", "json"))):
         if config[name] not in accepted:
             raise ConfigError(f"{name}={config[name]!r} is not accepted: use {' or '.join(accepted)}")
+    for name in ("SIMULATED_FAILURE_PERCENT", "SIMULATED_THROTTLE_PERCENT"):
+        if config[name] > 100:
+            raise ConfigError(f"{name}={config[name]} is too large: a percentage is at most 100")
     for name in DELAY_SETTINGS:
         value = config.get(name)
         if value is not None and value > LONGEST_DELAY_SECONDS:

@@ -85,3 +85,23 @@ def test_an_unreadable_instance_config_is_one_line(monkeypatch, tmp_path, config
     with pytest.raises(ConfigError) as refused:
         _app_with(monkeypatch, tmp_path, config_py=config_py)
     assert refusal in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("environ, refusal", [
+    ({"SIMULATED_FAILURE_PERCENT": "150"}, "SIMULATED_FAILURE_PERCENT=150.0 is too large"),
+    ({"PROVIDER": "crustdata", "PROVIDER_CRUSTDATA_API_KEY": "k", "PROVIDER_CRUSTDATA_TIMEOUT_SECONDS": "abc"},
+     "PROVIDER_CRUSTDATA_TIMEOUT_SECONDS='abc' is not a number of seconds"),
+    ({"PROVIDER": "crustdata", "PROVIDER_CRUSTDATA_API_KEY": "k", "PROVIDER_CRUSTDATA_TIMEOUT_SECONDS": "nan"},
+     "PROVIDER_CRUSTDATA_TIMEOUT_SECONDS=nan is out of range"),
+])
+def test_refusals_name_the_setting_and_what_it_takes(monkeypatch, tmp_path, environ, refusal):
+    """A vendor's timeout of `abc` was refused as "could not convert string to float: 'abc'"."""
+    with pytest.raises(ConfigError) as refused:
+        _app_with(monkeypatch, tmp_path, environ)
+    assert str(refused.value).startswith(refusal)
+
+
+def test_a_whole_number_that_is_not_seconds_is_not_told_to_be_written_as_seconds():
+    from app.serving import check_serve_settings
+    with pytest.raises(ConfigError, match=r"GUNICORN_THREADS='x' is not a whole number \(digits only, e.g. 30\)$"):
+        check_serve_settings({"GUNICORN_THREADS": "x"})

@@ -132,8 +132,14 @@ def api_settings(name: str, config, default_url: str) -> dict:
     settings = provider_settings(name, config)
     if not settings.get("api_key"):
         raise ValueError(f"PROVIDER={name} needs PROVIDER_{name.upper()}_API_KEY")
-    return {"api_key": settings["api_key"], "base_url": settings.get("url", default_url),
-            "timeout": float(settings.get("timeout_seconds", 30))}
+    timeout_name = f"PROVIDER_{name.upper()}_TIMEOUT_SECONDS"
+    try:
+        timeout = float(settings.get("timeout_seconds", 30))
+    except ValueError:
+        raise ValueError(f"{timeout_name}={settings['timeout_seconds']!r} is not a number of seconds") from None
+    if not 0 < timeout <= 600:  # NaN and infinity too
+        raise ValueError(f"{timeout_name}={timeout} is out of range: give seconds from 0 to 600")
+    return {"api_key": settings["api_key"], "base_url": settings.get("url", default_url), "timeout": timeout}
 
 
 #: bookkeeping the engine stores beside the state; a provider field of this name is not kept
