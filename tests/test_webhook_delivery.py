@@ -214,13 +214,19 @@ def test_a_redelivered_test_event_is_a_probe_like_the_test_send(alice, clock, st
     assert receiver.event_ids == [test_event, test_event]
 
 
+def failing_since_a_first_failure(alice, receiver):
+    """Configure the receiver (answering 500) and fail a first delivery: the endpoint is failing since then."""
+    configure(alice, receiver.url)
+    record_events(alice.account_id)
+    deliver_due()
+    failing_since = config_row(alice.account_id).failing_since
+    assert failing_since is not None
+    return failing_since
+
+
 def test_a_redelivered_test_event_does_not_clear_a_failing_endpoints_record(alice, clock):
     with Receiver(Reply(status=500)) as receiver:
-        configure(alice, receiver.url)
-        record_events(alice.account_id)
-        deliver_due()
-        failing_since = config_row(alice.account_id).failing_since
-        assert failing_since is not None
+        failing_since = failing_since_a_first_failure(alice, receiver)
         receiver.reply = Reply(status=200)
         test_event = alice.post("/webhooks/test").json["event_id"]
         alice.post(f"/events/{test_event}/redeliver")
@@ -353,11 +359,7 @@ def test_an_inactive_configuration_records_events_but_sends_nothing_until_reacti
 
 def test_five_days_of_nothing_but_failures_disables_the_endpoint(alice, clock):
     with Receiver(Reply(status=500)) as receiver:
-        configure(alice, receiver.url)
-        record_events(alice.account_id)
-        deliver_due()
-        failing_since = config_row(alice.account_id).failing_since
-        assert failing_since is not None
+        failing_since = failing_since_a_first_failure(alice, receiver)
         clock.advance(4 * 86400)
         record_events(alice.account_id)
         deliver_due()
