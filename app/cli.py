@@ -10,7 +10,7 @@ from flask.cli import AppGroup, FlaskGroup
 from sqlalchemy.exc import DBAPIError
 
 from app.common import isoformat
-from app.database import database_problem
+from app.database import missing_schema, unreachable
 from app.errors import ServiceError
 from app.services import accounts
 
@@ -194,7 +194,7 @@ def main():
     try:
         group(prog_name="entity-monitor")
     except DBAPIError as error:
-        problem = database_problem(error)
+        problem = missing_schema(error) or unreachable(error)
         if problem is None:
             raise
         sys.stderr.write(f"entity-monitor: {problem}\n")

@@ -229,17 +229,36 @@ def lock_in_order(session, key, *conditions, key_share=False):
     session.execute(select(key).where(*conditions).order_by(key).with_for_update(key_share=key_share))
 
 
-def database_problem(error: DBAPIError):
-    """One line for an operator when the database cannot be used as it is (None: not that kind of error): a
-    table or column the code expects is missing (SQLite's `no such table`/`no such column`, PostgreSQL's SQLSTATE
-    42P01 and 42703), or the database cannot be reached or opened (an OperationalError)."""
-    first_line = str(error.orig).strip().splitlines()[0] if str(error.orig).strip() else type(error.orig).__name__
-    if (first_line.startswith(("no such table", "no such column"))
+# What a database that cannot be reached or opened answers (anything else, a deadlock or a bug, is not that)
+_SQLITE_UNUSABLE = ("unable to open database file", "attempt to write a readonly database", "disk I/O error")
+_POSTGRESQL_UNUSABLE = ("57P01", "57P02", "57P03", "53300")  # shut down, cannot connect now, too many clients
+
+
+def missing_schema(error: DBAPIError):
+    """One line for an operator when a table or column the code expects is not there (SQLite's `no such table`/
+    `no such column`, PostgreSQL's SQLSTATE 42P01 and 42703); None for any other error."""
+    if (_first_line(error).startswith(("no such table", "no such column"))
             or getattr(error.orig, "sqlstate", None) in ("42P01", "42703")):
-        return f"the database has no schema (or an older one): run `entity-monitor db upgrade` first ({first_line})"
-    if isinstance(error, OperationalError):  # refused, unknown host, a file that cannot be opened, a full disk…
-        return f"the database (DATABASE_URL) cannot be used: {first_line}"
+        return (f"the database has no schema (or an older one): run `entity-monitor db upgrade` first "
+                f"({_first_line(error)})")
     return None
+
+
+def unreachable(error: DBAPIError):
+    """One line for an operator when the database cannot be reached or opened now (refused, unknown host, shut
+    down, a file that cannot be opened or written); None for any other error."""
+    if not isinstance(error, OperationalError):
+        return None
+    sqlstate = getattr(error.orig, "sqlstate", "")
+    if (_first_line(error).startswith(_SQLITE_UNUSABLE) or sqlstate is None  # psycopg: no answer from a server
+            or str(sqlstate).startswith("08") or sqlstate in _POSTGRESQL_UNUSABLE):
+        return f"the database (DATABASE_URL) cannot be used: {_first_line(error)}"
+    return None
+
+
+def _first_line(error: DBAPIError) -> str:
+    text = str(error.orig).strip()
+    return text.splitlines()[0] if text else type(error.orig).__name__
 
 
 def end_read_transaction():

@@ -10,12 +10,14 @@ from sqlalchemy.exc import DBAPIError
 
 from app import cpu_affinity, create_app
 from app.config import ConfigError, parse_whole_number
-from app.database import database_problem
+from app.database import missing_schema, unreachable
 from app.services import usage
 from app.worker.scheduler import running_one_off_command, start_when_serving
 
-# gunicorn halts (instead of respawning workers forever) when a worker exits with its "app failed to load".
+# gunicorn halts (instead of respawning workers forever) when a worker exits with its "app failed to load" or
+# "worker failed to boot"; the units' RestartPreventExitStatus=4 keeps systemd from restarting the first only.
 APP_LOAD_ERROR = 4
+WORKER_BOOT_ERROR = 3
 
 
 def load():
@@ -32,13 +34,24 @@ def load():
         atexit.register(_write_buffered_usage_counts, app)
     try:
         start_when_serving(app)
-    except DBAPIError as error:  # unreachable, or not migrated: one line, and gunicorn stops instead of respawning
-        problem = database_problem(error)
-        if problem is None:
-            raise
+    except DBAPIError as error:
+        _stop_in_one_line(error)
+    return app
+
+
+def _stop_in_one_line(error: DBAPIError):
+    """A database without its schema stops the service for good (APP_LOAD_ERROR: gunicorn halts, systemd does not
+    restart it); one that cannot be reached now stops it to be started again (gunicorn's boot error, which
+    systemd restarts: the database may be back by then). Anything else is raised as it is."""
+    problem = missing_schema(error)
+    if problem is not None:
         sys.stderr.write(f"entity-monitor: {problem}\n")
         raise SystemExit(APP_LOAD_ERROR) from None
-    return app
+    problem = unreachable(error)
+    if problem is not None:
+        sys.stderr.write(f"entity-monitor: {problem}\n")
+        raise SystemExit(WORKER_BOOT_ERROR) from None
+    raise error
 
 
 def _write_buffered_usage_counts(app):

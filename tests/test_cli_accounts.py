@@ -196,3 +196,27 @@ def test_serve_on_a_database_without_its_schema_stops_with_one_line(tmp_path, da
     assert done.returncode == 4  # gunicorn halts: the app failed to load
     assert "entity-monitor: the database has no schema (or an older one): run `entity-monitor db upgrade` first" \
         in done.stderr and "Traceback" not in done.stderr
+
+
+def test_serve_on_a_database_it_cannot_reach_stops_to_be_restarted(tmp_path):
+    """Exit 4 (gunicorn's app-failed-to-load, which the units keep systemd from restarting) for a database that
+    was only down would have stopped the service for good; it is gunicorn's boot error, 3, instead."""
+    env = {**os.environ, "DATABASE_URL": "postgresql://postgres@127.0.0.1:1/nowhere", "INSTANCE_PATH": str(tmp_path),
+           "BIND": "127.0.0.1:0", "WORKER_CPU": "off"}
+    done = subprocess.run([str(Path(sys.executable).parent / "entity-monitor"), "serve"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3
+    assert "entity-monitor: the database (DATABASE_URL) cannot be used: connection failed" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("statement", ["SELEC 1", "SELECT no_such_function(1)"])
+def test_an_error_of_the_sql_itself_is_not_taken_for_an_unusable_database(tmp_path, statement):
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.exc import OperationalError
+
+    from app.database import missing_schema, unreachable
+    engine = create_engine(f"sqlite:///{tmp_path / 'x.db'}")
+    with pytest.raises(OperationalError) as raised, engine.connect() as connection:
+        connection.execute(text(statement))
+    assert missing_schema(raised.value) is None and unreachable(raised.value) is None
