@@ -6,7 +6,7 @@ import time
 from datetime import timedelta, timezone
 
 import pytest
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 
 from app.common import always, isoformat, utcnow
 from app.database import write_transaction
@@ -602,6 +602,47 @@ def test_a_slow_endpoint_holds_back_its_own_batch_not_the_sends_claimed_after_it
     assert bob_served.is_set(), "bob's deliveries waited for alice's endpoint"
     assert sorted(fast.event_ids) == sorted(bobs) and slow.event_ids == [alices]
     assert all(event_row(event_id).delivery_status == "succeeded" for event_id in [alices, *bobs])
+
+
+def test_a_batch_whose_record_fails_leaves_the_other_batches_recorded(app, alice, monkeypatch):
+    """One failed record left the loop and every other claimed batch went unrecorded until its lease ended."""
+    app.config.update(WEBHOOK_BATCH_SIZE=1, WEBHOOK_WORKERS=4)
+    real, calls = outbox.record_results, []
+
+    def record_failing_once(token, results):
+        calls.append(token)
+        if len(calls) == 1:
+            raise RuntimeError("the database went away for a moment")
+        return real(token, results)
+    monkeypatch.setattr(outbox, "record_results", record_failing_once)
+    with Receiver() as receiver:
+        configure(alice, receiver.url)
+        record_events(alice.account_id, 4)
+        assert deliveries.deliver_until_idle() == 3
+    assert len(receiver.requests) == 4
+    db.session.rollback()
+    assert db.session.scalar(select(func.count()).select_from(DeliveryAttempt)) == 3
+    [left] = db.session.scalars(select(OutboxDelivery)).all()
+    assert left.claim_token is not None  # the one whose record failed: sent again after its lease
+
+
+def test_a_claim_that_fails_leaves_the_batches_in_flight_recorded(app, alice, monkeypatch):
+    app.config.update(WEBHOOK_BATCH_SIZE=1, WEBHOOK_WORKERS=4)
+    real, claims = outbox.claim_due, []
+
+    def claim_failing_third(token, size):
+        claims.append(token)
+        if len(claims) == 3:
+            raise RuntimeError("the database went away")
+        return real(token, size)
+    monkeypatch.setattr(outbox, "claim_due", claim_failing_third)
+    with Receiver() as receiver:
+        configure(alice, receiver.url)
+        record_events(alice.account_id, 4)
+        with pytest.raises(RuntimeError):
+            deliveries.deliver_until_idle()
+    db.session.rollback()
+    assert db.session.scalar(select(func.count()).select_from(DeliveryAttempt)) == len(receiver.requests) == 2
 
 
 def _wait_for(condition, seconds=20) -> bool:

@@ -118,22 +118,36 @@ def deliver_until_idle(budget_seconds=None, keep_going=always) -> int:
     deadline = None if budget_seconds is None else time.monotonic() + budget_seconds
     sent, sending, due = 0, _Sending(app.config["WEBHOOK_WORKERS"]), True
     with _sender_pool(app) as pool:
-        while True:
-            sending.changed.clear()
-            claiming = keep_going() and (deadline is None or time.monotonic() < deadline)
-            due = due or woken.is_set()
-            if claiming and due and sending.idle():
-                woken.clear()
-                current = _claim_and_send(app, pool, keep_going)
-                due = bool(current.batch)  # an empty claim: nothing is due until something wakes the sender
-                if current.batch:
-                    sending.add(current)
-                    continue
-            for batch in sending.finished():
-                sent += _record(batch)
-            if not sending.batches and not (claiming and (due or woken.is_set())):
-                return sent
-            sending.changed.wait(RECHECK_SECONDS)
+        try:
+            while True:
+                sending.changed.clear()
+                claiming = keep_going() and (deadline is None or time.monotonic() < deadline)
+                due = due or woken.is_set()
+                if claiming and due and sending.idle():
+                    woken.clear()
+                    current = _claim_and_send(app, pool, keep_going)
+                    due = bool(current.batch)  # an empty claim: nothing is due until something wakes the sender
+                    if current.batch:
+                        sending.add(current)
+                        continue
+                for batch in sending.finished():
+                    sent += _record_or_leave(batch)
+                if not sending.batches and not (claiming and (due or woken.is_set())):
+                    return sent
+                sending.changed.wait(RECHECK_SECONDS)
+        finally:  # a claim failed (the database went away): the batches already sent are still recorded
+            for batch in sending.batches:
+                _record_or_leave(batch)
+
+
+def _record_or_leave(batch: InFlight) -> int:
+    """`_record`; a batch whose record fails is left to its lease (logged), and the other batches still go on."""
+    try:
+        return _record(batch)
+    except Exception:  # noqa: BLE001 - one batch's failure must not drop the others' records
+        log.exception("recording a batch of %s deliveries failed: they are sent again once their lease ends",
+                      len(batch.batch))
+        return 0
 
 
 def run_sender_loop(app, stopping: threading.Event) -> None:
