@@ -2,6 +2,7 @@
 import os
 
 from flask import Flask
+from limits.errors import ConfigurationError as LimitsConfigurationError
 from sqlalchemy.engine import make_url
 from werkzeug.middleware.proxy_fix import ProxyFix
 
@@ -112,7 +113,11 @@ def _register_request_hooks(app):
     app.before_request(assign_request_id)
     app.before_request(identify_caller)
     app.before_request(refuse_nul_in_query_and_form)
-    limiter.init_app(app)  # its storage URI was checked with the configuration
+    try:
+        limiter.init_app(app)
+    except LimitsConfigurationError as error:  # e.g. redis+sentinel:// without its service name
+        raise config_module.ConfigError(f"RATELIMIT_STORAGE_URI={app.config['RATELIMIT_STORAGE_URI']!r} cannot be "
+                                        f"used: {error}") from None
     app.before_request(refuse_a_body_where_none_is_taken)  # after the limiter: a refused request spends one
     app.after_request(add_rate_limit_headers)
     app.after_request(count_request)

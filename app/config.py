@@ -3,6 +3,7 @@
 Every environment variable is parsed strictly and the merged configuration is validated at start-up:
 a bad value raises ConfigError, whose message is one line naming the variable and what it accepts.
 """
+import importlib.util
 import os
 import ssl
 from urllib.parse import urlsplit
@@ -112,8 +113,11 @@ class ConfigError(Exception):
 
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off")
-RATELIMIT_SCHEMES = ("memory", "redis", "rediss", "redis+sentinel", "redis+cluster", "memcached", "mongodb",
-                     "mongodb+srv", "valkey", "valkeys")
+# limits' storage schemes and the client package each needs
+STORAGE_PACKAGES = {"redis": "redis", "rediss": "redis", "redis+sentinel": "redis", "redis+cluster": "redis",
+                    "memcached": "pymemcache", "mongodb": "pymongo", "mongodb+srv": "pymongo", "valkey": "valkey",
+                    "valkeys": "valkey"}
+RATELIMIT_SCHEMES = ("memory", *STORAGE_PACKAGES)
 
 
 def parse_bool(name, raw):
@@ -180,6 +184,12 @@ MINIMUMS = {"DATABASE_POOL_SIZE": 1, "SQLITE_BUSY_TIMEOUT_MS": 0, "RATELIMIT_UNA
             "EMPLOYEE_COUNT_MIN_PERCENT": 0, "PROVIDER_HTTP_TIMEOUT_SECONDS": 0.1}
 
 
+#: settings and their largest accepted value (past it a value is a mistake: a time no timestamp holds, a wait
+#: that never ends, a percentage of more than all)
+MAXIMUMS = {"SIMULATED_FAILURE_PERCENT": 100, "SIMULATED_THROTTLE_PERCENT": 100, "SQLITE_BUSY_TIMEOUT_MS": 600_000,
+            "TRIAL_DAYS": 3650, "SCHEDULER_STANDBY_POLL_SECONDS": 3600}
+
+
 #: settings that put a moment that many seconds ahead, and their bound: past it the moment is no timestamp
 #: (year 9999), and a bound far below that catches a mistyped value at start-up instead of at the first check
 DELAY_SETTINGS = ("CHECK_INITIAL_DELAY_SECONDS", "CHECK_INTERVAL_SECONDS", "CHECK_LEASE_SECONDS",
@@ -217,9 +227,9 @@ def validate(config) -> None:
     for name, accepted in (("API_KEY_MODE", ("live", "test")), ("LOG_FORMAT", ("text", "json"))):
         if config[name] not in accepted:
             raise ConfigError(f"{name}={config[name]!r} is not accepted: use {' or '.join(accepted)}")
-    for name in ("SIMULATED_FAILURE_PERCENT", "SIMULATED_THROTTLE_PERCENT"):
-        if config[name] > 100:
-            raise ConfigError(f"{name}={config[name]} is too large: a percentage is at most 100")
+    for name, largest in MAXIMUMS.items():
+        if config.get(name) is not None and config[name] > largest:
+            raise ConfigError(f"{name}={config[name]} is too large: the largest accepted value is {largest}")
     for name in DELAY_SETTINGS:
         value = config.get(name)
         if value is not None and value > LONGEST_DELAY_SECONDS:
@@ -236,8 +246,8 @@ def validate(config) -> None:
     _validate_database_url(config["SQLALCHEMY_DATABASE_URI"])
     _validate_ratelimit_storage("RATELIMIT_STORAGE_URI", config["RATELIMIT_STORAGE_URI"])
     if config.get("PROVIDER_RATE_LIMIT_STORAGE_URI"):
-        _validate_ratelimit_storage("PROVIDER_RATE_LIMIT_STORAGE_URI", config["PROVIDER_RATE_LIMIT_STORAGE_URI"])
-    _validate_metrics_directory(os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
+        _validate_ratelimit_storage("PROVIDER_RATE_LIMIT_STORAGE_URI", config["PROVIDER_RATE_LIMIT_STORAGE_URI"],
+                                    moving_window=True)
     _validate_provider(config)
     _validate_webhook_test_settings(config)
 
@@ -258,25 +268,21 @@ def _validate_database_url(url):
                           "pip install 'entity-monitor[postgres]'") from None
 
 
-def _validate_ratelimit_storage(name, uri):
-    """A `limits` storage URI whose client library is installed (the storage connects only when first used)."""
-    from limits.errors import ConfigurationError
-    from limits.storage import storage_from_string
-    scheme = urlsplit(uri).scheme
-    if scheme not in RATELIMIT_SCHEMES:
+def _validate_ratelimit_storage(name, uri, moving_window=False):
+    """A `limits` storage URI whose client package is installed; not built here (a cluster client would connect)."""
+    parts = urlsplit(uri)
+    if parts.scheme not in RATELIMIT_SCHEMES:
         raise ConfigError(f"{name}={uri!r} is not a limits storage URI: use memory:// or redis://HOST:6379")
-    if scheme == "memory":  # nothing to install (and its storage would start a sweeping thread)
-        return
+    if moving_window and parts.scheme == "memcached":
+        raise ConfigError(f"{name}={uri!r}: memcached keeps no moving window; use redis://HOST:6379")
     try:
-        storage_from_string(uri)
-    except ConfigurationError as error:  # e.g. redis:// without the redis package
-        raise ConfigError(f"{name}={uri!r} cannot be used: {error} (pip install 'entity-monitor[redis]')") from None
-
-
-def _validate_metrics_directory(path):
-    if path and not os.path.isdir(path):
-        raise ConfigError(f"PROMETHEUS_MULTIPROC_DIR={path!r} is not a directory: create it (empty) before the "
-                          "service starts")
+        parts.port
+    except ValueError:
+        raise ConfigError(f"{name}={uri!r} holds no valid port") from None
+    package = STORAGE_PACKAGES.get(parts.scheme)
+    if package and importlib.util.find_spec(package) is None:
+        raise ConfigError(f"{name}={uri!r} needs the {package} package: pip install {package}"
+                          + (" (or 'entity-monitor[redis]')" if package == "redis" else ""))
 
 
 def _validate_provider(config):

@@ -7,6 +7,7 @@ Without it (one process), they are read from this process's registry. Gauges tha
 database (outbox, subscriptions, the scheduler's last tick) are read from the database at scrape time,
 so every process answers the same."""
 import os
+import sys
 from collections import Counter as Tally
 from functools import lru_cache
 
@@ -17,6 +18,20 @@ from app.common import unix_seconds
 from app.extensions import db
 
 PREFIX = "entity_monitor"
+
+
+def _refuse_a_missing_multiprocess_directory():
+    """prometheus-client writes to PROMETHEUS_MULTIPROC_DIR from the first metric on, as this module is imported
+    (before the configuration is read): a path that is no directory is refused here, in one line, with the exit
+    code of a refused setting (app.serving.APP_LOAD_ERROR), instead of a FileNotFoundError's traceback."""
+    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if path and not os.path.isdir(path):
+        sys.stderr.write(f"entity-monitor: configuration refused: PROMETHEUS_MULTIPROC_DIR={path!r} is not a "
+                         "directory: create it (empty) before the service starts\n")
+        raise SystemExit(4)
+
+
+_refuse_a_missing_multiprocess_directory()
 PROCESS_REGISTRY = CollectorRegistry()
 SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 LATENCY_BUCKETS = (0.05, 0.1, 0.5, 1, 5, 30, 60, 300, 1800, 7200, 36000, 86400)

@@ -1,4 +1,10 @@
 """Contract §9: settings come from environment variables, converted to their types."""
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from app.config import LONGEST_DELAY_SECONDS, ConfigError, settings_from_environment, validate
@@ -56,15 +62,40 @@ def _app_with(monkeypatch, tmp_path, environ=None, config_py=None):
     ({"PROVIDER_RATE_LIMIT": "100/minute", "PROVIDER_RATE_LIMIT_STORAGE_URI": "bogus://"},
      "PROVIDER_RATE_LIMIT_STORAGE_URI='bogus://' is not a limits storage URI"),
     ({"PROVIDER_RATE_LIMIT": "0/minute"}, "PROVIDER_RATE_LIMIT '0/minute' allows no call"),
-    ({"PROMETHEUS_MULTIPROC_DIR": "/nonexistent/metrics"}, "PROMETHEUS_MULTIPROC_DIR='/nonexistent/metrics' is not"),
     ({"SCHEDULER_STANDBY_POLL_SECONDS": "abc"}, "SCHEDULER_STANDBY_POLL_SECONDS='abc' is not a number"),
 ])
 def test_settings_that_would_fail_later_are_refused_at_start_up(monkeypatch, tmp_path, environ, refusal):
-    """A bad provider budget storage failed every check batch with a traceback while /healthz said ok; a missing
-    metrics folder was a traceback in every command."""
+    """A bad provider budget storage failed every check batch with a traceback while /healthz said ok."""
     with pytest.raises(ConfigError) as refused:
         _app_with(monkeypatch, tmp_path, environ)
     assert str(refused.value).startswith(refusal)
+
+
+@pytest.mark.parametrize("uri, refusal", [
+    ("redis://host:notaport", "holds no valid port"), ("rediss://host:99999", "holds no valid port"),
+    ("memcached://127.0.0.1:11211", "memcached keeps no moving window"),
+])
+def test_a_provider_budget_storage_that_cannot_serve_is_refused(monkeypatch, tmp_path, uri, refusal):
+    with pytest.raises(ConfigError, match=refusal):
+        _app_with(monkeypatch, tmp_path, {"PROVIDER_RATE_LIMIT": "100/minute", "PROVIDER_RATE_LIMIT_STORAGE_URI": uri})
+
+
+def test_a_storage_whose_client_package_is_missing_is_refused(monkeypatch, tmp_path):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == "redis" else real(name, *args))
+    with pytest.raises(ConfigError, match=r"RATELIMIT_STORAGE_URI='redis://127.0.0.1:6379' needs the redis package"):
+        _app_with(monkeypatch, tmp_path, {"RATELIMIT_STORAGE_URI": "redis://127.0.0.1:6379"})
+
+
+def test_a_missing_metrics_directory_is_one_line_in_every_process(tmp_path):
+    """prometheus-client writes there as app.metrics is imported: every command ended in a FileNotFoundError."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "missing"), "INSTANCE_PATH": str(tmp_path),
+           "DATABASE_URL": f"sqlite:///{tmp_path / 'x.db'}"}
+    done = subprocess.run([str(Path(sys.executable).parent / "entity-monitor"), "accounts", "list"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 4 and done.stderr == (
+        f"entity-monitor: configuration refused: PROMETHEUS_MULTIPROC_DIR={str(tmp_path / 'missing')!r} is not a "
+        "directory: create it (empty) before the service starts\n")
 
 
 def test_instance_config_values_written_as_text_are_read_as_the_environments(monkeypatch, tmp_path):
@@ -89,6 +120,9 @@ def test_an_unreadable_instance_config_is_one_line(monkeypatch, tmp_path, config
 
 @pytest.mark.parametrize("environ, refusal", [
     ({"SIMULATED_FAILURE_PERCENT": "150"}, "SIMULATED_FAILURE_PERCENT=150.0 is too large"),
+    ({"SQLITE_BUSY_TIMEOUT_MS": "99999999999999"}, "SQLITE_BUSY_TIMEOUT_MS=99999999999999 is too large"),
+    ({"TRIAL_DAYS": "100000000"}, "TRIAL_DAYS=100000000 is too large"),
+    ({"SCHEDULER_STANDBY_POLL_SECONDS": "1e300"}, "SCHEDULER_STANDBY_POLL_SECONDS=1e+300 is too large"),
     ({"PROVIDER": "crustdata", "PROVIDER_CRUSTDATA_API_KEY": "k", "PROVIDER_CRUSTDATA_TIMEOUT_SECONDS": "abc"},
      "PROVIDER_CRUSTDATA_TIMEOUT_SECONDS='abc' is not a number of seconds"),
     ({"PROVIDER": "crustdata", "PROVIDER_CRUSTDATA_API_KEY": "k", "PROVIDER_CRUSTDATA_TIMEOUT_SECONDS": "nan"},
