@@ -645,6 +645,19 @@ def test_a_claim_that_fails_leaves_the_batches_in_flight_recorded(app, alice, mo
     assert db.session.scalar(select(func.count()).select_from(DeliveryAttempt)) == len(receiver.requests) == 2
 
 
+def test_a_round_whose_budget_ran_out_with_more_due_wakes_the_next_round(alice):
+    """The sender then slept a whole poll interval although deliveries were due."""
+    configure(alice, "https://93.184.216.34/")
+    record_events(alice.account_id)
+    deliveries.woken.clear()
+    assert deliveries.deliver_until_idle(budget_seconds=0) == 0
+    assert deliveries.woken.is_set()
+    deliveries.woken.clear()
+    with write_transaction() as session:
+        session.execute(delete(OutboxDelivery))
+    assert deliveries.deliver_until_idle() == 0 and not deliveries.woken.is_set()  # nothing due: it may sleep
+
+
 def _wait_for(condition, seconds=20) -> bool:
     deadline = time.monotonic() + seconds
     while not condition():

@@ -133,6 +133,8 @@ def deliver_until_idle(budget_seconds=None, keep_going=always) -> int:
                 for batch in sending.finished():
                     sent += _record_or_leave(batch)
                 if not sending.batches and not (claiming and (due or woken.is_set())):
+                    if due and keep_going():  # the budget ran out with more due: the next round starts at once
+                        woken.set()
                     return sent
                 sending.changed.wait(RECHECK_SECONDS)
         finally:  # a claim failed (the database went away): the batches already sent are still recorded
