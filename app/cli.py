@@ -7,7 +7,6 @@ import sys
 import click
 from flask import current_app
 from flask.cli import AppGroup, FlaskGroup
-from sqlalchemy.exc import DBAPIError
 
 from app.common import isoformat
 from app.database import missing_schema, unreachable
@@ -193,7 +192,7 @@ def main():
     group = click.version_option(VERSION, prog_name="entity-monitor")(group)
     try:
         group(prog_name="entity-monitor")
-    except DBAPIError as error:
+    except Exception as error:  # noqa: BLE001 - a database that cannot serve is one line; anything else is raised
         problem = missing_schema(error) or unreachable(error)
         if problem is None:
             raise

@@ -13,7 +13,7 @@ from contextlib import contextmanager, nullcontext
 
 from sqlalchemy import Float, LargeBinary, Numeric, bindparam, event, func, literal, select
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError
 
 from app.extensions import db
 
@@ -234,31 +234,42 @@ _SQLITE_UNUSABLE = ("unable to open database file", "attempt to write a readonly
 _POSTGRESQL_UNUSABLE = ("57P01", "57P02", "57P03", "53300")  # shut down, cannot connect now, too many clients
 
 
-def missing_schema(error: DBAPIError):
+def missing_schema(error: Exception):
     """One line for an operator when a table or column the code expects is not there (SQLite's `no such table`/
     `no such column`, PostgreSQL's SQLSTATE 42P01 and 42703); None for any other error."""
-    if (_first_line(error).startswith(("no such table", "no such column"))
-            or getattr(error.orig, "sqlstate", None) in ("42P01", "42703")):
-        return (f"the database has no schema (or an older one): run `entity-monitor db upgrade` first "
-                f"({_first_line(error)})")
+    orig = _driver_error(error)
+    if orig is not None and (_first_line(orig).startswith(("no such table", "no such column"))
+                             or getattr(orig, "sqlstate", None) in ("42P01", "42703")):
+        return ("the database has no schema (or an older one): run `entity-monitor db upgrade` first "
+                f"({_first_line(orig)})")
     return None
 
 
-def unreachable(error: DBAPIError):
+def unreachable(error: Exception):
     """One line for an operator when the database cannot be reached or opened now (refused, unknown host, shut
     down, a file that cannot be opened or written); None for any other error."""
-    if not isinstance(error, OperationalError):
+    orig = _driver_error(error)
+    if orig is None or type(orig).__name__ != "OperationalError":
         return None
-    sqlstate = getattr(error.orig, "sqlstate", "")
-    if (_first_line(error).startswith(_SQLITE_UNUSABLE) or sqlstate is None  # psycopg: no answer from a server
+    sqlstate = getattr(orig, "sqlstate", "")
+    if (_first_line(orig).startswith(_SQLITE_UNUSABLE) or sqlstate is None  # psycopg: no answer from a server
             or str(sqlstate).startswith("08") or sqlstate in _POSTGRESQL_UNUSABLE):
-        return f"the database (DATABASE_URL) cannot be used: {_first_line(error)}"
+        return f"the database (DATABASE_URL) cannot be used: {_first_line(orig)}"
     return None
 
 
-def _first_line(error: DBAPIError) -> str:
-    text = str(error.orig).strip()
-    return text.splitlines()[0] if text else type(error.orig).__name__
+def _driver_error(error: Exception):
+    """The driver's own exception of a database error: under SQLAlchemy's wrapper, or raised as it is where
+    `driver_rows` runs SQL on the DBAPI connection. None for any other exception."""
+    if isinstance(error, DBAPIError):
+        return error.orig
+    module = type(error).__module__
+    return error if module == "sqlite3" or module.startswith("psycopg") else None
+
+
+def _first_line(orig: Exception) -> str:
+    text = str(orig).strip()
+    return text.splitlines()[0] if text else type(orig).__name__
 
 
 def end_read_transaction():

@@ -5,12 +5,14 @@ import atexit
 import os
 import sys
 
+from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 from app import cpu_affinity, create_app
 from app.config import ConfigError, parse_whole_number
 from app.database import missing_schema, unreachable
+from app.extensions import db
 from app.services import usage
 from app.worker.scheduler import running_one_off_command, start_when_serving
 
@@ -33,10 +35,26 @@ def load():
     if not running_one_off_command():
         atexit.register(_write_buffered_usage_counts, app)
     try:
+        if not running_one_off_command() and not app.config.get("TESTING"):
+            refuse_a_schema_of_another_release(app)
         start_when_serving(app)
     except DBAPIError as error:
         _stop_in_one_line(error)
     return app
+
+
+def refuse_a_schema_of_another_release(app):
+    """Serve only a database migrated to this release's head: one behind answered 500s wherever a column or a
+    constraint was missing. No schema at all, or no database, raises the DBAPIError `_stop_in_one_line` reads."""
+    from alembic.script import ScriptDirectory
+    with app.app_context():
+        needed = set(ScriptDirectory.from_config(app.extensions["migrate"].migrate.get_config()).get_heads())
+        found = set(db.session.scalars(text("SELECT version_num FROM alembic_version")))
+        db.session.remove()
+    if found != needed:
+        sys.stderr.write(f"entity-monitor: the database's schema is at {', '.join(sorted(found)) or 'no version'}, "
+                         f"this release's is {', '.join(sorted(needed))}: run `entity-monitor db upgrade` first\n")
+        raise SystemExit(APP_LOAD_ERROR)
 
 
 def _stop_in_one_line(error: DBAPIError):

@@ -220,3 +220,46 @@ def test_an_error_of_the_sql_itself_is_not_taken_for_an_unusable_database(tmp_pa
     with pytest.raises(OperationalError) as raised, engine.connect() as connection:
         connection.execute(text(statement))
     assert missing_schema(raised.value) is None and unreachable(raised.value) is None
+
+
+@pytest.mark.parametrize("database", DATABASES)
+def test_serve_on_a_schema_of_another_release_stops_with_one_line(tmp_path, database):
+    """A database one migration behind was served, and answered 500s where a constraint was missing; with
+    SCHEDULER_ENABLED=0 not even a missing schema was noticed."""
+    from sqlalchemy import create_engine, text
+    if database == "sqlite":
+        url = f"sqlite:///{tmp_path / 'behind.db'}"
+    else:
+        url = url_with_own_schema(f"behind_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}")
+    _migrate(url)
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        connection.execute(text("UPDATE alembic_version SET version_num = 'f1b7c3e9a2d4'"))
+    engine.dispose()
+    env = {**os.environ, "DATABASE_URL": url, "INSTANCE_PATH": str(tmp_path), "BIND": "127.0.0.1:0",
+           "WORKER_CPU": "off", "SCHEDULER_ENABLED": "0"}
+    done = subprocess.run([str(Path(sys.executable).parent / "entity-monitor"), "serve"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 4
+    assert ("entity-monitor: the database's schema is at f1b7c3e9a2d4, this release's is a3c9e5f7b1d8: run "
+            "`entity-monitor db upgrade` first") in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("url, code", [("postgresql://postgres@127.0.0.1:1/nowhere", 3), ("", 4)])
+def test_serve_without_a_scheduler_still_checks_its_database(tmp_path, url, code):
+    env = {**os.environ, "DATABASE_URL": url or f"sqlite:///{tmp_path / 'empty.db'}", "INSTANCE_PATH": str(tmp_path),
+           "BIND": "127.0.0.1:0", "WORKER_CPU": "off", "SCHEDULER_ENABLED": "0"}
+    done = subprocess.run([str(Path(sys.executable).parent / "entity-monitor"), "serve"], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == code and "Traceback" not in done.stderr
+    assert "entity-monitor: the database" in done.stderr
+
+
+@pytest.mark.parametrize("args", [["checks", "run"], ["providers", "status"]])
+def test_commands_that_read_through_the_driver_name_a_missing_schema_in_one_line_too(tmp_path, args):
+    """They read with the DBAPI cursor, whose errors SQLAlchemy does not wrap: a traceback of 60 lines."""
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'empty.db'}", "INSTANCE_PATH": str(tmp_path)}
+    done = subprocess.run([str(Path(sys.executable).parent / "entity-monitor"), *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "run `entity-monitor db upgrade` first" in done.stderr
