@@ -607,12 +607,13 @@ def test_a_slow_endpoint_holds_back_its_own_batch_not_the_sends_claimed_after_it
 def test_a_batch_whose_record_fails_leaves_the_other_batches_recorded(app, alice, monkeypatch):
     """One failed record left the loop and every other claimed batch went unrecorded until its lease ended."""
     app.config.update(WEBHOOK_BATCH_SIZE=1, WEBHOOK_WORKERS=4)
+    monkeypatch.setattr(deliveries, "RECORD_RETRY_SECONDS", 0)
     real, calls = outbox.record_results, []
 
     def record_failing_once(token, results):
         calls.append(token)
-        if len(calls) == 1:
-            raise RuntimeError("the database went away for a moment")
+        if calls.count(token) <= 2 and token == calls[0]:  # the first batch's record fails, and once more
+            raise RuntimeError("the database went away")
         return real(token, results)
     monkeypatch.setattr(outbox, "record_results", record_failing_once)
     with Receiver() as receiver:
@@ -624,6 +625,26 @@ def test_a_batch_whose_record_fails_leaves_the_other_batches_recorded(app, alice
     assert db.session.scalar(select(func.count()).select_from(DeliveryAttempt)) == 3
     [left] = db.session.scalars(select(OutboxDelivery)).all()
     assert left.claim_token is not None  # the one whose record failed: sent again after its lease
+
+
+def test_a_record_that_fails_once_is_made_a_moment_later(app, alice, monkeypatch):
+    """A dropped connection lost the batch's record: its deliveries were sent again after the lease, and the
+    tries made were never logged."""
+    monkeypatch.setattr(deliveries, "RECORD_RETRY_SECONDS", 0)
+    real, calls = outbox.record_results, []
+
+    def record_failing_once(token, results):
+        calls.append(token)
+        if len(calls) == 1:
+            raise RuntimeError("the connection was closed")
+        return real(token, results)
+    monkeypatch.setattr(outbox, "record_results", record_failing_once)
+    with Receiver() as receiver:
+        configure(alice, receiver.url)
+        [event_id] = record_events(alice.account_id)
+        assert deliveries.deliver_until_idle() == 1
+    assert len(calls) == 2 and [attempt.attempt for attempt in attempts_of(event_id)] == [1]
+    assert event_row(event_id).delivery_status == "succeeded" and owed_rows(event_id) == []
 
 
 def test_a_claim_that_fails_leaves_the_batches_in_flight_recorded(app, alice, monkeypatch):

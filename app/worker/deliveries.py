@@ -14,6 +14,7 @@ from app.services.transport import transport_for
 
 STEP_BUDGET_SECONDS = 30
 RECHECK_SECONDS = 0.2  # while tries run: how soon a wake-up (new deliveries queued) is noticed
+RECORD_RETRY_SECONDS = 1.0
 log = logging.getLogger(__name__)
 
 woken = threading.Event()  # new rows were queued since the sender last looked
@@ -49,9 +50,21 @@ def _record(in_flight: InFlight) -> int:
     """Record the tries made, release the ones skipped; returns how many were sent."""
     results = [(claimed, future.result()) for claimed, future in zip(in_flight.batch, in_flight.futures)]
     sent = [(claimed, outcome) for claimed, outcome in results if outcome is not None]
-    outbox.record_results(in_flight.token, sent)
-    outbox.release(in_flight.token, [claimed.delivery_id for claimed, outcome in results if outcome is None])
+    _once_more_if_it_fails(outbox.record_results, in_flight.token, sent)
+    _once_more_if_it_fails(outbox.release, in_flight.token,
+                           [claimed.delivery_id for claimed, outcome in results if outcome is None])
     return len(sent)
+
+
+def _once_more_if_it_fails(write, *args):
+    """A write transaction, tried again a second later when it fails (a connection dropped, a lock timed out):
+    a try's record is worth more than the delivery it would otherwise cost again after the lease."""
+    try:
+        write(*args)
+    except Exception:  # noqa: BLE001 - the second failure is raised
+        log.warning("writing a delivery batch failed; trying once more", exc_info=True)
+        time.sleep(RECORD_RETRY_SECONDS)
+        write(*args)
 
 
 def _sender_pool(app) -> ThreadPoolExecutor:
