@@ -36,7 +36,11 @@ def create_app(test_config=None):
     """The application, configured and validated (ConfigError names a bad setting); it starts no threads."""
     app = MonitorFlask(__name__, instance_relative_config=True, instance_path=_instance_path())
     app.json.sort_keys = False
-    os.makedirs(app.instance_path, exist_ok=True)
+    try:
+        os.makedirs(app.instance_path, exist_ok=True)
+    except OSError as error:  # a file there, no permission, a read-only file system
+        raise config_module.ConfigError(f"INSTANCE_PATH={app.instance_path!r} cannot be used as a folder: "
+                                        f"{error.strerror}") from None
     _configure(app, test_config)
     configure_logging(app)
     hops = app.config["TRUSTED_PROXY_HOPS"]

@@ -198,12 +198,39 @@ LONGEST_DELAY_SECONDS = 10 * 365 * 86400  # ten years
 
 
 def parse_text_values(config) -> None:
-    """Settings of `instance/config.py` written as text (`SCHEDULER_ENABLED = "0"`, `CHECK_INTERVAL_SECONDS = "30"`)
-    are read as the environment's: "0" was a true value, "30" a string no comparison could take."""
+    """The settings of `instance/config.py`: written as text (`SCHEDULER_ENABLED = "0"`, `CHECK_INTERVAL_SECONDS =
+    "30"`) they are read as the environment's ("0" was a true value, "30" a string no comparison could take);
+    otherwise they must have the type the environment's would have (a float of days made a fractional trial).
+    None stands only where it is the default."""
     for parse, names in PARSERS.items():
         for name in names:
-            if parse is not parse_text and isinstance(config.get(name), str):
-                config[name] = parse(name, config[name])
+            value = config.get(name)
+            if value is None and getattr(Defaults, name, None) is None:
+                continue
+            if parse is not parse_text and isinstance(value, str):
+                config[name] = parse(name, value)
+            elif not _of_the_type(parse, value):
+                raise ConfigError(f"{name}={value!r} in config.py is not {TYPE_NAMES[parse]}")
+
+
+TYPE_NAMES = {parse_bool: "a boolean (True or False)", parse_whole_number: "a whole number",
+              parse_number: "a number", parse_seconds_list: "a list of seconds", parse_text: "text"}
+
+
+def _of_the_type(parse, value) -> bool:
+    if parse is parse_bool:
+        return isinstance(value, bool)
+    if parse is parse_whole_number:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if parse is parse_number:
+        return _is_number(value)
+    if parse is parse_seconds_list:
+        return isinstance(value, (list, tuple)) and all(_is_number(item) for item in value)
+    return isinstance(value, str)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def settings_from_environment(environ=os.environ):

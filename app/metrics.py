@@ -25,9 +25,9 @@ def _refuse_a_missing_multiprocess_directory():
     (before the configuration is read): a path that is no directory is refused here, in one line, with the exit
     code of a refused setting (app.serving.APP_LOAD_ERROR), instead of a FileNotFoundError's traceback."""
     path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
-    if path and not os.path.isdir(path):
+    if path and not (os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK)):
         sys.stderr.write(f"entity-monitor: configuration refused: PROMETHEUS_MULTIPROC_DIR={path!r} is not a "
-                         "directory: create it (empty) before the service starts\n")
+                         "directory this process can write in: create it (empty) before the service starts\n")
         raise SystemExit(4)
 
 

@@ -95,7 +95,23 @@ def test_a_missing_metrics_directory_is_one_line_in_every_process(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 4 and done.stderr == (
         f"entity-monitor: configuration refused: PROMETHEUS_MULTIPROC_DIR={str(tmp_path / 'missing')!r} is not a "
-        "directory: create it (empty) before the service starts\n")
+        "directory this process can write in: create it (empty) before the service starts\n")
+
+
+def test_an_instance_path_that_cannot_be_a_folder_is_one_line(monkeypatch, tmp_path):
+    """A file in its place (or no permission) was os.makedirs' traceback in every command."""
+    (tmp_path / "taken").write_text("")
+    monkeypatch.setenv("INSTANCE_PATH", str(tmp_path / "taken" / "instance"))
+    from app import create_app
+    with pytest.raises(ConfigError, match=r"^INSTANCE_PATH='.*/taken/instance' cannot be used as a folder: "):
+        create_app({"SQLALCHEMY_DATABASE_URI": "sqlite://"})
+
+
+def test_instance_config_values_of_their_own_type_stand(monkeypatch, tmp_path):
+    app = _app_with(monkeypatch, tmp_path, config_py="TRIAL_DAYS = 3\nEMPLOYEE_COUNT_MIN_PERCENT = 5\n"
+                                                     "PROVIDER_HTTP_URL = None\nWEBHOOK_RETRY_SCHEDULE = (5, 2.5)\n")
+    assert (app.config["TRIAL_DAYS"], app.config["EMPLOYEE_COUNT_MIN_PERCENT"]) == (3, 5)
+    assert app.config["PROVIDER_HTTP_URL"] is None and list(app.config["WEBHOOK_RETRY_SCHEDULE"]) == [5, 2.5]
 
 
 def test_instance_config_values_written_as_text_are_read_as_the_environments(monkeypatch, tmp_path):
@@ -109,6 +125,12 @@ def test_instance_config_values_written_as_text_are_read_as_the_environments(mon
 
 @pytest.mark.parametrize("config_py, refusal", [
     ('CHECK_INTERVAL_SECONDS = "30s"\n', "CHECK_INTERVAL_SECONDS='30s' is not a whole number"),
+    ("TRIAL_DAYS = 2.9\n", "TRIAL_DAYS=2.9 in config.py is not a whole number"),
+    ("CHECK_INTERVAL_SECONDS = True\n", "CHECK_INTERVAL_SECONDS=True in config.py is not a whole number"),
+    ("SCHEDULER_ENABLED = 2\n", "SCHEDULER_ENABLED=2 in config.py is not a boolean"),
+    ("TRIAL_DAYS = None\n", "TRIAL_DAYS=None in config.py is not a whole number"),
+    ("TRIAL_DAYS = [1]\n", "TRIAL_DAYS=[1] in config.py is not a whole number"),
+    ("WEBHOOK_RETRY_SCHEDULE = [5, '300']\n", "WEBHOOK_RETRY_SCHEDULE=[5, '300'] in config.py is not a list"),
     ("SCHEDULER_ENABLED = no\n", "config.py cannot be read: NameError: name 'no' is not defined"),
     ("TIERS = {\n", "config.py cannot be read: SyntaxError"),
 ])
