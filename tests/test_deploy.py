@@ -29,7 +29,7 @@ def test_the_units_run_commands_the_console_script_has(tmp_path):
     from app.cli import main  # noqa: F401 - the entry point the units call
     for unit in ("entity-monitor.service", "entity-monitor-scheduler.service"):
         for line in (DEPLOY / unit).read_text().splitlines():
-            if line.startswith(("ExecStart=", "ExecStartPre=")):
+            if line.startswith(("ExecStart=", "ExecStartPre=")) and "/entity-monitor/bin/" in line:
                 args = line.split("=", 1)[1].split()[1:]
                 done = subprocess.run([str(BIN / "entity-monitor"), *args, "--help"], capture_output=True,
                                       text=True, timeout=60)
@@ -42,9 +42,19 @@ def test_a_refused_configuration_is_not_restarted_forever(unit):
     # restarted the service every 2 s, printing the same refusal line forever instead of staying failed.
     lines = (DEPLOY / unit).read_text().splitlines()
     assert "Restart=always" in lines and "RestartPreventExitStatus=4" in lines
-    # ...nor when the ExecStartPre migration is what refuses it: the start limit ends the loop.
+    # ...nor when the ExecStartPre migration is what refuses it: the start limit ends the loop, after a database
+    # that is still starting (exit 3, restarted) had three minutes: 30 starts 5 s apart within ten minutes.
     unit_section = lines[lines.index("[Unit]"):lines.index("[Service]")]
-    assert "StartLimitIntervalSec=60" in unit_section and "StartLimitBurst=5" in unit_section
+    assert "StartLimitIntervalSec=600" in unit_section and "StartLimitBurst=30" in unit_section
+    assert "RestartSec=5" in lines and "postgresql.service" in unit_section[2]
+
+
+def test_the_web_unit_makes_and_empties_the_metrics_folder_and_the_cli_leaves_it_alone():
+    web = (DEPLOY / "entity-monitor.service").read_text().splitlines()
+    assert "RuntimeDirectory=entity-monitor" in web and "RuntimeDirectoryPreserve=yes" in web
+    assert "ExecStartPre=/bin/sh -c 'rm -rf /run/entity-monitor/metrics && mkdir /run/entity-monitor/metrics'" in web
+    assert "ReadWritePaths=-/run/entity-monitor" in (DEPLOY / "entity-monitor-scheduler.service").read_text()
+    assert "--property=UnsetEnvironment=PROMETHEUS_MULTIPROC_DIR" in (DEPLOY / "entity-monitor-cli").read_text()
 
 
 @pytest.mark.skipif(shutil.which("nginx") is None or shutil.which("openssl") is None,
