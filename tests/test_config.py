@@ -144,6 +144,7 @@ def test_an_unreadable_instance_config_is_one_line(monkeypatch, tmp_path, config
     ({"SIMULATED_FAILURE_PERCENT": "150"}, "SIMULATED_FAILURE_PERCENT=150.0 is too large"),
     ({"SQLITE_BUSY_TIMEOUT_MS": "99999999999999"}, "SQLITE_BUSY_TIMEOUT_MS=99999999999999 is too large"),
     ({"TRIAL_DAYS": "100000000"}, "TRIAL_DAYS=100000000 is too large"),
+    ({"TRIAL_DAYS": "0"}, "TRIAL_DAYS=0 is too small"),  # every new account's trial had ended as it began
     ({"SCHEDULER_STANDBY_POLL_SECONDS": "1e300"}, "SCHEDULER_STANDBY_POLL_SECONDS=1e+300 is too large"),
     ({"PROVIDER": "crustdata", "PROVIDER_CRUSTDATA_API_KEY": "k", "PROVIDER_CRUSTDATA_TIMEOUT_SECONDS": "abc"},
      "PROVIDER_CRUSTDATA_TIMEOUT_SECONDS='abc' is not a number of seconds"),
