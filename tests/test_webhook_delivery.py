@@ -604,18 +604,25 @@ def test_a_slow_endpoint_holds_back_its_own_batch_not_the_sends_claimed_after_it
     assert all(event_row(event_id).delivery_status == "succeeded" for event_id in [alices, *bobs])
 
 
+def failing_calls_of(monkeypatch, name, fails) -> list:
+    """`outbox.<name>` raises on the calls `fails(tokens)` picks (the claim tokens it was called with so far)."""
+    real, tokens = getattr(outbox, name), []
+
+    def sometimes_failing(token, *args):
+        tokens.append(token)
+        if fails(tokens):
+            raise RuntimeError("the database went away")
+        return real(token, *args)
+    monkeypatch.setattr(outbox, name, sometimes_failing)
+    return tokens
+
+
 def test_a_batch_whose_record_fails_leaves_the_other_batches_recorded(app, alice, monkeypatch):
     """One failed record left the loop and every other claimed batch went unrecorded until its lease ended."""
     app.config.update(WEBHOOK_BATCH_SIZE=1, WEBHOOK_WORKERS=4)
     monkeypatch.setattr(deliveries, "RECORD_RETRY_SECONDS", 0)
-    real, calls = outbox.record_results, []
-
-    def record_failing_once(token, results):
-        calls.append(token)
-        if calls.count(token) <= 2 and token == calls[0]:  # the first batch's record fails, and once more
-            raise RuntimeError("the database went away")
-        return real(token, results)
-    monkeypatch.setattr(outbox, "record_results", record_failing_once)
+    # the first batch's record fails, and once more
+    failing_calls_of(monkeypatch, "record_results", lambda tokens: tokens[-1] == tokens[0] and len(tokens) <= 2)
     with Receiver() as receiver:
         configure(alice, receiver.url)
         record_events(alice.account_id, 4)
@@ -631,14 +638,7 @@ def test_a_record_that_fails_once_is_made_a_moment_later(app, alice, monkeypatch
     """A dropped connection lost the batch's record: its deliveries were sent again after the lease, and the
     tries made were never logged."""
     monkeypatch.setattr(deliveries, "RECORD_RETRY_SECONDS", 0)
-    real, calls = outbox.record_results, []
-
-    def record_failing_once(token, results):
-        calls.append(token)
-        if len(calls) == 1:
-            raise RuntimeError("the connection was closed")
-        return real(token, results)
-    monkeypatch.setattr(outbox, "record_results", record_failing_once)
+    calls = failing_calls_of(monkeypatch, "record_results", lambda tokens: len(tokens) == 1)
     with Receiver() as receiver:
         configure(alice, receiver.url)
         [event_id] = record_events(alice.account_id)
@@ -649,14 +649,7 @@ def test_a_record_that_fails_once_is_made_a_moment_later(app, alice, monkeypatch
 
 def test_a_claim_that_fails_leaves_the_batches_in_flight_recorded(app, alice, monkeypatch):
     app.config.update(WEBHOOK_BATCH_SIZE=1, WEBHOOK_WORKERS=4)
-    real, claims = outbox.claim_due, []
-
-    def claim_failing_third(token, size):
-        claims.append(token)
-        if len(claims) == 3:
-            raise RuntimeError("the database went away")
-        return real(token, size)
-    monkeypatch.setattr(outbox, "claim_due", claim_failing_third)
+    failing_calls_of(monkeypatch, "claim_due", lambda tokens: len(tokens) == 3)
     with Receiver() as receiver:
         configure(alice, receiver.url)
         record_events(alice.account_id, 4)

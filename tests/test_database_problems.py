@@ -1,0 +1,114 @@
+"""A database that cannot serve as it is (no schema, another release's schema, unreachable, unopenable) is one
+line for every command and for `serve`, never a traceback; `serve` exits 4 (not restarted) for the schema and 3
+(restarted by the units) for a database that may be back in a moment."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import OperationalError
+
+from app.database import missing_schema, unreachable
+from conftest import DATABASES, _migrate, url_with_own_schema
+
+ENTITY_MONITOR = str(Path(sys.executable).parent / "entity-monitor")
+SERVING = {"BIND": "127.0.0.1:0", "WORKER_CPU": "off"}
+NO_SCHEMA = "entity-monitor: the database has no schema (or an older one): run `entity-monitor db upgrade` first"
+UNREACHABLE_POSTGRESQL = "postgresql://postgres@127.0.0.1:1/nowhere"
+
+
+def entity_monitor(tmp_path, url, *args, **env):
+    return subprocess.run([ENTITY_MONITOR, *args], env={**os.environ, "DATABASE_URL": url,
+                                                        "INSTANCE_PATH": str(tmp_path), **env},
+                          capture_output=True, text=True, timeout=120)
+
+
+def own_database(tmp_path, database, name, change=None) -> str:
+    """A database of the test's own (never the worker's shared schema): empty, or migrated then `change`d."""
+    if database == "sqlite":
+        url = f"sqlite:///{tmp_path / f'{name}.db'}"
+    else:
+        url = url_with_own_schema(f"{name}_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}")
+    if change:
+        _migrate(url)
+        engine = create_engine(url)
+        with engine.begin() as connection:
+            connection.execute(text(change))
+        engine.dispose()
+    return url
+
+
+def only_line(done) -> str:
+    [line] = [line for line in done.stderr.splitlines() if not line.startswith("INFO  [alembic")]
+    return line
+
+
+@pytest.mark.parametrize("database", DATABASES)
+@pytest.mark.parametrize("args", [["accounts", "create", "--name", "Acme"], ["accounts", "list"],
+                                  ["keys", "list", "--account", "acct_x"], ["checks", "run"],
+                                  ["providers", "status"]])
+def test_a_database_without_its_schema_is_named_in_one_line(tmp_path, database, args):
+    """Before `db upgrade`, a command ended in SQLAlchemy's traceback with the statement and its parameters
+    (and `checks run`, `providers status`, which read through the driver's cursor, in the driver's)."""
+    done = entity_monitor(tmp_path, own_database(tmp_path, database, "unmigrated"), *args)
+    assert done.returncode == 1 and done.stdout == "" and only_line(done).startswith(f"{NO_SCHEMA} (")
+
+
+@pytest.mark.parametrize("database", DATABASES)
+def test_a_database_with_an_older_schema_is_named_in_one_line_too(tmp_path, database):
+    """A table is there but a column the code reads is not (a release ahead of `db upgrade`)."""
+    url = own_database(tmp_path, database, "older", "ALTER TABLE accounts DROP COLUMN trial_ends_at")
+    done = entity_monitor(tmp_path, url, "accounts", "list")
+    assert done.returncode == 1 and done.stdout == ""
+    assert only_line(done).startswith(f"{NO_SCHEMA} (") and "trial_ends_at" in only_line(done)
+
+
+@pytest.mark.parametrize("url, problem", [
+    (UNREACHABLE_POSTGRESQL, "the database (DATABASE_URL) cannot be used: connection failed"),
+    ("sqlite:////nonexistent/folder/x.db", "the database (DATABASE_URL) cannot be used: unable to open database file"),
+])
+@pytest.mark.parametrize("args", [["accounts", "list"], ["db", "upgrade"]])
+def test_a_database_that_cannot_be_reached_is_named_in_one_line(tmp_path, url, problem, args):
+    """A refused connection or an unopenable file ended in a traceback of 150 lines."""
+    done = entity_monitor(tmp_path, url, *args)
+    assert done.returncode == 1 and done.stdout == "" and only_line(done).startswith(f"entity-monitor: {problem}")
+
+
+@pytest.mark.parametrize("database", DATABASES)
+@pytest.mark.parametrize("scheduler", ["1", "0"])
+def test_serve_on_a_database_without_its_schema_stops_with_one_line(tmp_path, database, scheduler):
+    """The worker ended in a traceback and gunicorn's `Worker failed to boot`; with SCHEDULER_ENABLED=0 it
+    served, and answered 500s."""
+    done = entity_monitor(tmp_path, own_database(tmp_path, database, "unserved"), "serve", **SERVING,
+                          SCHEDULER_ENABLED=scheduler)
+    assert done.returncode == 4  # gunicorn halts: the app failed to load
+    assert NO_SCHEMA in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("scheduler", ["1", "0"])
+def test_serve_on_a_database_it_cannot_reach_stops_to_be_restarted(tmp_path, scheduler):
+    """Exit 4 (gunicorn's app-failed-to-load, which the units keep systemd from restarting) for a database that
+    was only down would have stopped the service for good; it is gunicorn's boot error, 3, instead."""
+    done = entity_monitor(tmp_path, UNREACHABLE_POSTGRESQL, "serve", **SERVING, SCHEDULER_ENABLED=scheduler)
+    assert done.returncode == 3 and "Traceback" not in done.stderr
+    assert "entity-monitor: the database (DATABASE_URL) cannot be used: connection failed" in done.stderr
+
+
+@pytest.mark.parametrize("database", DATABASES)
+def test_serve_on_a_schema_of_another_release_stops_with_one_line(tmp_path, database):
+    """A database one migration behind was served, and answered 500s where a constraint was missing."""
+    url = own_database(tmp_path, database, "behind", "UPDATE alembic_version SET version_num = 'f1b7c3e9a2d4'")
+    done = entity_monitor(tmp_path, url, "serve", **SERVING, SCHEDULER_ENABLED="0")
+    assert done.returncode == 4 and "Traceback" not in done.stderr
+    assert ("entity-monitor: the database's schema is at f1b7c3e9a2d4, this release's is a3c9e5f7b1d8: run "
+            "`entity-monitor db upgrade` first") in done.stderr
+
+
+@pytest.mark.parametrize("statement", ["SELEC 1", "SELECT no_such_function(1)"])
+def test_an_error_of_the_sql_itself_is_not_taken_for_an_unusable_database(tmp_path, statement):
+    engine = create_engine(f"sqlite:///{tmp_path / 'x.db'}")
+    with pytest.raises(OperationalError) as raised, engine.connect() as connection:
+        connection.execute(text(statement))
+    assert missing_schema(raised.value) is None and unreachable(raised.value) is None
