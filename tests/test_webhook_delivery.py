@@ -50,7 +50,9 @@ def config_row(account_id):
 
 
 def delay_after(attempt):
-    return (attempt.next_attempt_at - attempt.attempted_at).total_seconds()
+    """The wait the schedule gave after the try ended (tenths of a second: the try's record follows its end)."""
+    ended = attempt.attempted_at + timedelta(milliseconds=attempt.duration_ms)
+    return round((attempt.next_attempt_at - ended).total_seconds(), 1)
 
 
 def test_a_due_event_is_delivered_once_and_logged(alice):
@@ -602,6 +604,26 @@ def test_a_slow_endpoint_holds_back_its_own_batch_not_the_sends_claimed_after_it
     assert bob_served.is_set(), "bob's deliveries waited for alice's endpoint"
     assert sorted(fast.event_ids) == sorted(bobs) and slow.event_ids == [alices]
     assert all(event_row(event_id).delivery_status == "succeeded" for event_id in [alices, *bobs])
+
+
+def test_a_try_is_logged_at_the_moment_it_was_sent_not_when_its_batch_was_recorded(app, alice, bob):
+    """Every try of a batch was stamped with the batch's record, after its slowest try: a fast endpoint's try
+    showed up to the 10-second timeout late in the delivery log."""
+    app.config.update(WEBHOOK_BATCH_SIZE=2, WEBHOOK_WORKERS=2)
+    answered_at = []
+
+    def slow(received):
+        time.sleep(1.0)
+        answered_at.append(utcnow())
+        return Reply()
+    with Receiver(slow) as slow_receiver, Receiver() as fast:
+        configure(alice, slow_receiver.url)
+        configure(bob, fast.url)
+        record_events(alice.account_id)
+        [bobs] = record_events(bob.account_id)
+        assert deliver_due() == 2
+    [attempt] = attempts_of(bobs)
+    assert attempt.attempted_at < answered_at[0] - timedelta(seconds=0.5)
 
 
 def failing_calls_of(monkeypatch, name, fails) -> list:

@@ -11,7 +11,7 @@ A delivery goes through three steps so no transaction is held across HTTP:
 import logging
 import random
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from flask import current_app
@@ -147,11 +147,18 @@ def retry_delay(tries: int, outcome: Outcome):
     return delay
 
 
+def timed_send(transport, outgoing: Outgoing) -> Outcome:
+    """A try, with the moment it began: the delivery log's `attempted_at`, not the moment its batch is recorded
+    (after the batch's slowest try)."""
+    attempted_at = utcnow()
+    return replace(transport.send(outgoing), attempted_at=attempted_at)
+
+
 def attempt_row(account_id, event_id, event_type, attempt, outcome: Outcome, now, next_attempt_at) -> dict:
     return {"id": new_sortable_id("dlv"), "account_id": account_id, "event_id": event_id,
             "event_type": event_type, "attempt": attempt, "status": "succeeded" if outcome.succeeded else "failed",
             "response_status": outcome.status_code, "duration_ms": outcome.duration_ms,
-            "error": outcome.error, "attempted_at": now, "next_attempt_at": next_attempt_at,
+            "error": outcome.error, "attempted_at": outcome.attempted_at or now, "next_attempt_at": next_attempt_at,
             "kept_headers": DeliveryAttempt.headers_to_keep(outcome.request_headers, event_id, attempt)}
 
 
@@ -307,7 +314,7 @@ def send_test(account_id: str, transport) -> dict:
         event = events.record(session, account_id, "test", {"message": TEST_MESSAGE}, now=now,
                               id_prefix="evt_test")
         outgoing = outgoing_for(config, event.id, event.body, 1, now)
-    outcome = transport.send(outgoing)
+    outcome = timed_send(transport, outgoing)
     with write_transaction() as session:
         session.execute(update(Event).where(Event.id == outgoing.event_id).values(
             attempt_count=1, delivery_status="succeeded" if outcome.succeeded else "failed"))

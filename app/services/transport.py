@@ -11,6 +11,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
+from datetime import datetime
 from http.cookiejar import DefaultCookiePolicy
 from typing import Optional
 
@@ -53,6 +54,7 @@ class Outcome:
     retry_after: Optional[float] = None
     gone: bool = False  # 410: the endpoint asks us to stop
     request_headers: Optional[dict] = None  # as sent; None when refused before any request was made
+    attempted_at: Optional[datetime] = None  # when the try began (`outbox.timed_send`); None: when it is recorded
 
 
 @dataclass(frozen=True)

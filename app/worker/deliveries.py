@@ -37,7 +37,7 @@ def _claim_and_send(app, pool, keep_going) -> InFlight:
     deadline = time.monotonic() + app.config["WEBHOOK_LEASE_SECONDS"] / 2
 
     def send_unless_stopped(outgoing):
-        return transport.send(outgoing) if keep_going() and time.monotonic() < deadline else None
+        return outbox.timed_send(transport, outgoing) if keep_going() and time.monotonic() < deadline else None
 
     try:
         return InFlight(token, batch, [pool.submit(send_unless_stopped, claimed.outgoing) for claimed in batch])
