@@ -3,6 +3,7 @@ would silently break (several processes sharing per-process state) refused with 
 started. `app.wsgi` calls `load()`; so does the console script for its commands."""
 import atexit
 import os
+import socket
 import sys
 
 from sqlalchemy import text
@@ -87,7 +88,22 @@ def check_serve_settings(environ=os.environ) -> None:
             value = parse_whole_number(name, raw)
             if value < 1:
                 raise ConfigError(f"{name}={value} is too small: the smallest accepted value is 1")
+    _check_bind(environ.get("BIND", "").strip())
     cpu_affinity.worker_cpus(environ)
+
+
+def _check_bind(bind: str) -> None:
+    """BIND as gunicorn reads it (HOST:PORT, [IPv6]:PORT, unix:PATH, fd://N): one gunicorn cannot read or
+    resolve answered five retries of its own, then an exit that systemd restarts for ever."""
+    if not bind or bind.startswith(("unix:", "fd://")):
+        return
+    host, _, port = (bind, "", "8000") if bind.endswith("]") or ":" not in bind else bind.rpartition(":")
+    if not (port.isdigit() and int(port) <= 65535):
+        raise ConfigError(f"BIND={bind!r} is not HOST:PORT (e.g. 127.0.0.1:8000) or unix:PATH")
+    try:
+        socket.getaddrinfo(host.strip("[]") or None, int(port), type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as error:
+        raise ConfigError(f"BIND={bind!r} names a host this machine cannot resolve ({error})") from None
 
 
 def gunicorn_settings():

@@ -279,6 +279,8 @@ def test_a_bad_setting_is_refused_with_one_line_naming_it(service, name, value, 
     ("GUNICORN_THREADS", "eight", "GUNICORN_THREADS='eight' is not a whole number"),
     ("WEB_CONCURRENCY", "2x", "WEB_CONCURRENCY='2x' is not a whole number"),
     ("WORKER_CPU", "fast", "WORKER_CPU='fast' is not a CPU this process may run on"),
+    ("BIND", "127.0.0.1:port", "BIND='127.0.0.1:port' is not HOST:PORT"),
+    ("BIND", "no-such-host.invalid:8000", "BIND='no-such-host.invalid:8000' names a host this machine cannot"),
 ])
 def test_serve_refuses_a_bad_process_setting_with_one_line_naming_it(service, name, value, says):
     # WEB_CONCURRENCY=0 used to listen forever with no worker to answer; the others ended in a traceback or
