@@ -316,7 +316,8 @@ def fetch_all(provider, claimed: list, deadline: float = None, keep_going=always
             return not stop.is_set() and keep_going() and time.time() < deadline
 
         for index, call in enumerate(calls):
-            if not (flight.reserve(deadline, go_on) and _may_call(spec, deadline)):
+            # go_on once more last: taking the slot and the budget may itself have run past the deadline
+            if not (flight.reserve(deadline, go_on) and _may_call(spec, deadline) and go_on()):
                 flight.unreserve()
                 deferred = _deferred(calls[index:])
                 break
