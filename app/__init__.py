@@ -73,7 +73,7 @@ def _configure(app, test_config):
     except Exception as error:  # noqa: BLE001 - any error of the file's own code: one line, not a traceback
         raise config_module.ConfigError(f"{os.path.join(app.instance_path, 'config.py')} cannot be read: "
                                         f"{type(error).__name__}: {error}") from None
-    config_module.parse_text_values(app.config)  # config.py may write "0" or "30" as the environment does
+    config_module.read_instance_values(app.config)  # "0" or "30" as the environment writes them; else its types
     app.config.update(config_module.settings_from_environment())
     if test_config:
         app.config.update(test_config)

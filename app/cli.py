@@ -167,12 +167,11 @@ def serve(gunicorn_args):
     """Serve the API with gunicorn and the in-process scheduler (BIND, WEB_CONCURRENCY, GUNICORN_THREADS;
     extra arguments go to gunicorn)."""
     from app.config import ConfigError
-    from app.serving import APP_LOAD_ERROR, check_serve_settings, load
+    from app.serving import APP_LOAD_ERROR, check_serve_settings, load, stop
     try:
         check_serve_settings()
     except ConfigError as error:
-        sys.stderr.write(f"entity-monitor: configuration refused: {error}\n")
-        raise SystemExit(APP_LOAD_ERROR) from None
+        stop(f"configuration refused: {error}", APP_LOAD_ERROR)
     load()  # a bad setting is refused here, in one line, before gunicorn starts
     command = [sys.executable, "-m", "gunicorn", "-c", "python:app.gunicorn_conf", *gunicorn_args, "app.wsgi:app"]
     os.execv(sys.executable, command)
@@ -196,5 +195,5 @@ def main():
         problem = missing_schema(error) or unreachable(error)
         if problem is None:
             raise
-        sys.stderr.write(f"entity-monitor: {problem}\n")
-        raise SystemExit(1) from None
+        from app.serving import stop
+        stop(problem, 1)

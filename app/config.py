@@ -197,7 +197,7 @@ DELAY_SETTINGS = ("CHECK_INITIAL_DELAY_SECONDS", "CHECK_INTERVAL_SECONDS", "CHEC
 LONGEST_DELAY_SECONDS = 10 * 365 * 86400  # ten years
 
 
-def parse_text_values(config) -> None:
+def read_instance_values(config) -> None:
     """The settings of `instance/config.py`: written as text (`SCHEDULER_ENABLED = "0"`, `CHECK_INTERVAL_SECONDS =
     "30"`) they are read as the environment's ("0" was a true value, "30" a string no comparison could take);
     otherwise they must have the type the environment's would have (a float of days made a fractional trial).

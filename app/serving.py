@@ -31,8 +31,7 @@ def load():
         if not running_one_off_command():
             refuse_unsafe_process_model(app.config, gunicorn_settings())
     except ConfigError as error:
-        sys.stderr.write(f"entity-monitor: configuration refused: {error}\n")
-        raise SystemExit(APP_LOAD_ERROR) from None
+        stop(f"configuration refused: {error}", APP_LOAD_ERROR)
     if not running_one_off_command():
         atexit.register(_write_buffered_usage_counts, app)
     try:
@@ -53,9 +52,8 @@ def refuse_a_schema_of_another_release(app):
         found = set(db.session.scalars(text("SELECT version_num FROM alembic_version")))
         db.session.remove()
     if found != needed:
-        sys.stderr.write(f"entity-monitor: the database's schema is at {', '.join(sorted(found)) or 'no version'}, "
-                         f"this release's is {', '.join(sorted(needed))}: run `entity-monitor db upgrade` first\n")
-        raise SystemExit(APP_LOAD_ERROR)
+        stop(f"the database's schema is at {', '.join(sorted(found)) or 'no version'}, this release's is "
+             f"{', '.join(sorted(needed))}: run `entity-monitor db upgrade` first", APP_LOAD_ERROR)
 
 
 def _stop_in_one_line(error: DBAPIError):
@@ -64,13 +62,17 @@ def _stop_in_one_line(error: DBAPIError):
     systemd restarts: the database may be back by then). Anything else is raised as it is."""
     problem = missing_schema(error)
     if problem is not None:
-        sys.stderr.write(f"entity-monitor: {problem}\n")
-        raise SystemExit(APP_LOAD_ERROR) from None
+        stop(problem, APP_LOAD_ERROR)
     problem = unreachable(error)
     if problem is not None:
-        sys.stderr.write(f"entity-monitor: {problem}\n")
-        raise SystemExit(WORKER_BOOT_ERROR) from None
+        stop(problem, WORKER_BOOT_ERROR)
     raise error
+
+
+def stop(line: str, code: int):
+    """The one line an operator reads on stderr, then the exit code gunicorn and systemd act on."""
+    sys.stderr.write(f"entity-monitor: {line}\n")
+    raise SystemExit(code) from None
 
 
 def _write_buffered_usage_counts(app):
