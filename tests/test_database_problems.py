@@ -7,11 +7,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import OperationalError
 
 from app.database import missing_schema, unreachable
 from conftest import DATABASES, _migrate, url_with_own_schema
+
+RELEASE_HEAD = ScriptDirectory(str(Path(__file__).parents[1] / "app" / "migrations")).get_current_head()
 
 ENTITY_MONITOR = str(Path(sys.executable).parent / "entity-monitor")
 SERVING = {"BIND": "127.0.0.1:0", "WORKER_CPU": "off"}
@@ -102,8 +105,8 @@ def test_serve_on_a_schema_of_another_release_stops_with_one_line(tmp_path, data
     url = own_database(tmp_path, database, "behind", "UPDATE alembic_version SET version_num = 'f1b7c3e9a2d4'")
     done = entity_monitor(tmp_path, url, "serve", **SERVING, SCHEDULER_ENABLED="0")
     assert done.returncode == 4 and "Traceback" not in done.stderr
-    assert ("entity-monitor: the database's schema is at f1b7c3e9a2d4, this release's is a3c9e5f7b1d8: run "
-            "`entity-monitor db upgrade` first") in done.stderr
+    assert ("entity-monitor: the database's schema is at f1b7c3e9a2d4, this release's is "
+            f"{RELEASE_HEAD}: run `entity-monitor db upgrade` first") in done.stderr
 
 
 @pytest.mark.parametrize("statement", ["SELEC 1", "SELECT no_such_function(1)"])

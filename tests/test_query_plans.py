@@ -10,8 +10,10 @@ from sqlalchemy import event, insert
 from app.common import utcnow
 from app.extensions import db
 from app.models import DeliveryAttempt, Event
+from app.services import outbox
 from conftest import make_tenant
 from dashboard_helpers import Browser
+from webhook_helpers import record_events
 
 READS_SQLITE_PLANS = pytest.mark.sqlite_only(reason="reads SQLite's EXPLAIN QUERY PLAN")
 
@@ -20,6 +22,11 @@ def plans_of(client, path, table, kind="ORDER BY"):
     """(statement, plan) of every SELECT on `table` holding `kind` (a page's "ORDER BY", a total's "count(") that
     serving `path` ran; the plan is SQLite's EXPLAIN QUERY PLAN, or PostgreSQL's EXPLAIN with sequential scans off
     (on a table of a few thousand rows the planner would rightly read it all)."""
+    return plans_while(lambda: client.get(path).status_code == 200, table, kind)
+
+
+def plans_while(action, table, kind):
+    """`plans_of` for the SELECTs that `action()` (which must return true) ran."""
     seen = []
 
     def record(_connection, _cursor, statement, parameters, _context, _many):
@@ -28,7 +35,7 @@ def plans_of(client, path, table, kind="ORDER BY"):
 
     event.listen(db.engine, "before_cursor_execute", record)
     try:
-        assert client.get(path).status_code == 200
+        assert action()
     finally:
         event.remove(db.engine, "before_cursor_execute", record)
     with db.engine.connect() as connection:
@@ -102,3 +109,19 @@ def test_the_event_list_of_failed_deliveries_reads_their_index(app):
     browser = Browser(app, tenant.key)
     assert_failed_rows_read_in("ix_events_account_failed_order", browser, "/events?status=failed", "events")
     assert "3 events." in browser.text("/events?status=failed")
+
+
+@READS_SQLITE_PLANS
+def test_the_claim_reads_each_accounts_oldest_due_delivery_by_the_index(app):
+    """The claim shares a batch out among the accounts (`outbox._shared_out`): each account's oldest due and its
+    next due ones are seeks in the account's due index, not a scan of the outbox."""
+    tenant = make_tenant(app, "Plans", "growth")
+    assert tenant.post("/webhooks/configure", json={"endpoint_url": "https://93.184.216.34/", "events": ["*"]})\
+        .status_code == 201
+    record_events(tenant.account_id, 2)
+    plans = plans_while(lambda: len(outbox.claim_due(outbox.new_claim_token(), 10)) == 2, "outbox", "next_attempt_at")
+    [(_, accounts), (_, turn), (_, lock)] = plans
+    assert "SEARCH outbox USING COVERING INDEX ix_outbox_account_due (account_id=?)" in accounts
+    assert "SEARCH outbox USING COVERING INDEX ix_outbox_account_due (account_id=? AND next_attempt_at<?)" in turn
+    assert "SEARCH outbox USING INTEGER PRIMARY KEY" in lock
+    assert not any("SCAN outbox" in plan for _, plan in plans)

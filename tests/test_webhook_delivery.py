@@ -606,6 +606,55 @@ def test_a_slow_endpoint_holds_back_its_own_batch_not_the_sends_claimed_after_it
     assert all(event_row(event_id).delivery_status == "succeeded" for event_id in [alices, *bobs])
 
 
+def test_a_claim_shares_the_batch_out_among_the_accounts_with_deliveries_due(app, alice, bob):
+    """Oldest due first across accounts: an account with a backlog filled every batch, and another account's
+    deliveries due later waited until that backlog was sent."""
+    configure(alice, "https://93.184.216.34/")
+    configure(bob, "https://93.184.216.35/")
+    alices = record_events(alice.account_id, 5)
+    bobs = record_events(bob.account_id, 2)
+    claimed = outbox.claim_due(outbox.new_claim_token(), 4)
+    assert [item.account_id for item in claimed] == [alice.account_id, bob.account_id] * 2
+    assert {item.outgoing.event_id for item in claimed} <= {*alices, *bobs}
+    assert [item.outgoing.event_id for item in outbox.claim_due(outbox.new_claim_token(), 4, {alice.account_id: 0})] \
+        == [], "bob has nothing more due; alice had no room"
+    assert [item.account_id for item in outbox.claim_due(outbox.new_claim_token(), 4, {alice.account_id: 2})] \
+        == [alice.account_id] * 2
+
+
+def test_an_account_whose_slow_endpoint_has_a_backlog_leaves_the_next_free_sender_to_the_others(app, alice, bob):
+    """Claimed tries went to the pool in one queue: another account's deliveries, claimed while a slow endpoint's
+    backlog held the senders, waited behind every try of that backlog (minutes, at 10 s a try)."""
+    app.config.update(WEBHOOK_BATCH_SIZE=10, WEBHOOK_WORKERS=2)
+    alice_may_answer, bob_served = threading.Semaphore(0), threading.Event()
+
+    def alice_reply(received):
+        alice_may_answer.acquire(timeout=30)
+        return Reply()
+
+    with Receiver(alice_reply) as slow, Receiver() as fast:
+        configure(alice, slow.url)
+        configure(bob, fast.url)
+        alices = record_events(alice.account_id, 6)
+
+        def queue_bobs_then_free_one_sender():
+            with app.app_context():
+                if _wait_for(lambda: len(slow.requests) == 2):  # both senders held by alice's endpoint
+                    record_events(bob.account_id, 3)
+                    time.sleep(deliveries.SHARE_CLAIM_SECONDS + 0.5)  # the sender claims bob's while busy
+                    alice_may_answer.release()  # one sender comes free
+                    if _wait_for(lambda: len(fast.requests) == 3, seconds=10):
+                        bob_served.set()
+            for _ in range(10):
+                alice_may_answer.release()
+        watcher = threading.Thread(target=queue_bobs_then_free_one_sender)
+        watcher.start()
+        assert deliveries.deliver_until_idle() == 9
+        watcher.join()
+    assert bob_served.is_set(), "bob's deliveries waited behind alice's backlog"
+    assert sorted(slow.event_ids) == sorted(alices) and len(slow.requests) == 6
+
+
 def test_a_try_is_logged_at_the_moment_it_was_sent_not_when_its_batch_was_recorded(app, alice, bob):
     """Every try of a batch was stamped with the batch's record, after its slowest try: a fast endpoint's try
     showed up to the 10-second timeout late in the delivery log."""
@@ -708,8 +757,9 @@ def test_a_batch_the_pool_refuses_is_given_back(alice, app):
     record_events(alice.account_id, 2)
     pool = deliveries._sender_pool(app)
     pool.shutdown()
-    with pytest.raises(RuntimeError):
-        deliveries._claim_and_send(app, pool, always)
+    batch = deliveries._claim(app, always)
+    deliveries._Sending(pool, 2, 100).add(batch)
+    assert deliveries._record(batch) == 0
     db.session.remove()
     assert all(row.claim_token is None for row in db.session.scalars(select(OutboxDelivery)))
 

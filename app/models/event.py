@@ -71,7 +71,8 @@ class OutboxDelivery(db.Model):
     claimed_until: Mapped[Optional[datetime]]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
-    __table_args__ = (Index("ix_outbox_due", "next_attempt_at"),)
+    # The claim reads each account's oldest due delivery (`outbox.claim_due`).
+    __table_args__ = (Index("ix_outbox_account_due", "account_id", "next_attempt_at"),)
 
 
 class DeliveryAttempt(db.Model):

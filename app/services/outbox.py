@@ -12,6 +12,7 @@ import logging
 import random
 from collections import Counter
 from dataclasses import dataclass, replace
+from itertools import zip_longest
 from datetime import datetime, timedelta
 
 from flask import current_app
@@ -52,17 +53,20 @@ def outgoing_for(config: WebhookConfig, event_id: str, body: str, attempt: int, 
                     secret=config.secret, previous_secret=webhooks.previous_secret_in_overlap(config, now))
 
 
-def claim_due(token: str, limit: int) -> list:
-    """Lease up to `limit` due deliveries of active configurations, oldest due first."""
+def claim_due(token: str, limit: int, room=None) -> list:
+    """Lease up to `limit` due deliveries of active configurations, shared out among the accounts that have some due
+    (`_shared_out`), in the order to send them. `room` ({account id: deliveries}) caps what an account may take (the
+    sender loop's bound on what it holds of one account); an account not in it may take up to `limit`."""
     with write_transaction() as session:
         now = utcnow()
         lease_end = now + timedelta(seconds=current_app.config["WEBHOOK_LEASE_SECONDS"])
-        due = (select(OutboxDelivery.id)
-               .join(WebhookConfig, WebhookConfig.account_id == OutboxDelivery.account_id)
-               .where(OutboxDelivery.next_attempt_at <= now, WebhookConfig.is_active.is_(True))
-               .order_by(OutboxDelivery.next_attempt_at).limit(limit)
-               .with_for_update(skip_locked=True, of=OutboxDelivery))
-        due_ids = session.scalars(due).all()  # locked by a statement of its own: see checks.claim
+        chosen = _shared_out(session, now, limit, room or {})
+        if not chosen:
+            return []
+        # Locked by a statement of its own (see checks.claim); one another sender took meanwhile is not due now.
+        due_ids = session.scalars(select(OutboxDelivery.id)
+                                  .where(OutboxDelivery.id.in_(chosen), OutboxDelivery.next_attempt_at <= now)
+                                  .with_for_update(skip_locked=True)).all()
         if not due_ids:
             return []
         rows = session.execute(
@@ -73,6 +77,8 @@ def claim_due(token: str, limit: int) -> list:
             .execution_options(synchronize_session=False)).all()
         if not rows:
             return []
+        place = {delivery_id: number for number, delivery_id in enumerate(chosen)}
+        rows.sort(key=lambda row: place[row.id])
         found = {row.id: row for row in session.execute(
             select(Event.id, Event.type, Event.body, Event.attempt_count, Event.created_at)
             .where(Event.id.in_({row.event_id for row in rows})))}
@@ -85,6 +91,25 @@ def claim_due(token: str, limit: int) -> list:
                         outgoing_for(configs[row.account_id], row.event_id, found[row.event_id].body,
                                      attempt, now), found[row.event_id].created_at)
                 for row, attempt in zip(rows, attempts)]
+
+
+def _shared_out(session, now, limit: int, room: dict) -> list:
+    """The ids of up to `limit` due deliveries, taken in turns: the oldest due of each account, the account waiting
+    longest first, then the next of each, and so on. Oldest-due-first across accounts gave an account with a
+    backlog (its endpoint slow or down for a while) every sender, and the others' deliveries waited behind it."""
+    oldest_due = (select(func.min(OutboxDelivery.next_attempt_at))
+                  .where(OutboxDelivery.account_id == WebhookConfig.account_id).scalar_subquery())
+    full = [account_id for account_id, more in room.items() if more <= 0]
+    accounts = session.scalars(select(WebhookConfig.account_id)
+                               .where(WebhookConfig.is_active.is_(True), oldest_due <= now,
+                                      WebhookConfig.account_id.not_in(full))
+                               .order_by(oldest_due).limit(limit)).all()
+    turns = [session.scalars(select(OutboxDelivery.id)
+                             .where(OutboxDelivery.account_id == account_id, OutboxDelivery.next_attempt_at <= now)
+                             .order_by(OutboxDelivery.next_attempt_at)
+                             .limit(min(limit, room.get(account_id, limit)))).all()
+             for account_id in accounts]
+    return [delivery_id for turn in zip_longest(*turns) for delivery_id in turn if delivery_id is not None][:limit]
 
 
 def _without_configuration_gone(session, rows, configs, now) -> list:

@@ -3,8 +3,10 @@ lets the scheduler's sender loop start as soon as a transaction has queued deliv
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter, deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Callable
 
 from flask import current_app
 
@@ -15,6 +17,7 @@ from app.services.transport import transport_for
 STEP_BUDGET_SECONDS = 30
 RECHECK_SECONDS = 0.2  # while tries run: how soon a wake-up (new deliveries queued) is noticed
 RECORD_RETRY_SECONDS = 1.0
+SHARE_CLAIM_SECONDS = 1.0  # while every sender is busy: how often to look for other accounts' deliveries due
 log = logging.getLogger(__name__)
 
 woken = threading.Event()  # new rows were queued since the sender last looked
@@ -22,28 +25,24 @@ woken = threading.Event()  # new rows were queued since the sender last looked
 
 @dataclass
 class InFlight:
-    """A claimed batch whose tries are running in the sender pool."""
+    """A claimed batch. Its tries wait in the sender's queues, then run in its pool; each try's outcome lands in its
+    future (None: not sent, as the sender was stopping or half the lease had gone by; `_record` releases it)."""
     token: str
     batch: list
     futures: list
+    send: Callable  # Outgoing -> its Outcome, or None
 
 
-def _claim_and_send(app, pool, keep_going) -> InFlight:
-    """Claim a batch and hand its sends to the pool. A send that has not started when `keep_going()` turns
-    false (stopping, or half the lease gone) is skipped; `_record` releases it."""
+def _claim(app, keep_going, room=None) -> InFlight:
+    """Claim a batch (`outbox.claim_due`; `room`: how many more deliveries each account may take)."""
     token = outbox.new_claim_token()
-    batch = outbox.claim_due(token, app.config["WEBHOOK_BATCH_SIZE"])
+    batch = outbox.claim_due(token, app.config["WEBHOOK_BATCH_SIZE"], room)
     transport = transport_for(app)
     deadline = time.monotonic() + app.config["WEBHOOK_LEASE_SECONDS"] / 2
 
     def send_unless_stopped(outgoing):
         return outbox.timed_send(transport, outgoing) if keep_going() and time.monotonic() < deadline else None
-
-    try:
-        return InFlight(token, batch, [pool.submit(send_unless_stopped, claimed.outgoing) for claimed in batch])
-    except RuntimeError:  # the pool refuses new work (the interpreter is exiting): give the batch back
-        outbox.release(token, [claimed.delivery_id for claimed in batch])
-        raise
+    return InFlight(token, batch, [Future() for _ in batch], send_unless_stopped)
 
 
 def _record(in_flight: InFlight) -> int:
@@ -76,40 +75,87 @@ def deliver_due() -> int:
     and record the results. Returns how many were sent (0: nothing was due)."""
     app = current_app._get_current_object()
     with _sender_pool(app) as pool:
-        in_flight = _claim_and_send(app, pool, always)
+        in_flight = _claim(app, always)
+        _Sending(pool, app.config["WEBHOOK_WORKERS"], app.config["WEBHOOK_BATCH_SIZE"]).add(in_flight)
         return _record(in_flight) if in_flight.batch else 0
 
 
 class _Sending:
-    """The claimed batches whose tries are in the sender pool. A try returning wakes the sender loop only when it
-    matters: its batch's last try has returned (record the batch) or a sender fell idle (claim another)."""
+    """The claimed batches of a sender, and the pool that sends their tries. Tries wait in a queue per account; a
+    sender that falls idle takes the next try of the account with the fewest tries running (the account queued
+    first among equals), so an endpoint that answers slowly occupies at most the senders the other accounts leave,
+    and a batch claimed later does not wait behind another account's queue. A returning try wakes the sender loop
+    when that matters: its batch's last try has returned (record the batch) or a sender fell idle (claim more)."""
 
-    def __init__(self, senders: int):
-        self.senders = senders
+    def __init__(self, pool, senders: int, batch_size: int):
+        self.pool, self.senders, self.most = pool, senders, max(senders, batch_size)
         self.batches = []
         self.changed = threading.Event()
         self._lock = threading.Lock()
-        self._running = 0
+        self._queued = {}  # account id -> deque of (batch, index) waiting for a sender, in the order first queued
+        self._running = Counter()  # account id -> tries in the pool
+        self._held = Counter()  # account id -> tries queued or running
         self._left = {}  # claim token -> tries of that batch not returned yet
 
     def add(self, batch: InFlight) -> None:
         with self._lock:
-            self._running += len(batch.futures)
-            self._left[batch.token] = len(batch.futures)
-        self.batches.append(batch)
-        for future in batch.futures:
-            future.add_done_callback(lambda _future, token=batch.token: self._returned(token))
+            self._left[batch.token] = len(batch.batch)
+            for index, claimed in enumerate(batch.batch):
+                self._queued.setdefault(claimed.account_id, deque()).append((batch, index))
+                self._held[claimed.account_id] += 1
+            self.batches.append(batch)
+            self._dispatch()
 
-    def _returned(self, token: str) -> None:
+    def _dispatch(self) -> None:
+        """Hand queued tries to the senders that are free (the caller holds the lock)."""
+        while self._queued and sum(self._running.values()) < self.senders:
+            account_id = min(self._queued, key=self._running.__getitem__)
+            queue = self._queued[account_id]
+            batch, index = queue.popleft()
+            if not queue:
+                del self._queued[account_id]
+            self._running[account_id] += 1
+            try:
+                self.pool.submit(self._send, account_id, batch, index)
+            except RuntimeError:  # the pool refuses work (the interpreter is exiting): not sent, so released
+                self._returned(account_id, batch, index, None)
+
+    def _send(self, account_id: str, batch: InFlight, index: int) -> None:
+        try:
+            outcome = batch.send(batch.batch[index].outgoing)
+        except BaseException as error:  # noqa: BLE001 - handed to whoever reads the future
+            with self._lock:
+                self._returned(account_id, batch, index, None, error)
+            return
         with self._lock:
-            self._running -= 1
-            self._left[token] -= 1
-            if not self._left[token] or self._running < self.senders:
-                self.changed.set()
+            self._returned(account_id, batch, index, outcome)
+
+    def _returned(self, account_id, batch, index, outcome, error=None) -> None:
+        """A try came back (the caller holds the lock): its outcome to its future, its sender to the next try."""
+        if error is None:
+            batch.futures[index].set_result(outcome)
+        else:
+            batch.futures[index].set_exception(error)
+        self._running[account_id] -= 1
+        self._held[account_id] -= 1
+        self._left[batch.token] -= 1
+        self._dispatch()
+        if not self._left[batch.token] or self._idle():
+            self.changed.set()
+
+    def _idle(self) -> bool:
+        return not self._queued and sum(self._running.values()) < self.senders
 
     def idle(self) -> bool:
         with self._lock:
-            return self._running < self.senders
+            return self._idle()
+
+    def room(self) -> dict:
+        """{account id: how many more tries it may have queued or running}, for the accounts that have some: as
+        many as a batch or the senders, whichever is more. An account that takes longer to send than others does
+        not fill the queues, so the sender keeps claiming (and sending) the others' deliveries."""
+        with self._lock:
+            return {account_id: self.most - count for account_id, count in self._held.items() if count}
 
     def finished(self) -> list:
         """The batches whose every try has returned, taken out."""
@@ -117,29 +163,35 @@ class _Sending:
             done = [batch for batch in self.batches if not self._left[batch.token]]
             for batch in done:
                 del self._left[batch.token]
-        self.batches = [batch for batch in self.batches if batch not in done]
+            self.batches = [batch for batch in self.batches if batch not in done]
         return done
 
 
 def deliver_until_idle(budget_seconds=None, keep_going=always) -> int:
     """Deliver batch after batch until nothing is due (or the budget is spent); returns how many were sent.
 
-    A batch is claimed whenever a sender is idle, and each batch is recorded once its last try has returned: an
-    endpoint that answers slowly (up to WEBHOOK_TIMEOUT_SECONDS a try) holds back its own batch's record, not
-    the sends of the batches claimed after it (other accounts' endpoints among them)."""
+    A batch is claimed whenever a sender is idle, and every SHARE_CLAIM_SECONDS while batches are in flight, so an
+    account that has deliveries due while another's slow endpoint occupies the senders gets the next one free
+    (`_Sending`). Each batch is recorded once its last try has returned: an endpoint that answers slowly (up to
+    WEBHOOK_TIMEOUT_SECONDS a try) holds back its own batch's record, not the batches claimed after it."""
     app = current_app._get_current_object()
     deadline = None if budget_seconds is None else time.monotonic() + budget_seconds
-    sent, sending, due = 0, _Sending(app.config["WEBHOOK_WORKERS"]), True
+    sent, due, last_claim = 0, True, time.monotonic()
     with _sender_pool(app) as pool:
+        sending = _Sending(pool, app.config["WEBHOOK_WORKERS"], app.config["WEBHOOK_BATCH_SIZE"])
         try:
             while True:
                 sending.changed.clear()
                 claiming = keep_going() and (deadline is None or time.monotonic() < deadline)
                 due = due or woken.is_set()
-                if claiming and due and sending.idle():
+                looked_lately = time.monotonic() - last_claim < SHARE_CLAIM_SECONDS
+                if claiming and (due and sending.idle() or sending.batches and not looked_lately):
                     woken.clear()
-                    current = _claim_and_send(app, pool, keep_going)
-                    due = bool(current.batch)  # an empty claim: nothing is due until something wakes the sender
+                    last_claim = time.monotonic()
+                    room = sending.room()
+                    current = _claim(app, keep_going, room)
+                    # An empty claim: nothing is due, unless an account had no room (its tries will return)
+                    due = bool(current.batch) or min(room.values(), default=1) <= 0
                     if current.batch:
                         sending.add(current)
                         continue
