@@ -16,7 +16,8 @@ from app.services import health, outbox
 from app.services.transport import Outcome, sign
 from app.worker import deliveries
 from app.worker.deliveries import deliver_due
-from tests.webhook_helpers import LOCAL_RECEIVER_CONFIG, Clock, Receiver, Reply, configure, record_events
+from tests.webhook_helpers import (LOCAL_RECEIVER_CONFIG, Clock, Dripper, Receiver, Reply,
+                                   assert_cut_off_at_the_timeout, configure, record_events)
 
 SCHEDULE = [5, 300, 1800, 7200, 18000, 36000, 36000]
 
@@ -282,6 +283,15 @@ def test_a_body_trickling_past_the_timeout_is_a_timeout(alice, app):
     [attempt] = attempts_of(event_id)
     assert attempt.status == "failed" and attempt.error.startswith("timeout")
     assert delay_after(attempt) == 60
+
+
+def test_an_endpoint_that_drips_its_headers_is_cut_off_at_the_timeout(alice, app):
+    """The timeout bounded each read, not the try: an endpoint sending a byte every few seconds held a sender for as
+    long as it liked (a minute in the fault walk; eight such endpoints stopped every account's deliveries)."""
+    app.config["WEBHOOK_TIMEOUT_SECONDS"] = 1.0
+    with Dripper() as dripper:
+        configure(alice, dripper.url)
+        assert_cut_off_at_the_timeout(alice.account_id)
 
 
 def test_a_429_waits_at_least_a_minute(alice):

@@ -3,6 +3,7 @@ the test-only CA setting, the address guard and its pinning still run, and neith
 switch verification off or reach a production configuration."""
 import shutil
 import socket
+import time
 
 import pytest
 from sqlalchemy import select
@@ -16,7 +17,7 @@ from app.worker.deliveries import deliver_due
 from scripts.receiver import verify
 from scripts.tls_receiver import RECEIVER_HOST, StaticResolver, make_certificates
 from tests.conftest import BASE_CONFIG
-from tests.webhook_helpers import Receiver, configure, record_events
+from tests.webhook_helpers import Dripper, Receiver, assert_cut_off_at_the_timeout, configure, record_events
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl command makes the test CA")
 OTHER_HOST = "other.test"  # also 127.0.0.1, but not the name on the receiver's certificate
@@ -166,3 +167,25 @@ def test_the_sender_verifies_with_the_system_cas_or_the_test_bundle_never_withou
     assert Transport.from_config(app_with(tmp_path).config).verify is True
     bundled = app_with(tmp_path, WEBHOOK_TEST_CA_BUNDLE=certificates.ca_file).config
     assert Transport.from_config(bundled).verify == certificates.ca_file
+
+
+def test_an_endpoint_that_drips_its_headers_over_tls_is_cut_off_at_the_timeout(alice, app, certificates, resolver):
+    """Over TLS each read is bounded by the socket timeout too, not the try (the handshake, on the other hand, is
+    bounded as a whole by Python's ssl module)."""
+    app.config["WEBHOOK_TIMEOUT_SECONDS"] = 1.0
+    with Dripper(certificates) as dripper:
+        configure(alice, dripper.url)
+        assert_cut_off_at_the_timeout(alice.account_id)
+
+
+def test_a_connection_back_in_its_pool_outlives_the_deadline_of_the_try_that_used_it(alice, app, certificates,
+                                                                                     resolver):
+    """The deadline's watcher stops watching a connection once its try gives it back: kept alive, the next try
+    uses it (one handshake), instead of finding it shut at the first try's deadline."""
+    app.config["WEBHOOK_TIMEOUT_SECONDS"] = 0.5
+    with Receiver(certificates=certificates) as receiver:
+        configure(alice, receiver.url)
+        first = deliver_one(alice.account_id)[1].status
+        time.sleep(0.8)
+        second = deliver_one(alice.account_id)[1].status
+    assert [first, second] == ["succeeded", "succeeded"] and receiver.server.handshakes == 1

@@ -1,7 +1,10 @@
 """Shared by the webhook tests: a programmable receiver on 127.0.0.1, events made through the real
 events.record, and a clock the outbox can be moved along (time travel instead of sleeping)."""
+import contextlib
 import importlib.util
 import json
+import socket
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
@@ -9,9 +12,14 @@ from datetime import timedelta
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
+from sqlalchemy import select
+
 from app.common import utcnow
 from app.database import write_transaction
+from app.extensions import db
+from app.models import DeliveryAttempt
 from app.services import events, subscriptions
+from app.worker.deliveries import deliver_due
 from scripts.tls_receiver import RECEIVER_HOST, TLSServer
 from tests.fake_vendors import BackloggedHTTPServer
 
@@ -121,6 +129,54 @@ class Receiver:
                 pass
 
         return Handler
+
+
+class Dripper:
+    """An endpoint that answers a byte at a time, each well within the per-read timeout: a status line, then a
+    header that never ends, a byte every 0.1 s for 30 s. With `certificates`, over TLS as `receiver.test`."""
+
+    def __init__(self, certificates=None):
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.context = None
+        if certificates is not None:
+            self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self.context.load_cert_chain(certificates.cert_file, certificates.key_file)
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    @property
+    def url(self) -> str:
+        port = self.server.getsockname()[1]
+        return f"https://{RECEIVER_HOST}:{port}/hook" if self.context else f"http://127.0.0.1:{port}/hook"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.server.close()
+
+    def _serve(self):
+        with contextlib.suppress(OSError):
+            connection, _ = self.server.accept()
+            if self.context:
+                connection = self.context.wrap_socket(connection, server_side=True)
+            with connection:
+                connection.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+                for _ in range(300):
+                    time.sleep(0.1)
+                    connection.sendall(b"x")
+
+
+def assert_cut_off_at_the_timeout(account_id):
+    """One delivery to an endpoint that never finishes its answer: a failed try, ended at the 1 s timeout."""
+    [event_id] = record_events(account_id)
+    began = time.monotonic()
+    assert deliver_due() == 1
+    took = time.monotonic() - began
+    db.session.expire_all()
+    [attempt] = db.session.scalars(select(DeliveryAttempt).where(DeliveryAttempt.event_id == event_id)).all()
+    assert attempt.status == "failed" and attempt.error.startswith("timeout"), attempt.error
+    assert took < 5 and attempt.duration_ms < 2000
 
 
 def subscribe(account_id, network_id="jane-doe", entity_type="contact"):

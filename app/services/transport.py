@@ -26,6 +26,7 @@ from urllib3.util import parse_url
 
 from app.common import USER_AGENT
 from app.retry_after import parse_retry_after
+from app.services import send_deadline
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +156,7 @@ class Transport:
         self.verify = ca_bundle or True  # a bundle replaces the trusted CAs; certificates are always verified
         self._sessions = OrderedDict()
         self._lock = threading.Lock()
+        self._deadlines = send_deadline.Watcher()
 
     @classmethod
     def from_config(cls, config) -> "Transport":
@@ -180,20 +182,24 @@ class Transport:
         if endpoint.scheme not in self.schemes:
             return self._failure(started, f"refused: {endpoint.scheme}:// endpoints are not allowed")
         headers = signed_headers(outgoing, int(time.time() * 1000))
+        deadline = self._deadlines.start(self.timeout - (time.monotonic() - started))
         try:
             response = self._session_for(endpoint).post(
                 outgoing.url, data=outgoing.body, headers=headers,
                 timeout=(self.timeout, self.timeout), allow_redirects=False, stream=True, verify=self.verify)
             with response:
-                overran = self._drain(response, started)
+                overran = self._drain(response, started) or deadline.expired
         except InvalidIPAddress as error:
             return self._failure(started, f"refused: {error} is not a public address")
-        except (requests.Timeout, urllib3.exceptions.TimeoutError):
-            outcome = self._failure(started, f"timeout: no answer within {self.timeout:g} s", throttled=True)
         except (requests.RequestException, urllib3.exceptions.HTTPError) as error:
-            outcome = self._failure(started, _truncate(f"connection failed: {error}"))
+            if deadline.expired or isinstance(error, (requests.Timeout, urllib3.exceptions.TimeoutError)):
+                outcome = self._failure(started, f"timeout: no answer within {self.timeout:g} s", throttled=True)
+            else:
+                outcome = self._failure(started, _truncate(f"connection failed: {error}"))
         else:
             outcome = self._judge(response, started, overran)
+        finally:
+            self._deadlines.end(deadline)
         return replace(outcome, request_headers=headers)
 
     def _drain(self, response, started) -> bool:
@@ -253,10 +259,12 @@ class Transport:
 
     def _adapter(self, https: bool):
         if self.allow_private:
-            return HTTPAdapter(pool_connections=4, pool_maxsize=self.workers)
-        # The address checked is the address connected to, so DNS rebinding cannot slip between check and use.
-        adapter = PublicOnlyAdapter(is_https_proto=https, allow_loopback=self.allow_loopback)
-        adapter.init_poolmanager(4, self.workers)
+            adapter = HTTPAdapter(pool_connections=4, pool_maxsize=self.workers)
+        else:
+            # The address checked is the address connected to, so DNS rebinding cannot slip between check and use.
+            adapter = PublicOnlyAdapter(is_https_proto=https, allow_loopback=self.allow_loopback)
+            adapter.init_poolmanager(4, self.workers)
+        adapter.poolmanager.pool_classes_by_scheme = send_deadline.WATCHED_POOLS
         return adapter
 
 

@@ -1,0 +1,141 @@
+"""The whole of a webhook try within WEBHOOK_TIMEOUT_SECONDS (contract §5: "a 2xx within 10 seconds").
+
+The socket timeout urllib3 sets bounds each read, not the try: an endpoint that sends a byte of its status line or
+headers every few seconds held a sender for as long as it liked, and eight such tries stopped every account's
+deliveries. A try registers its deadline; the pools below tell it which socket it is using (a new connection's as
+soon as it is opened, before the TLS handshake; a pooled one's when it is taken), and one watcher thread shuts that
+socket down once the deadline passes, which ends whatever read or write the try is blocked in.
+
+The watcher holds a duplicate of the socket's descriptor, so it never acts on a descriptor the try has closed and
+the system has handed to another connection meanwhile; a connection given back to its pool is no longer watched.
+"""
+import os
+import socket
+import threading
+import time
+
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+_current = threading.local()  # the Deadline of the try this thread is making, if any
+
+
+class Deadline:
+    """One try's deadline and the socket it is using."""
+
+    def __init__(self, watcher: "Watcher", at: float):
+        self.watcher, self.at = watcher, at
+        self.expired = False
+        self._socket = None  # a duplicate of the try's socket
+
+    def watch(self, sock) -> None:
+        with self.watcher.lock:
+            self._forget()
+            self._socket = socket.socket(fileno=os.dup(sock.fileno()))
+            if self.expired:
+                self._shut()
+
+    def unwatch(self) -> None:
+        with self.watcher.lock:
+            self._forget()
+
+    def expire(self) -> None:
+        """The deadline passed (the caller holds the lock)."""
+        self.expired = True
+        self._shut()
+
+    def _shut(self) -> None:
+        if self._socket is not None:
+            try:
+                self._socket.shutdown(socket.SHUT_RDWR)
+            except OSError:  # not connected yet, or already closed by the endpoint
+                pass
+
+    def _forget(self) -> None:
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
+
+
+class Watcher:
+    """One thread that ends the tries whose deadline has passed."""
+
+    def __init__(self):
+        self.lock = threading.Condition()
+        self._deadlines = set()
+        self._thread = None
+
+    def start(self, seconds: float) -> Deadline:
+        """The current thread's try begins: it must end within `seconds` (`end` when it has)."""
+        deadline = Deadline(self, time.monotonic() + seconds)
+        with self.lock:
+            self._deadlines.add(deadline)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, name="webhook-deadlines", daemon=True)
+                self._thread.start()
+            elif len(self._deadlines) == 1:  # it sleeps long; else until a deadline no later than this one
+                self.lock.notify()
+        _current.deadline = deadline
+        return deadline
+
+    def end(self, deadline: Deadline) -> None:
+        _current.deadline = None
+        with self.lock:
+            self._deadlines.discard(deadline)
+        deadline.unwatch()
+
+    def _watch(self) -> None:
+        with self.lock:
+            while True:
+                now = time.monotonic()
+                for deadline in [deadline for deadline in self._deadlines if deadline.at <= now]:
+                    self._deadlines.discard(deadline)
+                    deadline.expire()
+                self.lock.wait(min((deadline.at for deadline in self._deadlines), default=now + 60) - now)
+
+
+def _watch_current(sock) -> None:
+    deadline = getattr(_current, "deadline", None)
+    if deadline is not None:
+        deadline.watch(sock)
+
+
+class _WatchedHTTPConnection(HTTPConnection):
+    def _new_conn(self):
+        sock = super()._new_conn()
+        _watch_current(sock)
+        return sock
+
+
+class _WatchedHTTPSConnection(HTTPSConnection):
+    def _new_conn(self):
+        sock = super()._new_conn()
+        _watch_current(sock)
+        return sock
+
+
+class _WatchedPool:
+    """A pool whose connections are watched while the current try holds them."""
+
+    def _get_conn(self, timeout=None):
+        conn = super()._get_conn(timeout)
+        if conn.sock is not None:
+            _watch_current(conn.sock)
+        return conn
+
+    def _put_conn(self, conn):
+        deadline = getattr(_current, "deadline", None)
+        if deadline is not None:
+            deadline.unwatch()
+        super()._put_conn(conn)
+
+
+class WatchedHTTPConnectionPool(_WatchedPool, HTTPConnectionPool):
+    ConnectionCls = _WatchedHTTPConnection
+
+
+class WatchedHTTPSConnectionPool(_WatchedPool, HTTPSConnectionPool):
+    ConnectionCls = _WatchedHTTPSConnection
+
+
+WATCHED_POOLS = {"http": WatchedHTTPConnectionPool, "https": WatchedHTTPSConnectionPool}
