@@ -139,14 +139,15 @@ def _configured(action):
         raise click.ClickException(str(error))
 
 
-def register_commands(app):
-    app.cli.add_command(accounts_cli)
-    app.cli.add_command(providers_cli)
-    app.cli.add_command(checks_cli)
-    app.cli.add_command(scheduler_cli)
-    app.cli.add_command(deliveries_cli)
+def operator_commands() -> list:
+    """Every operator command group."""
     from app import cli_operations
-    cli_operations.register(app)
+    return [accounts_cli, providers_cli, checks_cli, scheduler_cli, deliveries_cli, *cli_operations.COMMAND_GROUPS]
+
+
+def register_commands(app):
+    for group in operator_commands():
+        app.cli.add_command(group)
 
 
 deliveries_cli = AppGroup("deliveries", help="Send webhook deliveries in the foreground.")
@@ -182,12 +183,23 @@ def _load_app():
     return load()
 
 
+class _ConsoleGroup(FlaskGroup):
+    """FlaskGroup, but its commands are its own: listing them (`--help`) loads no app, so help is there even
+    when a setting is bad or the database is down; running one loads the app, and a bad setting is one line."""
+
+    def list_commands(self, ctx) -> list:
+        self._load_plugin_commands()
+        return super(FlaskGroup, self).list_commands(ctx)
+
+
 def main():
     """The `entity-monitor` console script."""
     from app.version import VERSION
-    group = FlaskGroup(name="entity-monitor", create_app=_load_app, add_version_option=False,
-                       help="Entity change monitor: serve the API and run the operator commands.")
-    group.add_command(serve)
+    group = _ConsoleGroup(name="entity-monitor", create_app=_load_app, add_version_option=False,
+                          help="Entity change monitor: serve the API and run the operator commands.")
+    from flask_migrate.cli import db as schema_commands  # what Flask-Migrate adds to an app's own CLI
+    for command in (serve, schema_commands, *operator_commands()):
+        group.add_command(command)
     group = click.version_option(VERSION, prog_name="entity-monitor")(group)
     try:
         group(prog_name="entity-monitor")

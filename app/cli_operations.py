@@ -1,5 +1,5 @@
 """Operator commands for keys, accounts, subscriptions and events (contract §10), registered by
-`app.cli.register_commands`, so they also appear in the `entity-monitor` console script."""
+`app.cli.operator_commands`, which the `entity-monitor` console script and the app's `flask` CLI both list."""
 import json
 import os
 import sys
@@ -222,7 +222,5 @@ def serve_metrics(bind):
     server.serve_forever()
 
 
-def register(app):
-    accounts_cli.add_command(show_account)
-    for group in (keys_cli, subscriptions_cli, events_cli, metrics_cli):
-        app.cli.add_command(group)
+accounts_cli.add_command(show_account)
+COMMAND_GROUPS = (keys_cli, subscriptions_cli, events_cli, metrics_cli)

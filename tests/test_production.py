@@ -313,6 +313,20 @@ def test_gunicorn_preload_is_refused_with_one_line(service):
     assert str(ROOT / "app") not in stderr
 
 
+def test_help_lists_every_command_under_a_bad_setting(service):
+    """Listing the commands loaded the app: with a bad setting `--help` answered only the refusal, the one place
+    an operator looks to find the command that would show them more."""
+    env = {"WEBHOOK_WORKERS": "abc"}
+    listed = service.command("--help", env=env, check=False)
+    assert listed.returncode == 0 and listed.stderr == ""
+    for command in ("accounts", "checks", "db", "deliveries", "events", "keys", "metrics", "providers", "scheduler",
+                    "serve", "subscriptions"):
+        assert f"\n  {command} " in listed.stdout, command
+    assert "show " in service.command("accounts", "--help", env=env, check=False).stdout
+    refused = service.command("accounts", "list", env=env, check=False)
+    assert refused.returncode != 0 and "configuration refused: WEBHOOK_WORKERS='abc'" in refused.stderr
+
+
 @pytest.mark.parametrize("env, says", [
     ({}, "4 worker processes with RATELIMIT_STORAGE_URI=memory:// would multiply every rate limit by 4"),
     ({"RATELIMIT_STORAGE_URI": "redis://127.0.0.1:6379"}, "SQLite takes one web process, not 4"),
