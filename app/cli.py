@@ -168,14 +168,19 @@ def serve(gunicorn_args):
     """Serve the API with gunicorn and the in-process scheduler (BIND, WEB_CONCURRENCY, GUNICORN_THREADS;
     extra arguments go to gunicorn)."""
     from app.config import ConfigError
-    from app.serving import APP_LOAD_ERROR, check_serve_settings, load, stop
+    from app.serving import (APP_LOAD_ERROR, check_serve_settings, gunicorn_settings, load, refuse_unsafe_process_model,
+                             stop)
+    arguments = ["-c", "python:app.gunicorn_conf", *gunicorn_args, "app.wsgi:app"]
     try:
         check_serve_settings()
     except ConfigError as error:
         stop(f"configuration refused: {error}", APP_LOAD_ERROR)
-    load()  # a bad setting is refused here, in one line, before gunicorn starts
-    command = [sys.executable, "-m", "gunicorn", "-c", "python:app.gunicorn_conf", *gunicorn_args, "app.wsgi:app"]
-    os.execv(sys.executable, command)
+    app = load()  # a bad setting is refused here, in one line, before gunicorn starts
+    try:  # here once, not by each worker gunicorn would start
+        refuse_unsafe_process_model(app.config, gunicorn_settings(["gunicorn", *arguments]))
+    except ConfigError as error:
+        stop(f"configuration refused: {error}", APP_LOAD_ERROR)
+    os.execv(sys.executable, [sys.executable, "-m", "gunicorn", *arguments])
 
 
 def _load_app():

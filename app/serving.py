@@ -108,16 +108,19 @@ def _check_bind(bind: str) -> None:
         raise ConfigError(f"BIND={bind!r} names a host this machine cannot resolve ({error})") from None
 
 
-def gunicorn_settings():
-    """The settings of the gunicorn serving this process (its own reading of its argv, config file and
-    environment); None under any other server."""
-    if "gunicorn.arbiter" not in sys.modules:
+def gunicorn_settings(argv=None):
+    """The settings of the gunicorn serving this process, or of one started with `argv` (its own reading of its
+    command line, config file and environment); None under any other server."""
+    if argv is None and "gunicorn.arbiter" not in sys.modules:
         return None
+    saved, sys.argv = sys.argv, argv or sys.argv
     try:
         from gunicorn.app.wsgiapp import WSGIApplication
         return WSGIApplication().cfg
     except (Exception, SystemExit):  # noqa: BLE001 - an unreadable command line is gunicorn's to report
         return None
+    finally:
+        sys.argv = saved
 
 
 def refuse_unsafe_process_model(config, gunicorn) -> None:

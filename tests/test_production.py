@@ -345,6 +345,18 @@ def test_several_gunicorn_workers_with_per_process_state_are_refused(service, en
     assert str(ROOT / "app") not in stderr
 
 
+@pytest.mark.parametrize("arguments, env", [(("--workers", "2"), {}), ((), {"WEB_CONCURRENCY": "3"})])
+def test_serve_refuses_several_workers_once_before_gunicorn_starts(service, arguments, env):
+    """`serve --workers 2` on SQLite started gunicorn, whose two workers each printed the refusal (and its master
+    sometimes its own traceback)."""
+    service.create_account()
+    done = subprocess.run([str(BIN / "entity-monitor"), "serve", *arguments], cwd=ROOT, capture_output=True,
+                          env={**service.env, "BIND": f"127.0.0.1:{free_port()}", **env}, text=True, timeout=60)
+    assert done.returncode == 4
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("entity-monitor: configuration refused: ") and "worker processes" in line
+
+
 @pytest.mark.parametrize("scheduler_enabled", ["1", "0"])
 def test_one_worker_with_threads_serves_and_writes_buffered_usage_counts_when_stopped(service, scheduler_enabled):
     key = service.create_account()
