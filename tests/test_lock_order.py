@@ -351,3 +351,18 @@ def _in_context(app, work):
             finally:
                 db.session.remove()
     return run
+
+
+def test_a_claim_passes_over_the_rows_another_sender_is_claiming(alice):
+    """Two senders claiming at once: the deliveries were chosen by a plain read and locked afterwards, skipping the
+    ones the other had locked, so the second sender came back empty (and slept) while a backlog was due."""
+    configure(alice, "https://93.184.216.34/")
+    record_events(alice.account_id, 8)
+    db.session.commit()
+    with db.engine.connect() as other:
+        other.begin()
+        taken = other.execute(select(OutboxDelivery.id).order_by(OutboxDelivery.next_attempt_at, OutboxDelivery.id)
+                              .limit(4).with_for_update(skip_locked=True)).scalars().all()
+        claimed = outbox.claim_due(outbox.new_claim_token(), 4)
+        other.rollback()
+    assert len(claimed) == 4 and not {item.delivery_id for item in claimed} & set(taken)

@@ -16,6 +16,7 @@ from app.services import health, outbox
 from app.services.transport import Outcome, sign
 from app.worker import deliveries
 from app.worker.deliveries import deliver_due
+from tests.conftest import make_tenant
 from tests.webhook_helpers import (LOCAL_RECEIVER_CONFIG, Clock, Dripper, Receiver, Reply,
                                    assert_cut_off_at_the_timeout, configure, record_events)
 
@@ -51,7 +52,7 @@ def config_row(account_id):
 
 
 def delay_after(attempt):
-    """The wait the schedule gave after the try ended (tenths of a second: the try's record follows its end)."""
+    """The wait the schedule gave after the try ended (to a tenth of a second)."""
     ended = attempt.attempted_at + timedelta(milliseconds=attempt.duration_ms)
     return round((attempt.next_attempt_at - ended).total_seconds(), 1)
 
@@ -665,6 +666,70 @@ def test_an_account_whose_slow_endpoint_has_a_backlog_leaves_the_next_free_sende
     assert sorted(slow.event_ids) == sorted(alices) and len(slow.requests) == 6
 
 
+def test_each_accounts_tries_are_recorded_once_they_return_not_after_another_accounts(app, alice, bob):
+    """A batch shared out among accounts was recorded once its last try returned: a slow endpoint's tries held back
+    the record of another account's successful ones (for up to the lease), and a crash meanwhile sent them again."""
+    app.config.update(WEBHOOK_BATCH_SIZE=10, WEBHOOK_WORKERS=2)
+    release_alice, recorded_meanwhile = threading.Event(), threading.Event()
+
+    def alice_reply(received):
+        release_alice.wait(30)
+        return Reply()
+
+    with Receiver(alice_reply) as slow, Receiver() as fast:
+        configure(alice, slow.url)
+        configure(bob, fast.url)
+        record_events(alice.account_id, 3)
+        bobs = record_events(bob.account_id, 2)
+
+        def watch():
+            with app.app_context():
+                if _wait_for(lambda: len(fast.requests) == 2) and _wait_for(
+                        lambda: len(attempts_of(bobs[0]) + attempts_of(bobs[1])) == 2, seconds=5):
+                    recorded_meanwhile.set()
+                db.session.remove()
+            release_alice.set()
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        assert deliveries.deliver_until_idle() == 5
+        watcher.join()
+    assert recorded_meanwhile.is_set(), "bob's tries were recorded only after alice's endpoint answered"
+
+
+def test_while_every_sender_is_busy_the_sender_claims_a_senders_worth_of_the_other_accounts(app, alice):
+    """Claiming every second while busy took a whole batch each time: a process whose senders a slow endpoint held
+    leased far more than it could send before half the lease (then gave it back), keeping it from other processes."""
+    app.config.update(WEBHOOK_BATCH_SIZE=10, WEBHOOK_WORKERS=2)
+    release_alice, leased = threading.Event(), []
+    others = [make_tenant(app, f"Other {number}") for number in range(6)]
+
+    def alice_reply(received):
+        release_alice.wait(30)
+        return Reply()
+
+    with Receiver(alice_reply) as slow, Receiver() as fast:
+        configure(alice, slow.url)
+        for tenant in others:
+            configure(tenant, fast.url)
+        record_events(alice.account_id, 2)
+
+        def watch():
+            with app.app_context():
+                if _wait_for(lambda: len(slow.requests) == 2):  # both senders held
+                    for tenant in others:
+                        record_events(tenant.account_id, 3)
+                    time.sleep(2.5 * deliveries.SHARE_CLAIM_SECONDS)
+                    leased.append(db.session.scalar(select(func.count()).select_from(OutboxDelivery).where(
+                        OutboxDelivery.claim_token.is_not(None), OutboxDelivery.account_id != alice.account_id)))
+                db.session.remove()
+            release_alice.set()
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        assert deliveries.deliver_until_idle() == 2 + 6 * 3
+        watcher.join()
+    assert leased and leased[0] <= 3 * 2, leased
+
+
 def test_a_try_is_logged_at_the_moment_it_was_sent_not_when_its_batch_was_recorded(app, alice, bob):
     """Every try of a batch was stamped with the batch's record, after its slowest try: a fast endpoint's try
     showed up to the 10-second timeout late in the delivery log."""
@@ -767,7 +832,7 @@ def test_a_batch_the_pool_refuses_is_given_back(alice, app):
     record_events(alice.account_id, 2)
     pool = deliveries._sender_pool(app)
     pool.shutdown()
-    batch = deliveries._claim(app, always)
+    [batch] = deliveries._claim(app, always, 10)
     deliveries._Sending(pool, 2, 100).add(batch)
     assert deliveries._record(batch) == 0
     db.session.remove()

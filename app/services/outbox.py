@@ -63,14 +63,8 @@ def claim_due(token: str, limit: int, room=None) -> list:
         chosen = _shared_out(session, now, limit, room or {})
         if not chosen:
             return []
-        # Locked by a statement of its own (see checks.claim); one another sender took meanwhile is not due now.
-        due_ids = session.scalars(select(OutboxDelivery.id)
-                                  .where(OutboxDelivery.id.in_(chosen), OutboxDelivery.next_attempt_at <= now)
-                                  .with_for_update(skip_locked=True)).all()
-        if not due_ids:
-            return []
         rows = session.execute(
-            update(OutboxDelivery).where(OutboxDelivery.id.in_(due_ids))
+            update(OutboxDelivery).where(OutboxDelivery.id.in_(chosen))
             .values(claim_token=token, claimed_until=lease_end, next_attempt_at=lease_end)
             .returning(OutboxDelivery.id, OutboxDelivery.event_id, OutboxDelivery.account_id,
                        OutboxDelivery.attempts)
@@ -94,22 +88,39 @@ def claim_due(token: str, limit: int, room=None) -> list:
 
 
 def _shared_out(session, now, limit: int, room: dict) -> list:
-    """The ids of up to `limit` due deliveries, taken in turns: the oldest due of each account, the account waiting
-    longest first, then the next of each, and so on. Oldest-due-first across accounts gave an account with a
-    backlog (its endpoint slow or down for a while) every sender, and the others' deliveries waited behind it."""
-    oldest_due = (select(func.min(OutboxDelivery.next_attempt_at))
-                  .where(OutboxDelivery.account_id == WebhookConfig.account_id).scalar_subquery())
-    full = [account_id for account_id, more in room.items() if more <= 0]
-    accounts = session.scalars(select(WebhookConfig.account_id)
-                               .where(WebhookConfig.is_active.is_(True), oldest_due <= now,
-                                      WebhookConfig.account_id.not_in(full))
-                               .order_by(oldest_due).limit(limit)).all()
+    """The ids of up to `limit` due deliveries, locked, taken in turns: the oldest due of each account with room
+    (the account waiting longest first, each at most an even share of `limit`), then the next of each, and so on.
+    Oldest-due-first across accounts gave an account with a backlog (its endpoint slow or down for a while) every
+    sender, and the others' deliveries waited behind it. Rows another sender has locked are passed over, so two
+    senders claiming at once take the next ones instead of coming back empty."""
+    accounts = _accounts_due(session, now, [account_id for account_id, more in room.items() if more <= 0], limit)
+    share = -(-limit // len(accounts)) if accounts else 0
     turns = [session.scalars(select(OutboxDelivery.id)
                              .where(OutboxDelivery.account_id == account_id, OutboxDelivery.next_attempt_at <= now)
                              .order_by(OutboxDelivery.next_attempt_at)
-                             .limit(min(limit, room.get(account_id, limit)))).all()
+                             .limit(min(share, room.get(account_id, limit)))
+                             .with_for_update(skip_locked=True)).all()
              for account_id in accounts]
     return [delivery_id for turn in zip_longest(*turns) for delivery_id in turn if delivery_id is not None][:limit]
+
+
+def _accounts_due(session, now, excluded: list, limit: int) -> list:
+    """Up to `limit` accounts with an active configuration and a delivery due, the one whose oldest due delivery
+    is oldest first. The accounts come from the outbox itself, one index seek each (a recursive query stepping
+    from one account id to the next): only the accounts that are owed something, not every configuration."""
+    outbox = OutboxDelivery.__table__
+    owing = select(func.min(outbox.c.account_id).label("account_id")).cte("owing", recursive=True)
+    owing = owing.union_all(
+        select(select(func.min(outbox.c.account_id)).where(outbox.c.account_id > owing.c.account_id)
+               .scalar_subquery()).where(owing.c.account_id.is_not(None)))
+    oldest_due = (select(func.min(outbox.c.next_attempt_at)).where(outbox.c.account_id == owing.c.account_id)
+                  .scalar_subquery())
+    chosen = (select(owing.c.account_id, oldest_due.label("oldest_due"))
+              .join(WebhookConfig, WebhookConfig.account_id == owing.c.account_id)
+              .where(WebhookConfig.is_active.is_(True), owing.c.account_id.not_in(excluded))
+              .subquery())
+    return session.scalars(select(chosen.c.account_id).where(chosen.c.oldest_due <= now)
+                           .order_by(chosen.c.oldest_due).limit(limit)).all()
 
 
 def _without_configuration_gone(session, rows, configs, now) -> list:
@@ -237,7 +248,7 @@ def record_results(token: str, results: list) -> None:
             ours = claimed.delivery_id in still_ours  # else dropped, or another sender's now: no next try from us
             tries = still_ours.get(claimed.delivery_id, claimed.tries) + 1
             delay = retry_delay(tries, outcome) if ours and not outcome.succeeded and not _probe(claimed) else None
-            next_at = now + timedelta(seconds=delay) if delay is not None else None
+            next_at = _ended(outcome, now) + timedelta(seconds=delay) if delay is not None else None
             status = "succeeded" if outcome.succeeded else ("pending" if next_at else "failed")
             attempts.append(attempt_row(claimed.account_id, claimed.outgoing.event_id, claimed.event_type,
                                         claimed.outgoing.attempt, outcome, now, next_at))
@@ -263,6 +274,13 @@ def record_results(token: str, results: list) -> None:
         _update_endpoint_health(configs.values(), results, now)
         store_attempts(session, [attempt for attempt in attempts if attempt["event_id"] in kept])
     metrics.observe_deliveries(results, now)
+
+
+def _ended(outcome: Outcome, now) -> datetime:
+    """When a try ended, which its retry delay counts from (not from its batch's record, which may come later)."""
+    if outcome.attempted_at is None:
+        return now
+    return outcome.attempted_at + timedelta(milliseconds=outcome.duration_ms)
 
 
 def _events_kept(session, results) -> set:

@@ -25,24 +25,30 @@ woken = threading.Event()  # new rows were queued since the sender last looked
 
 @dataclass
 class InFlight:
-    """A claimed batch. Its tries wait in the sender's queues, then run in its pool; each try's outcome lands in its
-    future (None: not sent, as the sender was stopping or half the lease had gone by; `_record` releases it)."""
+    """One account's part of a claimed batch (`_claim`): recorded as soon as its own tries have returned, not
+    after another account's slow ones. Its tries wait in the sender's queues, then run in its pool; each try's
+    outcome lands in its future (None: not sent, as the sender was stopping or half the lease had gone by;
+    `_record` releases it)."""
     token: str
     batch: list
     futures: list
     send: Callable  # Outgoing -> its Outcome, or None
 
 
-def _claim(app, keep_going, room=None) -> InFlight:
-    """Claim a batch (`outbox.claim_due`; `room`: how many more deliveries each account may take)."""
+def _claim(app, keep_going, limit: int, room=None) -> list:
+    """Claim a batch (`outbox.claim_due`; `room`: how many more deliveries each account may take), one InFlight
+    per account."""
     token = outbox.new_claim_token()
-    batch = outbox.claim_due(token, app.config["WEBHOOK_BATCH_SIZE"], room)
+    claimed = outbox.claim_due(token, limit, room)
     transport = transport_for(app)
     deadline = time.monotonic() + app.config["WEBHOOK_LEASE_SECONDS"] / 2
 
     def send_unless_stopped(outgoing):
         return outbox.timed_send(transport, outgoing) if keep_going() and time.monotonic() < deadline else None
-    return InFlight(token, batch, [Future() for _ in batch], send_unless_stopped)
+    by_account = {}
+    for item in claimed:
+        by_account.setdefault(item.account_id, []).append(item)
+    return [InFlight(token, batch, [Future() for _ in batch], send_unless_stopped) for batch in by_account.values()]
 
 
 def _record(in_flight: InFlight) -> int:
@@ -75,9 +81,11 @@ def deliver_due() -> int:
     and record the results. Returns how many were sent (0: nothing was due)."""
     app = current_app._get_current_object()
     with _sender_pool(app) as pool:
-        in_flight = _claim(app, always)
-        _Sending(pool, app.config["WEBHOOK_WORKERS"], app.config["WEBHOOK_BATCH_SIZE"]).add(in_flight)
-        return _record(in_flight) if in_flight.batch else 0
+        sending = _Sending(pool, app.config["WEBHOOK_WORKERS"], app.config["WEBHOOK_BATCH_SIZE"])
+        batches = _claim(app, always, app.config["WEBHOOK_BATCH_SIZE"])
+        for batch in batches:
+            sending.add(batch)
+        return sum(_record_or_leave(batch) for batch in batches)
 
 
 class _Sending:
@@ -95,11 +103,11 @@ class _Sending:
         self._queued = {}  # account id -> deque of (batch, index) waiting for a sender, in the order first queued
         self._running = Counter()  # account id -> tries in the pool
         self._held = Counter()  # account id -> tries queued or running
-        self._left = {}  # claim token -> tries of that batch not returned yet
+        self._left = {}  # id of an InFlight -> its tries not returned yet
 
     def add(self, batch: InFlight) -> None:
         with self._lock:
-            self._left[batch.token] = len(batch.batch)
+            self._left[id(batch)] = len(batch.batch)
             for index, claimed in enumerate(batch.batch):
                 self._queued.setdefault(claimed.account_id, deque()).append((batch, index))
                 self._held[claimed.account_id] += 1
@@ -108,6 +116,7 @@ class _Sending:
 
     def _dispatch(self) -> None:
         """Hand queued tries to the senders that are free (the caller holds the lock)."""
+        refused = []
         while self._queued and sum(self._running.values()) < self.senders:
             account_id = min(self._queued, key=self._running.__getitem__)
             queue = self._queued[account_id]
@@ -118,29 +127,37 @@ class _Sending:
             try:
                 self.pool.submit(self._send, account_id, batch, index)
             except RuntimeError:  # the pool refuses work (the interpreter is exiting): not sent, so released
-                self._returned(account_id, batch, index, None)
+                refused.append((account_id, batch, index))
+        for account_id, batch, index in refused:
+            self._returned(account_id, batch, index, None, dispatch=False)
 
     def _send(self, account_id: str, batch: InFlight, index: int) -> None:
+        if batch.futures[index].done():  # refused by the pool, which ran it all the same
+            return
         try:
             outcome = batch.send(batch.batch[index].outgoing)
         except BaseException as error:  # noqa: BLE001 - handed to whoever reads the future
             with self._lock:
-                self._returned(account_id, batch, index, None, error)
+                self._returned(account_id, batch, index, None, error=error)
             return
         with self._lock:
             self._returned(account_id, batch, index, outcome)
 
-    def _returned(self, account_id, batch, index, outcome, error=None) -> None:
+    def _returned(self, account_id, batch, index, outcome, error=None, dispatch=True) -> None:
         """A try came back (the caller holds the lock): its outcome to its future, its sender to the next try."""
+        future = batch.futures[index]
+        if future.done():  # its refusal was handled already
+            return
         if error is None:
-            batch.futures[index].set_result(outcome)
+            future.set_result(outcome)
         else:
-            batch.futures[index].set_exception(error)
+            future.set_exception(error)
         self._running[account_id] -= 1
         self._held[account_id] -= 1
-        self._left[batch.token] -= 1
-        self._dispatch()
-        if not self._left[batch.token] or self._idle():
+        self._left[id(batch)] -= 1
+        if dispatch:
+            self._dispatch()
+        if not self._left[id(batch)] or self._idle():
             self.changed.set()
 
     def _idle(self) -> bool:
@@ -160,9 +177,9 @@ class _Sending:
     def finished(self) -> list:
         """The batches whose every try has returned, taken out."""
         with self._lock:
-            done = [batch for batch in self.batches if not self._left[batch.token]]
+            done = [batch for batch in self.batches if not self._left[id(batch)]]
             for batch in done:
-                del self._left[batch.token]
+                del self._left[id(batch)]
             self.batches = [batch for batch in self.batches if batch not in done]
         return done
 
@@ -184,16 +201,20 @@ def deliver_until_idle(budget_seconds=None, keep_going=always) -> int:
                 sending.changed.clear()
                 claiming = keep_going() and (deadline is None or time.monotonic() < deadline)
                 due = due or woken.is_set()
-                looked_lately = time.monotonic() - last_claim < SHARE_CLAIM_SECONDS
-                if claiming and (due and sending.idle() or sending.batches and not looked_lately):
+                idle, looked_lately = sending.idle(), time.monotonic() - last_claim < SHARE_CLAIM_SECONDS
+                if claiming and (due and idle or sending.batches and not looked_lately):
                     woken.clear()
                     last_claim = time.monotonic()
                     room = sending.room()
-                    current = _claim(app, keep_going, room)
-                    # An empty claim: nothing is due, unless an account had no room (its tries will return)
-                    due = bool(current.batch) or min(room.values(), default=1) <= 0
-                    if current.batch:
-                        sending.add(current)
+                    if idle:
+                        claimed = _claim(app, keep_going, app.config["WEBHOOK_BATCH_SIZE"], room)
+                        # An empty claim: nothing is due, unless an account had no room (its tries will return)
+                        due = bool(claimed) or min(room.values(), default=1) <= 0
+                    else:  # all senders busy: a sender's worth, of the accounts it holds nothing of
+                        claimed = _claim(app, keep_going, sending.senders, dict.fromkeys(room, 0))
+                    for batch in claimed:
+                        sending.add(batch)
+                    if claimed:
                         continue
                 for batch in sending.finished():
                     sent += _record_or_leave(batch)
