@@ -6,7 +6,7 @@ import time
 from datetime import timedelta, timezone
 
 import pytest
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 
 from app.common import always, isoformat, utcnow
 from app.database import write_transaction
@@ -728,6 +728,20 @@ def test_while_every_sender_is_busy_the_sender_claims_a_senders_worth_of_the_oth
         assert deliveries.deliver_until_idle() == 2 + 6 * 3
         watcher.join()
     assert leased and leased[0] <= 3 * 2, leased
+
+
+def test_a_configuration_deactivated_while_a_claim_chose_its_accounts_gets_nothing_sent(app, alice, monkeypatch):
+    """The claim chooses the accounts, then leases their rows; a deactivation committed in between (PostgreSQL
+    reads each statement afresh) must not be sent to."""
+    configure(alice, "https://93.184.216.34/")
+    [event_id] = record_events(alice.account_id)
+    monkeypatch.setattr(outbox, "_accounts_due", lambda *args: [alice.account_id])  # chosen while it was active
+    with write_transaction() as session:
+        session.execute(update(WebhookConfig).where(WebhookConfig.account_id == alice.account_id)
+                        .values(is_active=False))
+    assert outbox.claim_due(outbox.new_claim_token(), 10) == []
+    [row] = owed_rows(event_id)
+    assert row.claim_token is None and row.next_attempt_at <= utcnow()
 
 
 def test_a_try_is_logged_at_the_moment_it_was_sent_not_when_its_batch_was_recorded(app, alice, bob):

@@ -12,8 +12,8 @@ import logging
 import random
 from collections import Counter
 from dataclasses import dataclass, replace
-from itertools import zip_longest
 from datetime import datetime, timedelta
+from itertools import zip_longest
 
 from flask import current_app
 from sqlalchemy import DateTime, Integer, and_, case, delete, exists, func, insert, literal, or_, select, update
@@ -124,15 +124,17 @@ def _accounts_due(session, now, excluded: list, limit: int) -> list:
 
 
 def _without_configuration_gone(session, rows, configs, now) -> list:
-    """The claimed rows whose configuration is still there. A removal committed since the claim's UPDATE read it
-    leaves the rows queued while it ran (it drops those it saw; only a writer that did not keep the configuration
-    locked, `events.webhook_configs_for`, can queue one): they stay unclaimed, due, as they were."""
-    gone = [row.id for row in rows if row.account_id not in configs]
+    """The claimed rows whose configuration is still there and active. A removal committed since the claim chose
+    its accounts leaves the rows queued while it ran (it drops those it saw; only a writer that did not keep the
+    configuration locked, `events.webhook_configs_for`, can queue one), and a deactivation committed meanwhile
+    leaves them owed: they stay unclaimed, due, as they were."""
+    kept = [row for row in rows if row.account_id in configs and configs[row.account_id].is_active]
+    gone = {row.id for row in rows} - {row.id for row in kept}
     if gone:
         session.execute(update(OutboxDelivery).where(OutboxDelivery.id.in_(gone))
                         .values(claim_token=None, claimed_until=None, next_attempt_at=now)
                         .execution_options(synchronize_session=False))
-    return [row for row in rows if row.account_id in configs]
+    return kept
 
 
 def _number_attempts(session, rows, found) -> list:
