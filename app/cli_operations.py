@@ -167,11 +167,14 @@ def import_subscriptions(file, account_id, column, type_column, metadata, reject
     verb = "would be created" if dry_run else "created"
     click.echo(f"rows={report.rows} {verb}={report.created} already_present={report.present} "
                f"rejected={len(report.refused)}")
+    rejected_path = rejected_path or f"{os.path.splitext(file)[0]}.rejected.csv"
     if report.refused:
-        rejected_path = rejected_path or f"{os.path.splitext(file)[0]}.rejected.csv"
         with open(rejected_path, "w", newline="", encoding="utf-8") as rejected_file:
             importer.write_outcomes(rejected_file, header, report.refused, ("reason",))
         click.echo(f"rejected rows and their reasons: {rejected_path}")
+    elif os.path.isfile(rejected_path):  # an earlier run's: its rows would read as rejected now
+        os.remove(rejected_path)
+        click.echo(f"no row rejected: removed the earlier {rejected_path}")
 
 
 @subscriptions_cli.command("export")

@@ -125,6 +125,18 @@ def test_import_a_crm_export_then_re_run_it(runner, alice, crm_file, tmp_path):
     assert subscription_count(alice.account_id) == 4
 
 
+def test_a_re_run_with_no_row_rejected_removes_the_earlier_rejected_file(runner, alice, crm_file, tmp_path):
+    """The earlier run's crm.rejected.csv stayed beside a file whose rows were all imported since: its rows read as
+    still rejected."""
+    _ok(runner, "subscriptions", "import", crm_file, "--account", alice.account_id)
+    assert (tmp_path / "crm.rejected.csv").exists()
+    fixed = _write_csv(tmp_path / "crm.csv", ["Name", "LinkedIn Profile", "Owner", "Segment"],
+                       [row for row in CRM_ROWS if row[0] not in ("Elsewhere", "Blank")])
+    output = _ok(runner, "subscriptions", "import", fixed, "--account", alice.account_id)
+    assert "rejected=0" in output and f"no row rejected: removed the earlier {tmp_path / 'crm.rejected.csv'}" in output
+    assert not (tmp_path / "crm.rejected.csv").exists()
+
+
 def test_dry_run_creates_nothing(runner, alice, crm_file):
     output = _ok(runner, "subscriptions", "import", crm_file, "--account", alice.account_id, "--dry-run")
     assert "would be created=4" in output
