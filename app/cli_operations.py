@@ -2,6 +2,7 @@
 `app.cli.operator_commands`, which the `entity-monitor` console script and the app's `flask` CLI both list."""
 import json
 import os
+import socket
 import sys
 
 import click
@@ -207,7 +208,7 @@ def prune_events(days):
 def serve_metrics(bind):
     """Answer GET /metrics on an address of its own (serve the API with METRICS_ENABLED=0). Needs
     PROMETHEUS_MULTIPROC_DIR shared with the web workers and the scheduler: it adds up their counters."""
-    from wsgiref.simple_server import make_server
+    from wsgiref.simple_server import WSGIServer, make_server
 
     from app.api.metrics import metrics_only
     from app.metrics import multiprocess_directory
@@ -216,9 +217,13 @@ def serve_metrics(bind):
                                    "counters of the web workers and the scheduler.")
     host, _, port = bind.rpartition(":")
     if not host or not port.isdigit():
-        raise click.BadParameter(f"{bind!r} is not HOST:PORT", param_hint="--bind")
+        raise click.BadParameter(f"{bind!r} is not HOST:PORT ([IPv6]:PORT for an IPv6 address)", param_hint="--bind")
+    if host.startswith("[") and host.endswith("]"):
+        host, server_class = host[1:-1], type("IPv6WSGIServer", (WSGIServer,), {"address_family": socket.AF_INET6})
+    else:
+        server_class = WSGIServer
     try:
-        server = make_server(host, int(port), metrics_only(current_app._get_current_object()))
+        server = make_server(host, int(port), metrics_only(current_app._get_current_object()), server_class)
     except (OSError, OverflowError) as error:  # busy, not this host's address, no such host, port > 65535
         raise click.ClickException(f"cannot listen on {bind}: {error}") from None
     click.echo(f"metrics on http://{bind}/metrics")

@@ -216,3 +216,24 @@ def test_metrics_serve_says_in_one_line_why_it_cannot_listen(runner, monkeypatch
         result = runner.invoke(args=["metrics", "serve", "--bind", bind])
     assert result.exit_code == 1
     assert result.output.startswith(f"Error: cannot listen on {bind}: ") and "Traceback" not in result.output
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback here")
+def test_metrics_serve_listens_on_an_ipv6_address_in_brackets(runner, monkeypatch, tmp_path):
+    """`--bind [::1]:9464` was looked up as the host name "[::1]" and refused."""
+    from wsgiref.simple_server import WSGIServer
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    listening = []
+    monkeypatch.setattr(WSGIServer, "serve_forever", lambda server: listening.append(server.server_address))
+    result = runner.invoke(args=["metrics", "serve", "--bind", "[::1]:0"])
+    assert result.exit_code == 0, result.output
+    assert [address[0] for address in listening] == ["::1"] and "metrics on http://[::1]:0/metrics" in result.output
