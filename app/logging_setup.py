@@ -30,9 +30,10 @@ class RequestContextFilter(logging.Filter):
 
 # Control characters a message may carry from a request (a path's decoded `%0a`) or a remote answer, written
 # visibly: a line break in one would start a forged line of the text log, and a NUL makes grep call it binary.
+# A backslash is doubled, so a `\n` the sender wrote reads apart from a line break written visibly.
 _VISIBLE_CONTROLS = {code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
                      for code in [*range(0x20), 0x7f, 0x85, 0x2028, 0x2029] if code != 0x09}
-_VISIBLE_CONTROLS.update({0x0a: "\\n", 0x0d: "\\r"})
+_VISIBLE_CONTROLS.update({0x0a: "\\n", 0x0d: "\\r", 0x5c: "\\\\"})
 
 
 class TextFormatter(logging.Formatter):

@@ -110,19 +110,20 @@ def test_text_is_the_default_and_carries_the_ids(tmp_path):
 
 
 def test_a_text_line_stays_one_line_whatever_the_request_path_holds(tmp_path):
-    """A path's decoded `%0a` forged a second access line; a NUL made grep read the log as binary."""
+    """A path's decoded `%0a` forged a second access line; a NUL made grep read the log as binary; a `\\n` the
+    client sent read as a line break written visibly."""
     app = create_app({"TESTING": True, "SQLALCHEMY_DATABASE_URI": f"sqlite:///{tmp_path / 'x.db'}"})
     [handler] = [handler for handler in logging.getLogger().handlers if handler.get_name() == HANDLER_NAME]
     buffer = io.StringIO()
     previous = handler.setStream(buffer)
     try:
         app.test_client().get("/api/v1/subscriptions/abc%0a2026-11-25%2022:00:00,000%20INFO%20app.access:%20FORGED"
-                              "%0d%00%e2%80%a8%09end")
+                              "%0d%00%e2%80%a8%09end%5cn")
     finally:
         handler.setStream(previous)
     [line] = [line for line in buffer.getvalue().splitlines() if "FORGED" in line]
     assert re.search(re.escape("/api/v1/subscriptions/abc\\n2026-11-25 22:00:00,000 INFO app.access: FORGED\\r\\x00"
-                               "\\u2028\tend 404 ") + r"[0-9.]+ ms \[request_id=req_", line)
+                               "\\u2028\tend\\\\n 404 ") + r"[0-9.]+ ms \[request_id=req_", line)
     assert len(buffer.getvalue().splitlines()) == 1
 
 
