@@ -189,8 +189,8 @@ def deliver_until_idle(budget_seconds=None, keep_going=always) -> int:
 
     A batch is claimed whenever a sender is idle, and every SHARE_CLAIM_SECONDS while batches are in flight, so an
     account that has deliveries due while another's slow endpoint occupies the senders gets the next one free
-    (`_Sending`). Each batch is recorded once its last try has returned: an endpoint that answers slowly (up to
-    WEBHOOK_TIMEOUT_SECONDS a try) holds back its own batch's record, not the batches claimed after it."""
+    (`_Sending`). Each account's part of a batch is recorded once its last try has returned: an endpoint that
+    answers slowly (up to WEBHOOK_TIMEOUT_SECONDS a try) holds back its own tries' record, no one else's."""
     app = current_app._get_current_object()
     deadline = None if budget_seconds is None else time.monotonic() + budget_seconds
     sent, due, last_claim = 0, True, time.monotonic()
@@ -199,10 +199,12 @@ def deliver_until_idle(budget_seconds=None, keep_going=always) -> int:
         try:
             while True:
                 sending.changed.clear()
-                claiming = keep_going() and (deadline is None or time.monotonic() < deadline)
+                stopping, in_budget = not keep_going(), deadline is None or time.monotonic() < deadline
                 due = due or woken.is_set()
                 idle, looked_lately = sending.idle(), time.monotonic() - last_claim < SHARE_CLAIM_SECONDS
-                if claiming and (due and idle or sending.batches and not looked_lately):
+                # Past the budget no new round of claims starts, but the look for other accounts' deliveries goes
+                # on while batches are in flight (a slow endpoint's queued tries run until half their lease).
+                if not stopping and (due and idle and in_budget or sending.batches and not looked_lately):
                     woken.clear()
                     last_claim = time.monotonic()
                     room = sending.room()
@@ -218,8 +220,8 @@ def deliver_until_idle(budget_seconds=None, keep_going=always) -> int:
                         continue
                 for batch in sending.finished():
                     sent += _record_or_leave(batch)
-                if not sending.batches and not (claiming and (due or woken.is_set())):
-                    if due and keep_going():  # the budget ran out with more due: the next round starts at once
+                if not sending.batches and (stopping or not in_budget or not (due or woken.is_set())):
+                    if due and not stopping:  # the budget ran out with more due: the next round starts at once
                         woken.set()
                     return sent
                 sending.changed.wait(RECHECK_SECONDS)
