@@ -1,6 +1,7 @@
 """Delivery from the outbox: success, the retry schedule (time travel), 410, redirects, throttling,
 Retry-After, filters, inactive configurations, auto-disable, the delivery log, redelivery, recovery,
 the wake-up, and tenant isolation."""
+import contextlib
 import threading
 import time
 from datetime import timedelta, timezone
@@ -588,19 +589,35 @@ def test_a_stopping_sender_gives_back_what_it_did_not_send_and_the_attempt_numbe
     assert sorted(request.headers["X-Webhook-Attempt"] for request in receiver.requests) == ["1", "1", "1"]
 
 
-def test_a_slow_endpoint_holds_back_its_own_batch_not_the_sends_claimed_after_it(app, alice, bob):
-    """The sender claimed the next batch only once the one before the last was recorded: one account's endpoint
-    answering slowly (up to the 10 s timeout) delayed every other account's deliveries."""
-    app.config.update(WEBHOOK_BATCH_SIZE=1, WEBHOOK_WORKERS=4)
-    bob_served, release_alice = threading.Event(), threading.Event()
+def deliver_until_idle_while(watch, budget=None) -> int:
+    """`deliver_until_idle`, with `watch` running in a thread of its own meanwhile."""
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        return deliveries.deliver_until_idle(budget)
+    finally:
+        watcher.join()
 
+
+@contextlib.contextmanager
+def slow_alice_fast_bob(alice, bob, hold):
+    """Receivers for alice, whose endpoint answers once `hold()` returns, and bob, whose answers at once."""
     def alice_reply(received):
-        release_alice.wait(30)
+        hold()
         return Reply()
 
     with Receiver(alice_reply) as slow, Receiver() as fast:
         configure(alice, slow.url)
         configure(bob, fast.url)
+        yield slow, fast
+
+
+def test_a_slow_endpoint_holds_back_its_own_batch_not_the_sends_claimed_after_it(app, alice, bob):
+    """The sender claimed the next batch only once the one before the last was recorded: one account's endpoint
+    answering slowly (up to the 10 s timeout) delayed every other account's deliveries."""
+    app.config.update(WEBHOOK_BATCH_SIZE=1, WEBHOOK_WORKERS=4)
+    bob_served, release_alice = threading.Event(), threading.Event()
+    with slow_alice_fast_bob(alice, bob, lambda: release_alice.wait(30)) as (slow, fast):
         [alices] = record_events(alice.account_id)
         bobs = record_events(bob.account_id, 3)
 
@@ -608,10 +625,7 @@ def test_a_slow_endpoint_holds_back_its_own_batch_not_the_sends_claimed_after_it
             if _wait_for(lambda: len(fast.requests) == 3):
                 bob_served.set()
             release_alice.set()
-        watcher = threading.Thread(target=release_once_bob_is_served)
-        watcher.start()
-        assert deliveries.deliver_until_idle() == 4
-        watcher.join()
+        assert deliver_until_idle_while(release_once_bob_is_served) == 4
     assert bob_served.is_set(), "bob's deliveries waited for alice's endpoint"
     assert sorted(fast.event_ids) == sorted(bobs) and slow.event_ids == [alices]
     assert all(event_row(event_id).delivery_status == "succeeded" for event_id in [alices, *bobs])
@@ -641,14 +655,7 @@ def test_an_account_whose_slow_endpoint_has_a_backlog_leaves_the_next_free_sende
     round's budget was spent nothing was claimed while the backlog's tries ran on (up to a minute, fault walk)."""
     app.config.update(WEBHOOK_BATCH_SIZE=10, WEBHOOK_WORKERS=2)
     alice_may_answer, bob_served = threading.Semaphore(0), threading.Event()
-
-    def alice_reply(received):
-        alice_may_answer.acquire(timeout=30)
-        return Reply()
-
-    with Receiver(alice_reply) as slow, Receiver() as fast:
-        configure(alice, slow.url)
-        configure(bob, fast.url)
+    with slow_alice_fast_bob(alice, bob, lambda: alice_may_answer.acquire(timeout=30)) as (slow, fast):
         alices = record_events(alice.account_id, 6)
 
         def queue_bobs_then_free_one_sender():
@@ -662,10 +669,7 @@ def test_an_account_whose_slow_endpoint_has_a_backlog_leaves_the_next_free_sende
                         bob_served.set()
             for _ in range(10):
                 alice_may_answer.release()
-        watcher = threading.Thread(target=queue_bobs_then_free_one_sender)
-        watcher.start()
-        assert deliveries.deliver_until_idle(budget) == 9
-        watcher.join()
+        assert deliver_until_idle_while(queue_bobs_then_free_one_sender, budget) == 9
     assert bob_served.is_set(), "bob's deliveries waited behind alice's backlog"
     assert sorted(slow.event_ids) == sorted(alices) and len(slow.requests) == 6
 
@@ -675,14 +679,7 @@ def test_each_accounts_tries_are_recorded_once_they_return_not_after_another_acc
     the record of another account's successful ones (for up to the lease), and a crash meanwhile sent them again."""
     app.config.update(WEBHOOK_BATCH_SIZE=10, WEBHOOK_WORKERS=2)
     release_alice, recorded_meanwhile = threading.Event(), threading.Event()
-
-    def alice_reply(received):
-        release_alice.wait(30)
-        return Reply()
-
-    with Receiver(alice_reply) as slow, Receiver() as fast:
-        configure(alice, slow.url)
-        configure(bob, fast.url)
+    with slow_alice_fast_bob(alice, bob, lambda: release_alice.wait(30)) as (_slow, fast):
         record_events(alice.account_id, 3)
         bobs = record_events(bob.account_id, 2)
 
@@ -693,10 +690,7 @@ def test_each_accounts_tries_are_recorded_once_they_return_not_after_another_acc
                     recorded_meanwhile.set()
                 db.session.remove()
             release_alice.set()
-        watcher = threading.Thread(target=watch)
-        watcher.start()
-        assert deliveries.deliver_until_idle() == 5
-        watcher.join()
+        assert deliver_until_idle_while(watch) == 5
     assert recorded_meanwhile.is_set(), "bob's tries were recorded only after alice's endpoint answered"
 
 
@@ -727,10 +721,7 @@ def test_while_every_sender_is_busy_the_sender_claims_a_senders_worth_of_the_oth
                         OutboxDelivery.claim_token.is_not(None), OutboxDelivery.account_id != alice.account_id)))
                 db.session.remove()
             release_alice.set()
-        watcher = threading.Thread(target=watch)
-        watcher.start()
-        assert deliveries.deliver_until_idle() == 2 + 6 * 3
-        watcher.join()
+        assert deliver_until_idle_while(watch) == 2 + 6 * 3
     assert leased and leased[0] <= 3 * 2, leased
 
 
