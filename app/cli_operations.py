@@ -155,6 +155,8 @@ def import_subscriptions(file, account_id, column, type_column, metadata, reject
     if rejected_path and not os.path.isdir(os.path.dirname(os.path.abspath(rejected_path))):
         # refused before importing: the report of the rows imported must have somewhere to go
         raise click.BadParameter(f"the folder of {rejected_path} does not exist", param_hint="--rejected")
+    if rejected_path and os.path.abspath(rejected_path) == os.path.abspath(file):
+        raise click.BadParameter("the rejected rows would be written over the file imported", param_hint="--rejected")
     try:
         header, rows = importer.read_rows(file)
         plan = importer.Plan.for_header(header, column, type_column,
@@ -173,7 +175,7 @@ def import_subscriptions(file, account_id, column, type_column, metadata, reject
         with open(rejected_path, "w", newline="", encoding="utf-8") as rejected_file:
             importer.write_outcomes(rejected_file, header, report.refused, ("reason",))
         click.echo(f"rejected rows and their reasons: {rejected_path}")
-    elif os.path.isfile(rejected_path):  # an earlier run's: its rows would read as rejected now
+    elif not dry_run and os.path.isfile(rejected_path):  # an earlier run's: its rows would read as rejected now
         os.remove(rejected_path)
         click.echo(f"no row rejected: removed the earlier {rejected_path}")
 

@@ -137,6 +137,18 @@ def test_a_re_run_with_no_row_rejected_removes_the_earlier_rejected_file(runner,
     assert not (tmp_path / "crm.rejected.csv").exists()
 
 
+def test_a_dry_run_keeps_the_rejected_file_and_the_import_is_never_its_own_report(runner, alice, crm_file, tmp_path):
+    _ok(runner, "subscriptions", "import", crm_file, "--account", alice.account_id)
+    fixed = _write_csv(tmp_path / "fixed.csv", ["Name", "LinkedIn Profile"], [("Jane", "in/jane-doe")])
+    _ok(runner, "subscriptions", "import", fixed, "--account", alice.account_id, "--dry-run",
+        "--rejected", str(tmp_path / "crm.rejected.csv"))
+    assert (tmp_path / "crm.rejected.csv").exists()  # a dry run describes nothing that happened
+    result = runner.invoke(args=["subscriptions", "import", crm_file, "--account", alice.account_id,
+                                 "--rejected", crm_file])
+    assert result.exit_code == 2 and "written over the file imported" in result.output
+    assert len(_rejected(crm_file)) == len(CRM_ROWS)
+
+
 def test_dry_run_creates_nothing(runner, alice, crm_file):
     output = _ok(runner, "subscriptions", "import", crm_file, "--account", alice.account_id, "--dry-run")
     assert "would be created=4" in output

@@ -15,6 +15,7 @@ from app.models import DeliveryAttempt, DeliveryDayCount, Event, OutboxDelivery,
 from app.providers.base import normalize_snapshot
 from app.services import checks, outbox, retention, webhooks
 from app.services.transport import Outcome
+from tests.conftest import make_tenant
 from tests.webhook_helpers import LOCAL_RECEIVER_CONFIG, configure, record_events, subscribe
 
 pytestmark = pytest.mark.postgresql_only(reason="row locks of concurrent transactions; SQLite has one writer at a time")
@@ -366,3 +367,20 @@ def test_a_claim_passes_over_the_rows_another_sender_is_claiming(alice):
         claimed = outbox.claim_due(outbox.new_claim_token(), 4)
         other.rollback()
     assert len(claimed) == 4 and not {item.delivery_id for item in claimed} & set(taken)
+
+
+def test_a_claim_passes_over_the_accounts_whose_rows_another_sender_is_claiming(app):
+    """The accounts were chosen without regard to locks: with another sender's claim holding the oldest due
+    account's rows, a claim of as many tried those accounts only and came back empty, though others had some due."""
+    tenants = [make_tenant(app, f"Fan-out {number}") for number in range(6)]
+    for tenant in tenants:
+        configure(tenant, "https://93.184.216.34/")
+        record_events(tenant.account_id)
+    db.session.commit()
+    with db.engine.connect() as other:
+        other.begin()
+        taken = other.execute(select(OutboxDelivery.id).order_by(OutboxDelivery.next_attempt_at, OutboxDelivery.id)
+                              .limit(4).with_for_update()).scalars().all()
+        claimed = outbox.claim_due(outbox.new_claim_token(), 4)
+        other.rollback()
+    assert len(claimed) == 2 and not {item.delivery_id for item in claimed} & set(taken)

@@ -837,15 +837,39 @@ def _wait_for(condition, seconds=20) -> bool:
 
 
 def test_a_batch_the_pool_refuses_is_given_back(alice, app):
+    """Every try of it, more than there are senders too (the ones queued past the senders never came back, and
+    recording the batch waited for ever)."""
     configure(alice, "https://93.184.216.34/")
-    record_events(alice.account_id, 2)
+    record_events(alice.account_id, 7)
     pool = deliveries._sender_pool(app)
     pool.shutdown()
     [batch] = deliveries._claim(app, always, 10)
-    deliveries._Sending(pool, 2, 100).add(batch)
+    sending = deliveries._Sending(pool, 2, 100)
+    sending.add(batch)
+    assert all(future.done() for future in batch.futures) and sending.idle()
     assert deliveries._record(batch) == 0
     db.session.remove()
-    assert all(row.claim_token is None for row in db.session.scalars(select(OutboxDelivery)))
+    rows = db.session.scalars(select(OutboxDelivery)).all()
+    assert len(rows) == 7 and all(row.claim_token is None for row in rows)
+
+
+def test_past_its_budget_a_round_claims_no_new_batch_of_a_backlog(app, alice):
+    """Once the once-a-second look went on past the budget, an idle moment claimed a whole batch again, and a round
+    with a backlog never ended."""
+    app.config.update(WEBHOOK_BATCH_SIZE=4, WEBHOOK_WORKERS=2)
+    answered = []
+
+    def every_fourth_slow(received):
+        answered.append(received)
+        return Reply(delay=1.0 if len(answered) % 4 == 0 else 0)
+
+    with Receiver(every_fourth_slow) as receiver:
+        configure(alice, receiver.url)
+        record_events(alice.account_id, 16)
+        sent = deliveries.deliver_until_idle(budget_seconds=0.5)
+    assert 0 < sent < 16 and len(answered) == sent
+    assert deliveries.woken.is_set()  # the next round starts at once
+
 
 
 def owed_rows(event_id):

@@ -89,18 +89,26 @@ def claim_due(token: str, limit: int, room=None) -> list:
 
 def _shared_out(session, now, limit: int, room: dict) -> list:
     """The ids of up to `limit` due deliveries, locked, taken in turns: the oldest due of each account with room
-    (the account waiting longest first, each at most an even share of `limit`), then the next of each, and so on.
-    Oldest-due-first across accounts gave an account with a backlog (its endpoint slow or down for a while) every
-    sender, and the others' deliveries waited behind it. Rows another sender has locked are passed over, so two
-    senders claiming at once take the next ones instead of coming back empty."""
-    accounts = _accounts_due(session, now, [account_id for account_id, more in room.items() if more <= 0], limit)
-    share = -(-limit // len(accounts)) if accounts else 0
-    turns = [session.scalars(select(OutboxDelivery.id)
-                             .where(OutboxDelivery.account_id == account_id, OutboxDelivery.next_attempt_at <= now)
-                             .order_by(OutboxDelivery.next_attempt_at)
-                             .limit(min(share, room.get(account_id, limit)))
-                             .with_for_update(skip_locked=True)).all()
-             for account_id in accounts]
+    (the account waiting longest first, each at most an even share of what is left of `limit`), then the next of
+    each, and so on. Oldest-due-first across accounts gave an account with a backlog (its endpoint slow or down for
+    a while) every sender, and the others' deliveries waited behind it. Rows another sender has locked are passed
+    over, and when that leaves the batch short the next accounts are tried, so two senders claiming at once take
+    the next ones instead of coming back empty."""
+    tried = [account_id for account_id, more in room.items() if more <= 0]
+    turns, taken = [], 0
+    while taken < limit:
+        accounts = _accounts_due(session, now, tried, limit)
+        share = -(-(limit - taken) // len(accounts)) if accounts else 0
+        for account_id in accounts:
+            turns.append(session.scalars(
+                select(OutboxDelivery.id)
+                .where(OutboxDelivery.account_id == account_id, OutboxDelivery.next_attempt_at <= now)
+                .order_by(OutboxDelivery.next_attempt_at).limit(min(share, room.get(account_id, limit)))
+                .with_for_update(skip_locked=True)).all())
+            taken += len(turns[-1])
+        if len(accounts) < limit:  # every account with a delivery due was tried
+            break
+        tried += accounts
     return [delivery_id for turn in zip_longest(*turns) for delivery_id in turn if delivery_id is not None][:limit]
 
 

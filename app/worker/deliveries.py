@@ -117,7 +117,7 @@ class _Sending:
     def _dispatch(self) -> None:
         """Hand queued tries to the senders that are free (the caller holds the lock)."""
         refused = []
-        while self._queued and sum(self._running.values()) < self.senders:
+        while self._queued and (refused or sum(self._running.values()) < self.senders):
             account_id = min(self._queued, key=self._running.__getitem__)
             queue = self._queued[account_id]
             batch, index = queue.popleft()
@@ -126,8 +126,8 @@ class _Sending:
             self._running[account_id] += 1
             try:
                 self.pool.submit(self._send, account_id, batch, index)
-            except RuntimeError:  # the pool refuses work (the interpreter is exiting): not sent, so released
-                refused.append((account_id, batch, index))
+            except RuntimeError:  # the pool refuses work (the interpreter is exiting): none of the queue is sent
+                refused.append((account_id, batch, index))  # (released), and the loop goes on until it is empty
         for account_id, batch, index in refused:
             self._returned(account_id, batch, index, None, dispatch=False)
 
@@ -208,11 +208,10 @@ def deliver_until_idle(budget_seconds=None, keep_going=always) -> int:
                     woken.clear()
                     last_claim = time.monotonic()
                     room = sending.room()
-                    if idle:
+                    if idle and in_budget:
                         claimed = _claim(app, keep_going, app.config["WEBHOOK_BATCH_SIZE"], room)
-                        # An empty claim: nothing is due, unless an account had no room (its tries will return)
-                        due = bool(claimed) or min(room.values(), default=1) <= 0
-                    else:  # all senders busy: a sender's worth, of the accounts it holds nothing of
+                        due = bool(claimed)  # an empty claim: nothing is due until something wakes the sender
+                    else:  # senders busy, or past the budget: a sender's worth, of the accounts it holds nothing of
                         claimed = _claim(app, keep_going, sending.senders, dict.fromkeys(room, 0))
                     for batch in claimed:
                         sending.add(batch)
