@@ -739,6 +739,37 @@ def test_a_configuration_deactivated_while_a_claim_chose_its_accounts_gets_nothi
     assert row.claim_token is None and row.next_attempt_at <= utcnow()
 
 
+@pytest.mark.parametrize("change", ["is_active", "endpoint_url"])
+def test_tries_held_when_the_configuration_changes_are_not_sent_to_what_it_was(app, alice, change):
+    """The tries a sender held went out as claimed for up to half the lease (a minute) after the configuration was
+    deactivated ("not sent", contract §5) or pointed at another URL (fault walk: 40 and 54 tries)."""
+    app.config.update(WEBHOOK_BATCH_SIZE=10, WEBHOOK_WORKERS=1)
+    first_may_answer = threading.Event()
+
+    def first_holds(received):
+        first_may_answer.wait(30)
+        return Reply()
+
+    with Receiver(first_holds) as before, Receiver() as after:
+        configure(alice, before.url)
+        ids = record_events(alice.account_id, 6)
+
+        def change_then_let_the_first_answer():
+            if _wait_for(lambda: len(before.requests) == 1):
+                body = {"is_active": False} if change == "is_active" else {"endpoint_url": after.url}
+                assert alice.put("/webhooks/configure", json=body).status_code == 200
+                time.sleep(deliveries.SHARE_CLAIM_SECONDS + 0.5)  # the sender reads the configuration again
+            first_may_answer.set()
+        deliver_until_idle_while(change_then_let_the_first_answer)
+        deliveries.deliver_until_idle()
+    assert len(before.requests) == 1
+    if change == "is_active":
+        unsent = [row for event_id in ids for row in owed_rows(event_id)]
+        assert after.requests == [] and len(unsent) == 5 and all(row.claim_token is None for row in unsent)
+    else:
+        assert sorted(after.event_ids) == sorted(set(ids) - set(before.event_ids))  # claimed again as it is now
+
+
 def test_a_try_is_logged_at_the_moment_it_was_sent_not_when_its_batch_was_recorded(app, alice, bob):
     """Every try of a batch was stamped with the batch's record, after its slowest try: a fast endpoint's try
     showed up to the 10-second timeout late in the delivery log."""

@@ -20,7 +20,9 @@ from sqlalchemy import DateTime, Integer, and_, case, delete, exists, func, inse
 
 from app import metrics
 from app.common import isoformat, new_id, new_sortable_id, utcnow
-from app.database import add_to_counters, in_lock_order, lock_in_order, newest_first_page, upsert, write_transaction
+from app.database import (add_to_counters, end_read_transaction, in_lock_order, lock_in_order, newest_first_page, upsert,
+                          write_transaction)
+from app.extensions import db
 from app.errors import NotFound, ValidationFailed
 from app.models import DeliveryAttempt, DeliveryDayCount, Event, OutboxDelivery, WebhookConfig
 from app.services import events, webhooks
@@ -156,6 +158,16 @@ def _number_attempts(session, rows, found) -> list:
     session.execute(update(Event), [{"id": event_id, "attempt_count": count}  # in id order: `write_transaction`
                                     for event_id, count in sorted(counts.items())])
     return numbers
+
+
+def endpoints_now(account_ids) -> dict:
+    """{account id: the URL its deliveries go to now, None when its configuration is gone or inactive}: what a
+    sender checks the tries it holds against (one read; no transaction left open)."""
+    found = db.session.execute(select(WebhookConfig.account_id, WebhookConfig.endpoint_url)
+                               .where(WebhookConfig.account_id.in_(account_ids), WebhookConfig.is_active.is_(True)))
+    endpoints = {**dict.fromkeys(account_ids), **dict(found.all())}
+    end_read_transaction()
+    return endpoints
 
 
 def release(token: str, delivery_ids: list) -> None:

@@ -17,7 +17,8 @@ from app.services.transport import transport_for
 STEP_BUDGET_SECONDS = 30
 RECHECK_SECONDS = 0.2  # while tries run: how soon a wake-up (new deliveries queued) is noticed
 RECORD_RETRY_SECONDS = 1.0
-SHARE_CLAIM_SECONDS = 1.0  # while every sender is busy: how often to look for other accounts' deliveries due
+SHARE_CLAIM_SECONDS = 1.0  # while batches are in flight: how often to look for other accounts' deliveries due, and
+# at the configurations of the accounts whose tries it holds
 log = logging.getLogger(__name__)
 
 woken = threading.Event()  # new rows were queued since the sender last looked
@@ -104,9 +105,11 @@ class _Sending:
         self._running = Counter()  # account id -> tries in the pool
         self._held = Counter()  # account id -> tries queued or running
         self._left = {}  # id of an InFlight -> its tries not returned yet
+        self.endpoints = {}  # account id -> its URL as last read (None: inactive or gone), `check_endpoints`
 
     def add(self, batch: InFlight) -> None:
         with self._lock:
+            self.endpoints[batch.batch[0].account_id] = batch.batch[0].outgoing.url  # as the claim read it
             self._left[id(batch)] = len(batch.batch)
             for index, claimed in enumerate(batch.batch):
                 self._queued.setdefault(claimed.account_id, deque()).append((batch, index))
@@ -131,11 +134,18 @@ class _Sending:
         for account_id, batch, index in refused:
             self._returned(account_id, batch, index, None, dispatch=False)
 
+    def check_endpoints(self) -> None:
+        """Read again where the accounts it holds tries of send them: a try whose configuration has been deactivated,
+        removed or pointed elsewhere since its claim is not sent (it is given back, and claimed again as the
+        configuration is now), instead of going out for up to half the lease."""
+        self.endpoints = {**self.endpoints, **outbox.endpoints_now(list(self.room()))}
+
     def _send(self, account_id: str, batch: InFlight, index: int) -> None:
         if batch.futures[index].done():  # refused by the pool, which ran it all the same
             return
+        outgoing = batch.batch[index].outgoing
         try:
-            outcome = batch.send(batch.batch[index].outgoing)
+            outcome = batch.send(outgoing) if self.endpoints.get(account_id, outgoing.url) == outgoing.url else None
         except BaseException as error:  # noqa: BLE001 - handed to whoever reads the future
             with self._lock:
                 self._returned(account_id, batch, index, None, error=error)
@@ -193,7 +203,7 @@ def deliver_until_idle(budget_seconds=None, keep_going=always) -> int:
     answers slowly (up to WEBHOOK_TIMEOUT_SECONDS a try) holds back its own tries' record, no one else's."""
     app = current_app._get_current_object()
     deadline = None if budget_seconds is None else time.monotonic() + budget_seconds
-    sent, due, last_claim = 0, True, time.monotonic()
+    sent, due, last_look = 0, True, time.monotonic()
     with _sender_pool(app) as pool:
         sending = _Sending(pool, app.config["WEBHOOK_WORKERS"], app.config["WEBHOOK_BATCH_SIZE"])
         try:
@@ -201,12 +211,15 @@ def deliver_until_idle(budget_seconds=None, keep_going=always) -> int:
                 sending.changed.clear()
                 stopping, in_budget = not keep_going(), deadline is None or time.monotonic() < deadline
                 due = due or woken.is_set()
-                idle, looked_lately = sending.idle(), time.monotonic() - last_claim < SHARE_CLAIM_SECONDS
+                idle, looked_lately = sending.idle(), time.monotonic() - last_look < SHARE_CLAIM_SECONDS
+                if sending.batches and not looked_lately:
+                    last_look = time.monotonic()
+                    sending.check_endpoints()
                 # Past the budget no new round of claims starts, but the look for other accounts' deliveries goes
                 # on while batches are in flight (a slow endpoint's queued tries run until half their lease).
                 if not stopping and (due and idle and in_budget or sending.batches and not looked_lately):
                     woken.clear()
-                    last_claim = time.monotonic()
+                    last_look = time.monotonic()
                     room = sending.room()
                     if idle and in_budget:
                         claimed = _claim(app, keep_going, app.config["WEBHOOK_BATCH_SIZE"], room)
