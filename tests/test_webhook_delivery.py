@@ -770,6 +770,35 @@ def test_tries_held_when_the_configuration_changes_are_not_sent_to_what_it_was(a
         assert sorted(after.event_ids) == sorted(set(ids) - set(before.event_ids))  # claimed again as it is now
 
 
+def test_a_redelivery_asked_for_after_a_try_ended_is_sent_though_that_try_is_not_recorded_yet(app, alice):
+    """A try that had come back (its record waiting for a slow try of the same account) still held its delivery: a
+    redelivery asked for then restarted the held row, and the record ended it as delivered; nothing more was sent
+    (fault re-walk: 2 of 3)."""
+    app.config.update(WEBHOOK_BATCH_SIZE=10, WEBHOOK_WORKERS=2)
+    slow_may_answer, asked = threading.Event(), []
+
+    def slow_for_one(received):
+        if received.headers["X-Webhook-Id"] == slow_id:
+            slow_may_answer.wait(30)
+        return Reply()
+
+    with Receiver(slow_for_one) as receiver:
+        configure(alice, receiver.url)
+        fast_id, slow_id = record_events(alice.account_id, 2)
+
+        def redeliver_the_fast_one_once_it_returned():
+            if _wait_for(lambda: len(receiver.requests) == 2):
+                time.sleep(0.3)  # the fast one has answered; its record waits for the slow one
+                asked.append(alice.post(f"/events/{fast_id}/redeliver").status_code)
+            slow_may_answer.set()
+        assert deliver_until_idle_while(redeliver_the_fast_one_once_it_returned) >= 2
+        deliveries.deliver_until_idle()
+    assert asked == [202]
+    assert sorted(receiver.event_ids) == sorted([fast_id, fast_id, slow_id])
+    assert [attempt.attempt for attempt in attempts_of(fast_id)] == [1, 2]
+    assert event_row(fast_id).delivery_status == "succeeded" and owed_rows(fast_id) == []
+
+
 def test_a_try_is_logged_at_the_moment_it_was_sent_not_when_its_batch_was_recorded(app, alice, bob):
     """Every try of a batch was stamped with the batch's record, after its slowest try: a fast endpoint's try
     showed up to the 10-second timeout late in the delivery log."""

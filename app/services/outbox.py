@@ -259,19 +259,18 @@ def record_results(token: str, results: list) -> None:
     with write_transaction() as session:
         now = utcnow()
         configs = events.webhook_configs_for(session, {claimed.account_id for claimed, _ in results}, to_update=True)
-        still_ours = dict(session.execute(
-            select(OutboxDelivery.id, OutboxDelivery.attempts)
+        still_ours = {row.id: row for row in session.execute(
+            select(OutboxDelivery.id, OutboxDelivery.attempts, OutboxDelivery.claimed_until,
+                   OutboxDelivery.next_attempt_at)
             .where(OutboxDelivery.id.in_([claimed.delivery_id for claimed, _ in results]),
                    OutboxDelivery.claim_token == token)
-            .order_by(OutboxDelivery.event_id).with_for_update()).all())
+            .order_by(OutboxDelivery.event_id).with_for_update())}
         kept = _events_kept(session, results)
         attempts, retries, ended, event_changes, late_successes = [], [], [], [], []
         for claimed, outcome in results:
             ours = claimed.delivery_id in still_ours  # else dropped, or another sender's now: no next try from us
-            tries = still_ours.get(claimed.delivery_id, claimed.tries) + 1
-            delay = retry_delay(tries, outcome) if ours and not outcome.succeeded and not _probe(claimed) else None
-            next_at = _ended(outcome, now) + timedelta(seconds=delay) if delay is not None else None
-            status = "succeeded" if outcome.succeeded else ("pending" if next_at else "failed")
+            tries, next_at = _next_try(still_ours.get(claimed.delivery_id), claimed, outcome, now)
+            status = "pending" if next_at else ("succeeded" if outcome.succeeded else "failed")
             attempts.append(attempt_row(claimed.account_id, claimed.outgoing.event_id, claimed.event_type,
                                         claimed.outgoing.attempt, outcome, now, next_at))
             if not outcome.succeeded:
@@ -296,6 +295,19 @@ def record_results(token: str, results: list) -> None:
         _update_endpoint_health(configs.values(), results, now)
         store_attempts(session, [attempt for attempt in attempts if attempt["event_id"] in kept])
     metrics.observe_deliveries(results, now)
+
+
+def _next_try(held, claimed: Claimed, outcome: Outcome, now) -> tuple:
+    """(tries made, when the next one is due or None) of a delivery whose try came back; `held`, its outbox row
+    while this sender holds it. A redelivery asked for after the try had ended (its record waiting for the
+    account's other tries) leaves the delivery owed once more, now, its schedule from the start (`_restarted`)."""
+    if held is None:
+        return claimed.tries + 1, None
+    if held.claimed_until not in (None, held.next_attempt_at) and held.claimed_until >= _ended(outcome, now):
+        return 0, now
+    tries = held.attempts + 1
+    delay = retry_delay(tries, outcome) if not outcome.succeeded and not _probe(claimed) else None
+    return tries, (_ended(outcome, now) + timedelta(seconds=delay) if delay is not None else None)
 
 
 def _ended(outcome: Outcome, now) -> datetime:
@@ -392,9 +404,13 @@ def send_test(account_id: str, transport) -> dict:
 
 def _restarted(now) -> dict:
     """The values that restart an owed delivery: its retry schedule from the start, due now. A row a sender holds
-    keeps its lease, so it is never sent twice at once: that send counts as the restarted schedule's first try."""
+    keeps its lease, so it is never sent twice at once: a try still on the wire counts as the restarted schedule's
+    first; one that had ended is followed by another (`_next_try`), told by the moment of the restart written in
+    `claimed_until` (which the claim sets to the lease's end, as `next_attempt_at`)."""
+    held = OutboxDelivery.claim_token.is_not(None)
     return {"attempts": 0,
-            "next_attempt_at": case((OutboxDelivery.claim_token.is_(None), now), else_=OutboxDelivery.next_attempt_at)}
+            "next_attempt_at": case((held, OutboxDelivery.next_attempt_at), else_=now),
+            "claimed_until": case((held, now), else_=None)}
 
 
 def _queue_where(session, conditions, now) -> int:
