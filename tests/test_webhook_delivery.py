@@ -760,8 +760,7 @@ def test_tries_held_when_the_configuration_changes_are_not_sent_to_what_it_was(a
                 assert alice.put("/webhooks/configure", json=body).status_code == 200
                 time.sleep(deliveries.SHARE_CLAIM_SECONDS + 0.5)  # the sender reads the configuration again
             first_may_answer.set()
-        deliver_until_idle_while(change_then_let_the_first_answer)
-        deliveries.deliver_until_idle()
+        deliver_until_idle_while(change_then_let_the_first_answer)  # the tries given back are due again at once
     assert len(before.requests) == 1
     if change == "is_active":
         unsent = [row for event_id in ids for row in owed_rows(event_id)]
@@ -788,7 +787,7 @@ def test_a_redelivery_asked_for_after_a_try_ended_is_sent_though_that_try_is_not
 
         def redeliver_the_fast_one_once_it_returned():
             if _wait_for(lambda: len(receiver.requests) == 2):
-                time.sleep(0.3)  # the fast one has answered; its record waits for the slow one
+                time.sleep(1.0)  # the fast one has come back; its record waits for the slow one
                 asked.append(alice.post(f"/events/{fast_id}/redeliver").status_code)
             slow_may_answer.set()
         assert deliver_until_idle_while(redeliver_the_fast_one_once_it_returned) >= 2
@@ -797,6 +796,22 @@ def test_a_redelivery_asked_for_after_a_try_ended_is_sent_though_that_try_is_not
     assert sorted(receiver.event_ids) == sorted([fast_id, fast_id, slow_id])
     assert [attempt.attempt for attempt in attempts_of(fast_id)] == [1, 2]
     assert event_row(fast_id).delivery_status == "succeeded" and owed_rows(fast_id) == []
+
+
+def test_a_failed_look_at_the_configurations_leaves_the_tries_as_claimed(app, alice, monkeypatch, caplog):
+    configure(alice, "https://93.184.216.34/")
+    record_events(alice.account_id, 3)
+    sending = deliveries._Sending(deliveries._sender_pool(app), 1, 10)
+    monkeypatch.setattr(sending, "_dispatch", lambda: None)  # the tries stay queued
+    [batch] = deliveries._claim(app, always, 10)
+    sending.add(batch)
+
+    def database_gone(account_ids):
+        raise RuntimeError("the database went away")
+    monkeypatch.setattr(outbox, "endpoints_now", database_gone)
+    sending.check_endpoints()
+    assert sending.endpoints == {alice.account_id: "https://93.184.216.34/"}
+    assert "reading the webhook configurations again failed" in caplog.text
 
 
 def test_a_try_is_logged_at_the_moment_it_was_sent_not_when_its_batch_was_recorded(app, alice, bob):

@@ -20,10 +20,10 @@ from sqlalchemy import DateTime, Integer, and_, case, delete, exists, func, inse
 
 from app import metrics
 from app.common import isoformat, new_id, new_sortable_id, utcnow
-from app.database import (add_to_counters, end_read_transaction, in_lock_order, lock_in_order, newest_first_page, upsert,
-                          write_transaction)
-from app.extensions import db
+from app.database import (add_to_counters, end_read_transaction, in_lock_order, lock_in_order, newest_first_page,
+                          upsert, write_transaction)
 from app.errors import NotFound, ValidationFailed
+from app.extensions import db
 from app.models import DeliveryAttempt, DeliveryDayCount, Event, OutboxDelivery, WebhookConfig
 from app.services import events, webhooks
 from app.services.transport import Outcome, Outgoing

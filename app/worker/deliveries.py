@@ -57,8 +57,10 @@ def _record(in_flight: InFlight) -> int:
     results = [(claimed, future.result()) for claimed, future in zip(in_flight.batch, in_flight.futures)]
     sent = [(claimed, outcome) for claimed, outcome in results if outcome is not None]
     _once_more_if_it_fails(outbox.record_results, in_flight.token, sent)
-    _once_more_if_it_fails(outbox.release, in_flight.token,
-                           [claimed.delivery_id for claimed, outcome in results if outcome is None])
+    unsent = [claimed.delivery_id for claimed, outcome in results if outcome is None]
+    _once_more_if_it_fails(outbox.release, in_flight.token, unsent)
+    if unsent:
+        woken.set()  # due again now: the next claim need not wait for the poll
     return len(sent)
 
 
@@ -138,7 +140,13 @@ class _Sending:
         """Read again where the accounts it holds tries of send them: a try whose configuration has been deactivated,
         removed or pointed elsewhere since its claim is not sent (it is given back, and claimed again as the
         configuration is now), instead of going out for up to half the lease."""
-        self.endpoints = {**self.endpoints, **outbox.endpoints_now(list(self.room()))}
+        accounts = list(self.room())
+        if not accounts:
+            return
+        try:
+            self.endpoints = {**self.endpoints, **outbox.endpoints_now(accounts)}
+        except Exception:  # noqa: BLE001 - the tries go on as claimed; the next look tries again
+            log.warning("reading the webhook configurations again failed", exc_info=True)
 
     def _send(self, account_id: str, batch: InFlight, index: int) -> None:
         if batch.futures[index].done():  # refused by the pool, which ran it all the same
