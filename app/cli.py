@@ -171,12 +171,9 @@ def serve(gunicorn_args):
     from app.serving import (APP_LOAD_ERROR, check_serve_settings, gunicorn_settings, load, refuse_unsafe_process_model,
                              stop)
     arguments = ["-c", "python:app.gunicorn_conf", *gunicorn_args, "app.wsgi:app"]
-    try:
+    try:  # a bad setting is refused here, in one line, before gunicorn starts (not by each of its workers)
         check_serve_settings()
-    except ConfigError as error:
-        stop(f"configuration refused: {error}", APP_LOAD_ERROR)
-    app = load()  # a bad setting is refused here, in one line, before gunicorn starts
-    try:  # here once, not by each worker gunicorn would start
+        app = load()
         refuse_unsafe_process_model(app.config, gunicorn_settings(["gunicorn", *arguments]))
     except ConfigError as error:
         stop(f"configuration refused: {error}", APP_LOAD_ERROR)

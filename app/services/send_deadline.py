@@ -100,18 +100,21 @@ def _watch_current(sock) -> None:
         deadline.watch(sock)
 
 
-class _WatchedHTTPConnection(HTTPConnection):
+class _WatchedConnection:
+    """A connection whose socket the current try watches as soon as it is opened (before a TLS handshake)."""
+
     def _new_conn(self):
         sock = super()._new_conn()
         _watch_current(sock)
         return sock
 
 
-class _WatchedHTTPSConnection(HTTPSConnection):
-    def _new_conn(self):
-        sock = super()._new_conn()
-        _watch_current(sock)
-        return sock
+class _WatchedHTTPConnection(_WatchedConnection, HTTPConnection):
+    pass
+
+
+class _WatchedHTTPSConnection(_WatchedConnection, HTTPSConnection):
+    pass
 
 
 class _WatchedPool:
