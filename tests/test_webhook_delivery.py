@@ -19,7 +19,8 @@ from app.worker import deliveries
 from app.worker.deliveries import deliver_due
 from tests.conftest import make_tenant
 from tests.webhook_helpers import (LOCAL_RECEIVER_CONFIG, Clock, Dripper, Receiver, Reply,
-                                   assert_cut_off_at_the_timeout, configure, record_events)
+                                   assert_cut_off_at_the_timeout, configure, drops_every_second_request_of_a_connection,
+                                   record_events)
 
 SCHEDULE = [5, 300, 1800, 7200, 18000, 36000, 36000]
 
@@ -294,6 +295,41 @@ def test_an_endpoint_that_drips_its_headers_is_cut_off_at_the_timeout(alice, app
     with Dripper() as dripper:
         configure(alice, dripper.url)
         assert_cut_off_at_the_timeout(alice.account_id)
+
+
+def test_a_kept_connection_the_endpoint_closed_as_the_try_went_out_is_tried_again_on_a_new_one(alice, app):
+    """The fault walk: a receiver closing idle keep-alive connections failed some tries with "Remote end closed
+    connection without response"; a test event was not retried at all."""
+    app.config["WEBHOOK_WORKERS"] = 1
+    with Receiver(drops_every_second_request_of_a_connection) as receiver:
+        configure(alice, receiver.url)
+        [first] = record_events(alice.account_id)
+        assert deliver_due() == 1  # leaves a kept connection
+        [second] = record_events(alice.account_id)
+        assert deliver_due() == 1
+    assert receiver.event_ids == [first, second, second]
+    assert [request.on_connection for request in receiver.requests] == [1, 2, 1]
+    [attempt] = attempts_of(second)
+    assert attempt.status == "succeeded" and attempt.attempt == 1 and attempt.error is None
+    assert event_row(second).delivery_status == "succeeded"
+
+
+def test_an_endpoint_that_closes_new_connections_too_gets_one_more_request_not_more(alice, app):
+    app.config["WEBHOOK_WORKERS"] = 1
+    with Receiver() as receiver:
+        configure(alice, receiver.url)
+        [opening] = record_events(alice.account_id)
+        assert deliver_due() == 1  # leaves a kept connection
+        receiver.reply = Reply(drop=True)
+        [event_id] = record_events(alice.account_id)
+        assert deliver_due() == 1
+        [fresh] = record_events(alice.account_id)
+        assert deliver_due() == 1  # the kept connection went with the last try: only a new one here
+    assert receiver.event_ids == [opening, event_id, event_id, fresh]
+    for failed in (event_id, fresh):
+        [attempt] = attempts_of(failed)
+        assert attempt.status == "failed" and "Remote end closed connection" in attempt.error
+        assert delay_after(attempt) == SCHEDULE[0]
 
 
 def test_a_429_waits_at_least_a_minute(alice):

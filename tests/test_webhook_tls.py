@@ -17,7 +17,8 @@ from app.worker.deliveries import deliver_due
 from scripts.receiver import verify
 from scripts.tls_receiver import RECEIVER_HOST, StaticResolver, make_certificates
 from tests.conftest import BASE_CONFIG
-from tests.webhook_helpers import Dripper, Receiver, assert_cut_off_at_the_timeout, configure, record_events
+from tests.webhook_helpers import (Dripper, Receiver, assert_cut_off_at_the_timeout, configure,
+                                   drops_every_second_request_of_a_connection, record_events)
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl command makes the test CA")
 OTHER_HOST = "other.test"  # also 127.0.0.1, but not the name on the receiver's certificate
@@ -77,6 +78,16 @@ def test_deliveries_to_one_endpoint_reuse_the_pinned_tls_connection(alice, certi
         outcomes = [deliver_one(alice.account_id)[1].status for _ in range(3)]
     assert outcomes == ["succeeded"] * 3 and len(receiver.requests) == 3
     assert receiver.server.handshakes == 1
+
+
+def test_a_kept_tls_connection_the_endpoint_closed_is_tried_again_on_a_new_one(alice, app, certificates, resolver):
+    app.config["WEBHOOK_WORKERS"] = 1
+    with Receiver(drops_every_second_request_of_a_connection, certificates=certificates) as receiver:
+        configure(alice, receiver.url)
+        outcomes = [deliver_one(alice.account_id)[1] for _ in range(2)]
+    assert [(attempt.status, attempt.attempt) for attempt in outcomes] == [("succeeded", 1)] * 2
+    assert [request.on_connection for request in receiver.requests] == [1, 2, 1]
+    assert receiver.server.handshakes == 2
 
 
 def test_without_the_test_ca_the_certificate_is_refused_and_the_try_retried(app, alice, certificates, resolver):

@@ -40,6 +40,7 @@ class Received:
     path: str
     headers: dict
     body: bytes
+    on_connection: int = 1  # 1 for the first request of its connection, 2 for the second (keep-alive) …
 
     @property
     def event(self) -> dict:
@@ -53,6 +54,7 @@ class Reply:
     delay: float = 0.0
     body: bytes = b"{}"
     stall_after: int = None  # bytes of body written before a 2-second pause
+    drop: bool = False  # close the connection without an answer, as an endpoint whose keep-alive ran out
 
 
 class Receiver:
@@ -107,7 +109,11 @@ class Receiver:
 
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                reply = receiver._answer(Received(self.path, dict(self.headers.items()), body))
+                self.served = getattr(self, "served", 0) + 1  # one handler per connection
+                reply = receiver._answer(Received(self.path, dict(self.headers.items()), body, self.served))
+                if reply.drop:
+                    self.close_connection = True
+                    return
                 if reply.delay:
                     time.sleep(reply.delay)
                 self.send_response(reply.status)
@@ -129,6 +135,11 @@ class Receiver:
                 pass
 
         return Handler
+
+
+def drops_every_second_request_of_a_connection(received) -> Reply:
+    """An endpoint whose keep-alive ran out as the next try arrived on the connection it had kept open."""
+    return Reply(drop=received.on_connection > 1)
 
 
 class Dripper:

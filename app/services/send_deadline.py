@@ -26,10 +26,12 @@ class Deadline:
     def __init__(self, watcher: "Watcher", at: float):
         self.watcher, self.at = watcher, at
         self.expired = False
+        self.kept_connection = False  # the try's connection was open before it (taken from the pool)
         self._socket = None  # a duplicate of the try's socket
 
-    def watch(self, sock) -> None:
+    def watch(self, sock, kept: bool) -> None:
         with self.watcher.lock:
+            self.kept_connection = kept
             self._forget()
             self._socket = socket.socket(fileno=os.dup(sock.fileno()))
             if self.expired:
@@ -94,10 +96,10 @@ class Watcher:
                 self.lock.wait(min((deadline.at for deadline in self._deadlines), default=now + 60) - now)
 
 
-def _watch_current(sock) -> None:
+def _watch_current(sock, kept: bool) -> None:
     deadline = getattr(_current, "deadline", None)
     if deadline is not None:
-        deadline.watch(sock)
+        deadline.watch(sock, kept)
 
 
 class _WatchedConnection:
@@ -105,7 +107,7 @@ class _WatchedConnection:
 
     def _new_conn(self):
         sock = super()._new_conn()
-        _watch_current(sock)
+        _watch_current(sock, kept=False)
         return sock
 
 
@@ -123,7 +125,7 @@ class _WatchedPool:
     def _get_conn(self, timeout=None):
         conn = super()._get_conn(timeout)
         if conn.sock is not None:
-            _watch_current(conn.sock)
+            _watch_current(conn.sock, kept=True)
         return conn
 
     def _put_conn(self, conn):

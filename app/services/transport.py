@@ -4,9 +4,11 @@ No database here: the outbox claims and records; this module only turns an `Outg
 `Outcome`, and never raises, so a batch always gets recorded.
 """
 import hashlib
+import http.client
 import ipaddress
 import hmac
 import logging
+import ssl
 import threading
 import time
 from collections import OrderedDict
@@ -32,6 +34,8 @@ log = logging.getLogger(__name__)
 
 MAX_SESSIONS = 256
 MAX_ERROR_LENGTH = 500
+# What a request on a kept connection meets when the endpoint closed it as the request went out.
+CLOSED_UNANSWERED = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ssl.SSLEOFError)
 
 
 @dataclass(frozen=True)
@@ -138,6 +142,17 @@ def signed_headers(outgoing: Outgoing, timestamp_ms: int) -> dict:
     return headers
 
 
+def _closed_unanswered(error: BaseException) -> bool:
+    """The endpoint closed the connection before any answer (requests and urllib3 wrap the cause in `args`)."""
+    seen = set()
+    while isinstance(error, BaseException) and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, CLOSED_UNANSWERED):
+            return True
+        error = next((arg for arg in reversed(error.args) if isinstance(arg, BaseException)), error.__cause__)
+    return False
+
+
 def _truncate(message: str) -> str:
     return message if len(message) <= MAX_ERROR_LENGTH else message[:MAX_ERROR_LENGTH - 1] + "…"
 
@@ -184,9 +199,7 @@ class Transport:
         headers = signed_headers(outgoing, int(time.time() * 1000))
         deadline = self._deadlines.start(self.timeout - (time.monotonic() - started))
         try:
-            response = self._session_for(endpoint).post(
-                outgoing.url, data=outgoing.body, headers=headers,
-                timeout=(self.timeout, self.timeout), allow_redirects=False, stream=True, verify=self.verify)
+            response = self._post(self._session_for(endpoint), outgoing, headers, deadline)
             with response:
                 overran = self._drain(response, started) or deadline.expired
         except InvalidIPAddress as error:
@@ -201,6 +214,21 @@ class Transport:
         finally:
             self._deadlines.end(deadline)
         return replace(outcome, request_headers=headers)
+
+    def _post(self, session, outgoing: Outgoing, headers: dict, deadline: send_deadline.Deadline):
+        """The request, sent again on a new connection when the endpoint closed a kept one as it went out (its
+        keep-alive ran out at that moment: no answer, nothing to judge), within the try's deadline. Each kept
+        connection that fails so leaves the pool, so this ends; a new connection that fails is the try's end."""
+        while True:
+            try:
+                return session.post(outgoing.url, data=outgoing.body, headers=headers,
+                                    timeout=(self.timeout, self.timeout), allow_redirects=False, stream=True,
+                                    verify=self.verify)
+            except requests.ConnectionError as error:
+                if not deadline.kept_connection or deadline.expired or not _closed_unanswered(error):
+                    raise
+                log.info("webhook send of %s: the endpoint closed a kept connection; sent again on a new one",
+                         outgoing.event_id)
 
     def _drain(self, response, started) -> bool:
         """Read and drop the body, at most the cap and within the total deadline (True when it ran out).
