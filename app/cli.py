@@ -168,8 +168,8 @@ def serve(gunicorn_args):
     """Serve the API with gunicorn and the in-process scheduler (BIND, WEB_CONCURRENCY, GUNICORN_THREADS;
     extra arguments go to gunicorn)."""
     from app.config import ConfigError
-    from app.serving import (APP_LOAD_ERROR, check_serve_settings, gunicorn_settings, load, refuse_unsafe_process_model,
-                             stop)
+    from app.exits import APP_LOAD_ERROR, stop
+    from app.serving import check_serve_settings, gunicorn_settings, load, refuse_unsafe_process_model
     arguments = ["-c", "python:app.gunicorn_conf", *gunicorn_args, "app.wsgi:app"]
     try:  # a bad setting is refused here, in one line, before gunicorn starts (not by each of its workers)
         check_serve_settings()
@@ -209,5 +209,5 @@ def main():
         problem = missing_schema(error) or unreachable(error)
         if problem is None:
             raise
-        from app.serving import stop
+        from app.exits import stop
         stop(problem, 1)

@@ -7,7 +7,6 @@ Without it (one process), they are read from this process's registry. Gauges tha
 database (outbox, subscriptions, the scheduler's last tick) are read from the database at scrape time,
 so every process answers the same."""
 import os
-import sys
 from collections import Counter as Tally
 from functools import lru_cache
 
@@ -15,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 
 from app.common import unix_seconds
+from app.exits import APP_LOAD_ERROR, stop
 from app.extensions import db
 
 PREFIX = "entity_monitor"
@@ -23,12 +23,11 @@ PREFIX = "entity_monitor"
 def _refuse_a_missing_multiprocess_directory():
     """prometheus-client writes to PROMETHEUS_MULTIPROC_DIR from the first metric on, as this module is imported
     (before the configuration is read): a path that is no directory is refused here, in one line, with the exit
-    code of a refused setting (app.serving.APP_LOAD_ERROR), instead of a FileNotFoundError's traceback."""
+    code of a refused setting, instead of a FileNotFoundError's traceback."""
     path = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
     if path and not (os.path.isdir(path) and os.access(path, os.W_OK | os.X_OK)):
-        sys.stderr.write(f"entity-monitor: configuration refused: PROMETHEUS_MULTIPROC_DIR={path!r} is not a "
-                         "directory this process can write in: create it (empty) before the service starts\n")
-        raise SystemExit(4)
+        stop(f"configuration refused: PROMETHEUS_MULTIPROC_DIR={path!r} is not a directory this process can write "
+             "in: create it (empty) before the service starts", APP_LOAD_ERROR)
 
 
 _refuse_a_missing_multiprocess_directory()

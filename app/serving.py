@@ -13,15 +13,10 @@ from sqlalchemy.exc import DBAPIError
 from app import cpu_affinity, create_app
 from app.config import ConfigError, parse_whole_number
 from app.database import missing_schema, unreachable
+from app.exits import APP_LOAD_ERROR, WORKER_BOOT_ERROR, stop
 from app.extensions import db
 from app.services import usage
 from app.worker.scheduler import running_one_off_command, start_when_serving
-
-# gunicorn halts (instead of respawning workers forever) when a worker exits with its "app failed to load" or
-# "worker failed to boot"; the units' RestartPreventExitStatus=4 keeps systemd from restarting the first only.
-APP_LOAD_ERROR = 4
-WORKER_BOOT_ERROR = 3
-
 
 def load():
     """The application for this process, with its scheduler when it serves; exits with one line on stderr
@@ -67,12 +62,6 @@ def _stop_in_one_line(error: DBAPIError):
     if problem is not None:
         stop(problem, WORKER_BOOT_ERROR)
     raise error
-
-
-def stop(line: str, code: int):
-    """The one line an operator reads on stderr, then the exit code gunicorn and systemd act on."""
-    sys.stderr.write(f"entity-monitor: {line}\n")
-    raise SystemExit(code) from None
 
 
 def _write_buffered_usage_counts(app):
