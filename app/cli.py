@@ -87,7 +87,7 @@ def run_checks(subscription_id, check_all, due):
     else:
         summaries = check_worker.run_due()
     total = Summary.merged(summaries)
-    totals = {name: getattr(total, name) for name in Summary.COUNTS}
+    totals = {name: getattr(total, name) for name in Summary.COUNTS if name != "held" or check_all}
     click.echo(" ".join(f"{name}={count}" for name, count in totals.items()))
     if totals["deferred"]:
         raise click.ClickException(

@@ -196,7 +196,7 @@ def time_claim_pass() -> dict:
     token, after, claimed = checks.new_claim_token(), None, 0
     wall, cpu = time.perf_counter(), time.process_time()
     while True:
-        batch, after = checks.claim_page(token, current_app.config["CHECK_BATCH_SIZE"], after)
+        batch, after, _held = checks.claim_page(token, current_app.config["CHECK_BATCH_SIZE"], after)
         if after is None:
             break
         claimed += len(batch)

@@ -87,6 +87,17 @@ def test_checks_run_all_checks_every_active_one_due_or_not(runner, three, networ
     assert db.session.scalar(select(Event.type).limit(1)) == "subscription.initial_state"
 
 
+def test_checks_run_all_says_how_many_active_ones_another_checker_held(runner, three, network):
+    """They are being checked elsewhere, so the pass leaves them; it used to say nothing of them."""
+    with write_transaction():
+        db.session.execute(update(Subscription).where(Subscription.id == three["later-one"])
+                           .values(claim_token="claim_elsewhere", claimed_until=utcnow() + timedelta(minutes=2)))
+    result = run(runner, "--all")
+    assert result.exit_code == 0
+    assert result.output.strip() == "checked=1 changes=0 unavailable=0 failed=0 skipped=0 deferred=0 held=1"
+    assert check_counts() == {"due-one": 1, "later-one": 0, "paused-one": 0}
+
+
 def test_checks_run_one_by_id(runner, three, network):
     result = run(runner, three["later-one"])
     assert result.exit_code == 0

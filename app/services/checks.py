@@ -61,9 +61,10 @@ class Summary:
     failed: int = 0
     skipped: int = 0  # claim lost to a cancel or pause meanwhile
     deferred: int = 0  # provider paused or out of budget: released untouched, checked when it resumes
+    held: int = 0  # active, but another checker held them (`checks run --all` passes them by)
     deliveries_queued: bool = False
     events: list = field(default_factory=list)
-    COUNTS = ("checked", "changes", "unavailable", "failed", "skipped", "deferred")  # not a field: no annotation
+    COUNTS = ("checked", "changes", "unavailable", "failed", "skipped", "deferred", "held")  # no annotation: no field
 
     @property
     def did_work(self) -> bool:
@@ -126,18 +127,28 @@ def claim_page(token: str, limit: int, after_id: str = None) -> tuple:
     """Claim the active, unclaimed subscriptions among the next `limit` ids after `after_id` (keyset
     pagination on the primary key, for `checks run --all`): each call reads one page of the key's index
     and those rows, so a pass over the table is linear. Returns (claimed, the page's last id, None at the
-    end)."""
+    end, how many of the page's active subscriptions another checker holds)."""
     now = utcnow()
     page = select(Subscription.id).order_by(Subscription.id).limit(limit)
     if after_id is not None:
         page = page.where(Subscription.id > after_id)
     with write_transaction() as session:
         ids = session.scalars(page).all()
-        # coalesce(): a status no index serves, so the rows are found by their ids; with `status = …`
-        # SQLite (without statistics) prefers the status index and reads every active row per page.
-        claimed = _claim_rows(session, token, now, ids, func.coalesce(Subscription.status, "") == "active",
-                              _unclaimed(now))
-    return claimed, (ids[-1] if ids else None)
+        claimed = _claim_rows(session, token, now, ids, _is_active(), _unclaimed(now))
+        held = _active_among(session, set(ids) - {item.id for item in claimed}) if len(claimed) < len(ids) else 0
+    return claimed, (ids[-1] if ids else None), held
+
+
+def _is_active():
+    # coalesce(): a status no index serves, so the rows are found by their ids; with `status = …`
+    # SQLite (without statistics) prefers the status index and reads every active row per page.
+    return func.coalesce(Subscription.status, "") == "active"
+
+
+def _active_among(session, ids) -> int:
+    """How many of `ids` are active: among the ids a claim of active, unclaimed rows left, those another
+    checker holds."""
+    return session.scalar(select(func.count()).where(Subscription.id.in_(sorted(ids)), _is_active()))
 
 
 @dataclass

@@ -47,15 +47,18 @@ def run_due_checks(keep_going=always) -> bool:
 
 
 def run_all():
-    """Check every active subscription once, now, in id order; yields one summary per batch."""
+    """Check every active subscription once, now, in id order; yields one summary per batch, and one counting
+    the active subscriptions of a page that another checker held (they are being checked: passed by)."""
     after = None
     while True:
         token = checks.new_claim_token()
-        claimed, after = checks.claim_page(token, current_app.config["CHECK_BATCH_SIZE"], after)
+        claimed, after, held = checks.claim_page(token, current_app.config["CHECK_BATCH_SIZE"], after)
         if after is None:
             return
         if claimed:
             yield _run_counted(claimed, token)
+        if held:
+            yield checks.Summary(held=held)
 
 
 def run_one(subscription_id: str):
