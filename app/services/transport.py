@@ -220,6 +220,7 @@ class Transport:
         keep-alive ran out at that moment: no answer, nothing to judge), within the try's deadline. Each kept
         connection that fails so leaves the pool, so this ends; a new connection that fails is the try's end."""
         while True:
+            deadline.kept_connection = False  # until a connection is taken (a lookup or connect may fail first)
             try:
                 return session.post(outgoing.url, data=outgoing.body, headers=headers,
                                     timeout=(self.timeout, self.timeout), allow_redirects=False, stream=True,
