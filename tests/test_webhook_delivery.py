@@ -4,7 +4,9 @@ the wake-up, and tenant isolation."""
 import contextlib
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import timedelta, timezone
+from types import SimpleNamespace
 
 import pytest
 from sqlalchemy import delete, func, select, update
@@ -710,6 +712,35 @@ def test_an_account_whose_slow_endpoint_has_a_backlog_leaves_the_next_free_sende
     assert sorted(slow.event_ids) == sorted(alices) and len(slow.requests) == 6
 
 
+def test_an_account_whose_endpoint_answers_at_once_gets_the_next_free_sender_however_many_slow_ones_queue():
+    """With more accounts holding slow tries than there are senders, the one queued first among those with none
+    running took every sender that came free (and a claim's first account took every free sender before the
+    others were queued): an account whose endpoint answers at once waited until the slow accounts' queues were sent
+    or half the lease had gone by (fault walk: 16 dead endpoints, 8 senders, a healthy account's first delivery
+    after 60 s). Now a claim's accounts are queued together and, among equals, the least served goes first."""
+    started, lock = [], threading.Lock()
+
+    def send(outgoing):
+        with lock:
+            started.append(outgoing.url)
+        if outgoing.url != "fast":
+            time.sleep(0.3)
+        return Outcome(True, 200, 1)
+
+    def batch(account, tries):
+        items = [SimpleNamespace(account_id=account, outgoing=SimpleNamespace(url=account)) for _ in range(tries)]
+        return deliveries.InFlight("claim_x", items, [Future() for _ in items], send)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        sending = deliveries._Sending(pool, senders=2, batch_size=10)
+        batches = [batch(account, 3) for account in ("slow-a", "slow-b", "slow-c", "fast")]
+        sending.add(batches)  # as one claim queues them
+        for each in batches:
+            wait(each.futures, timeout=10)
+    second_slow_try = min(index for index, url in enumerate(started) if url != "fast" and url in started[:index])
+    assert started[:second_slow_try].count("fast") == 3, started
+
+
 def test_each_accounts_tries_are_recorded_once_they_return_not_after_another_accounts(app, alice, bob):
     """A batch shared out among accounts was recorded once its last try returned: a slow endpoint's tries held back
     the record of another account's successful ones (for up to the lease), and a crash meanwhile sent them again."""
@@ -840,7 +871,7 @@ def test_a_failed_look_at_the_configurations_leaves_the_tries_as_claimed(app, al
     sending = deliveries._Sending(deliveries._sender_pool(app), 1, 10)
     monkeypatch.setattr(sending, "_dispatch", lambda: None)  # the tries stay queued
     [batch] = deliveries._claim(app, always, 10)
-    sending.add(batch)
+    sending.add([batch])
 
     def database_gone(account_ids):
         raise RuntimeError("the database went away")
@@ -956,7 +987,7 @@ def test_a_batch_the_pool_refuses_is_given_back(alice, app):
     pool.shutdown()
     [batch] = deliveries._claim(app, always, 10)
     sending = deliveries._Sending(pool, 2, 100)
-    sending.add(batch)
+    sending.add([batch])
     assert all(future.done() for future in batch.futures) and sending.idle()
     assert deliveries._record(batch) == 0
     db.session.remove()

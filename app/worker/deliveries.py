@@ -86,17 +86,19 @@ def deliver_due() -> int:
     with _sender_pool(app) as pool:
         sending = _Sending(pool, app.config["WEBHOOK_WORKERS"], app.config["WEBHOOK_BATCH_SIZE"])
         batches = _claim(app, always, app.config["WEBHOOK_BATCH_SIZE"])
-        for batch in batches:
-            sending.add(batch)
+        sending.add(batches)
         return sum(_record_or_leave(batch) for batch in batches)
 
 
 class _Sending:
     """The claimed batches of a sender, and the pool that sends their tries. Tries wait in a queue per account; a
-    sender that falls idle takes the next try of the account with the fewest tries running (the account queued
-    first among equals), so an endpoint that answers slowly occupies at most the senders the other accounts leave,
-    and a batch claimed later does not wait behind another account's queue. A returning try wakes the sender loop
-    when that matters: its batch's last try has returned (record the batch) or a sender fell idle (claim more)."""
+    sender that falls idle takes the next try of the account with the fewest tries running and, among those, the
+    one that has had the least sender time (fair queuing: an account that starts holding tries starts level with
+    the least served of those holding some), so an endpoint that answers slowly occupies at most the senders the
+    other accounts leave, an account whose endpoint answers at once gets the next sender to come free however many
+    slow accounts queue beside it, and a batch claimed later does not wait behind another account's queue. A
+    returning try wakes the sender loop when that matters: its batch's last try has returned (record the batch)
+    or a sender fell idle (claim more)."""
 
     def __init__(self, pool, senders: int, batch_size: int):
         self.pool, self.senders, self.most = pool, senders, max(senders, batch_size)
@@ -106,24 +108,30 @@ class _Sending:
         self._queued = {}  # account id -> deque of (batch, index) waiting for a sender, in the order first queued
         self._running = Counter()  # account id -> tries in the pool
         self._held = Counter()  # account id -> tries queued or running
+        self._served = {}  # account id -> seconds its returned tries took, while it holds tries
         self._left = {}  # id of an InFlight -> its tries not returned yet
         self.endpoints = {}  # account id -> its URL as last read (None: inactive or gone), `check_endpoints`
 
-    def add(self, batch: InFlight) -> None:
+    def add(self, batches: list) -> None:
+        """A claim's batches, queued together before any is handed to a sender (one at a time, the first account's
+        tries took every free sender)."""
         with self._lock:
-            self.endpoints[batch.batch[0].account_id] = batch.batch[0].outgoing.url  # as the claim read it
-            self._left[id(batch)] = len(batch.batch)
-            for index, claimed in enumerate(batch.batch):
-                self._queued.setdefault(claimed.account_id, deque()).append((batch, index))
-                self._held[claimed.account_id] += 1
-            self.batches.append(batch)
+            for batch in batches:
+                self.endpoints[batch.batch[0].account_id] = batch.batch[0].outgoing.url  # as the claim read it
+                self._left[id(batch)] = len(batch.batch)
+                for index, claimed in enumerate(batch.batch):
+                    if not self._held[claimed.account_id]:
+                        self._served[claimed.account_id] = min(self._served.values(), default=0.0)
+                    self._queued.setdefault(claimed.account_id, deque()).append((batch, index))
+                    self._held[claimed.account_id] += 1
+                self.batches.append(batch)
             self._dispatch()
 
     def _dispatch(self) -> None:
         """Hand queued tries to the senders that are free (the caller holds the lock)."""
         refused = []
         while self._queued and (refused or sum(self._running.values()) < self.senders):
-            account_id = min(self._queued, key=self._running.__getitem__)
+            account_id = min(self._queued, key=lambda queued: (self._running[queued], self._served[queued]))
             queue = self._queued[account_id]
             batch, index = queue.popleft()
             if not queue:
@@ -152,17 +160,19 @@ class _Sending:
         if batch.futures[index].done():  # refused by the pool, which ran it all the same
             return
         outgoing = batch.batch[index].outgoing
+        began = time.monotonic()
         try:
             outcome = batch.send(outgoing) if self.endpoints.get(account_id, outgoing.url) == outgoing.url else None
         except BaseException as error:  # noqa: BLE001 - handed to whoever reads the future
             with self._lock:
-                self._returned(account_id, batch, index, None, error=error)
+                self._returned(account_id, batch, index, None, error=error, spent=time.monotonic() - began)
             return
         with self._lock:
-            self._returned(account_id, batch, index, outcome)
+            self._returned(account_id, batch, index, outcome, spent=time.monotonic() - began)
 
-    def _returned(self, account_id, batch, index, outcome, error=None, dispatch=True) -> None:
-        """A try came back (the caller holds the lock): its outcome to its future, its sender to the next try."""
+    def _returned(self, account_id, batch, index, outcome, error=None, dispatch=True, spent=0.0) -> None:
+        """A try came back after `spent` seconds of a sender (the caller holds the lock): its outcome to its future,
+        its sender to the next try."""
         future = batch.futures[index]
         if future.done():  # its refusal was handled already
             return
@@ -172,6 +182,9 @@ class _Sending:
             future.set_exception(error)
         self._running[account_id] -= 1
         self._held[account_id] -= 1
+        self._served[account_id] += spent
+        if not self._held[account_id]:
+            del self._held[account_id], self._served[account_id]
         self._left[id(batch)] -= 1
         if dispatch:
             self._dispatch()
@@ -234,8 +247,7 @@ def deliver_until_idle(budget_seconds=None, keep_going=always) -> int:
                         due = bool(claimed)  # an empty claim: nothing is due until something wakes the sender
                     else:  # senders busy, or past the budget: a sender's worth, of the accounts it holds nothing of
                         claimed = _claim(app, keep_going, sending.senders, dict.fromkeys(room, 0))
-                    for batch in claimed:
-                        sending.add(batch)
+                    sending.add(claimed)
                     if claimed:
                         continue
                 for batch in sending.finished():
