@@ -718,27 +718,60 @@ def test_an_account_whose_endpoint_answers_at_once_gets_the_next_free_sender_how
     others were queued): an account whose endpoint answers at once waited until the slow accounts' queues were sent
     or half the lease had gone by (fault walk: 16 dead endpoints, 8 senders, a healthy account's first delivery
     after 60 s). Now a claim's accounts are queued together and, among equals, the least served goes first."""
-    started, lock = [], threading.Lock()
+    started = []
 
     def send(outgoing):
-        with lock:
-            started.append(outgoing.url)
+        started.append(outgoing.url)  # list.append is atomic
         if outgoing.url != "fast":
             time.sleep(0.3)
         return Outcome(True, 200, 1)
 
-    def batch(account, tries):
-        items = [SimpleNamespace(account_id=account, outgoing=SimpleNamespace(url=account)) for _ in range(tries)]
-        return deliveries.InFlight("claim_x", items, [Future() for _ in items], send)
-
     with ThreadPoolExecutor(max_workers=2) as pool:
-        sending = deliveries._Sending(pool, senders=2, batch_size=10)
-        batches = [batch(account, 3) for account in ("slow-a", "slow-b", "slow-c", "fast")]
+        sending = deliveries._Sending(pool, senders=2, batch_size=10, slow_after=5)
+        batches = [tries_of(account, 3, send) for account in ("slow-a", "slow-b", "slow-c", "fast")]
         sending.add(batches)  # as one claim queues them
         for each in batches:
             wait(each.futures, timeout=10)
     second_slow_try = min(index for index, url in enumerate(started) if url != "fast" and url in started[:index])
     assert started[:second_slow_try].count("fast") == 3, started
+
+
+def tries_of(account, count, send) -> deliveries.InFlight:
+    """An account's part of a claim, as `_claim` makes it: `count` tries, each sent by `send(outgoing)`."""
+    items = [SimpleNamespace(account_id=account, outgoing=SimpleNamespace(url=account)) for _ in range(count)]
+    return deliveries.InFlight("claim_x", items, [Future() for _ in items], send)
+
+
+def test_the_last_free_sender_is_kept_for_an_account_whose_endpoint_answers():
+    """With more dead endpoints than senders, every sender that came free took another 10 s try of one of them, and
+    a healthy account's deliveries waited for the next to come free (fault walk: a median of 14 s with 9 dead
+    endpoints and 8 senders, 30 s with 16, after the fair share above). An account whose last try took over
+    `slow_after` no longer takes the last free sender."""
+    started, gate = [], threading.Event()
+
+    def send(outgoing):
+        first = outgoing.url not in started
+        started.append(outgoing.url)
+        if outgoing.url != "fast":
+            time.sleep(0.1)  # over slow_after: the account is slow from now on
+            if not first:
+                gate.wait(10)  # a dead endpoint: held until the test lets go
+        return Outcome(True, 200, 1)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        sending = deliveries._Sending(pool, senders=2, batch_size=10, slow_after=0.05)
+        slow = [tries_of(account, 3, send) for account in ("slow-a", "slow-b")]
+        sending.add(slow)
+        assert _wait_for(lambda: len(started) >= 3, seconds=5)  # both first tries, and a second
+        time.sleep(0.3)  # the other slow account's first try has long returned: its second would take the sender
+        fast = tries_of("fast", 3, send)
+        sending.add([fast])
+        fast_served_while_the_slow_hung = _wait_for(lambda: all(future.done() for future in fast.futures), 5)
+        gate.set()
+        for each in (*slow, fast):
+            wait(each.futures, timeout=10)
+    assert fast_served_while_the_slow_hung, started
+    assert sorted(started) == ["fast"] * 3 + ["slow-a"] * 3 + ["slow-b"] * 3
 
 
 def test_each_accounts_tries_are_recorded_once_they_return_not_after_another_accounts(app, alice, bob):
@@ -868,7 +901,7 @@ def test_a_redelivery_asked_for_after_a_try_ended_is_sent_though_that_try_is_not
 def test_a_failed_look_at_the_configurations_leaves_the_tries_as_claimed(app, alice, monkeypatch, caplog):
     configure(alice, "https://93.184.216.34/")
     record_events(alice.account_id, 3)
-    sending = deliveries._Sending(deliveries._sender_pool(app), 1, 10)
+    sending = deliveries._Sending(deliveries._sender_pool(app), 1, 10, slow_after=5)
     monkeypatch.setattr(sending, "_dispatch", lambda: None)  # the tries stay queued
     [batch] = deliveries._claim(app, always, 10)
     sending.add([batch])
@@ -986,7 +1019,7 @@ def test_a_batch_the_pool_refuses_is_given_back(alice, app):
     pool = deliveries._sender_pool(app)
     pool.shutdown()
     [batch] = deliveries._claim(app, always, 10)
-    sending = deliveries._Sending(pool, 2, 100)
+    sending = deliveries._Sending(pool, 2, 100, slow_after=5)
     sending.add([batch])
     assert all(future.done() for future in batch.futures) and sending.idle()
     assert deliveries._record(batch) == 0

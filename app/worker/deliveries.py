@@ -79,12 +79,18 @@ def _sender_pool(app) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=app.config["WEBHOOK_WORKERS"], thread_name_prefix="webhook-sender")
 
 
+def _sending(app, pool) -> "_Sending":
+    """A try that takes over half the timeout marks its account slow (a dead endpoint takes all of it)."""
+    return _Sending(pool, app.config["WEBHOOK_WORKERS"], app.config["WEBHOOK_BATCH_SIZE"],
+                    slow_after=app.config["WEBHOOK_TIMEOUT_SECONDS"] / 2)
+
+
 def deliver_due() -> int:
     """Claim one batch of due deliveries, send it with a bounded pool of workers outside any transaction,
     and record the results. Returns how many were sent (0: nothing was due)."""
     app = current_app._get_current_object()
     with _sender_pool(app) as pool:
-        sending = _Sending(pool, app.config["WEBHOOK_WORKERS"], app.config["WEBHOOK_BATCH_SIZE"])
+        sending = _sending(app, pool)
         batches = _claim(app, always, app.config["WEBHOOK_BATCH_SIZE"])
         sending.add(batches)
         return sum(_record_or_leave(batch) for batch in batches)
@@ -95,13 +101,14 @@ class _Sending:
     sender that falls idle takes the next try of the account with the fewest tries running and, among those, the
     one that has had the least sender time (fair queuing: an account that starts holding tries starts level with
     the least served of those holding some), so an endpoint that answers slowly occupies at most the senders the
-    other accounts leave, an account whose endpoint answers at once gets the next sender to come free however many
-    slow accounts queue beside it, and a batch claimed later does not wait behind another account's queue. A
-    returning try wakes the sender loop when that matters: its batch's last try has returned (record the batch)
-    or a sender fell idle (claim more)."""
+    other accounts leave, and a batch claimed later does not wait behind another account's queue. The last free
+    sender is kept from accounts whose last try took over `slow_after` seconds (a dead endpoint takes the whole
+    timeout): however many of them queue, an account whose endpoint answers gets a sender at once. A returning try
+    wakes the sender loop when that matters: its batch's last try has returned (record the batch) or a sender fell
+    idle (claim more)."""
 
-    def __init__(self, pool, senders: int, batch_size: int):
-        self.pool, self.senders, self.most = pool, senders, max(senders, batch_size)
+    def __init__(self, pool, senders: int, batch_size: int, slow_after: float):
+        self.pool, self.senders, self.most, self.slow_after = pool, senders, max(senders, batch_size), slow_after
         self.batches = []
         self.changed = threading.Event()
         self._lock = threading.Lock()
@@ -109,6 +116,7 @@ class _Sending:
         self._running = Counter()  # account id -> tries in the pool
         self._held = Counter()  # account id -> tries queued or running
         self._served = {}  # account id -> seconds its returned tries took, while it holds tries
+        self._slow = set()  # accounts holding tries whose last try took over `slow_after`
         self._left = {}  # id of an InFlight -> its tries not returned yet
         self.endpoints = {}  # account id -> its URL as last read (None: inactive or gone), `check_endpoints`
 
@@ -131,7 +139,9 @@ class _Sending:
         """Hand queued tries to the senders that are free (the caller holds the lock)."""
         refused = []
         while self._queued and (refused or sum(self._running.values()) < self.senders):
-            account_id = min(self._queued, key=lambda queued: (self._running[queued], self._served[queued]))
+            account_id = self._next_account(everyone=bool(refused))
+            if account_id is None:  # the last free sender waits for an account whose endpoint answers
+                break
             queue = self._queued[account_id]
             batch, index = queue.popleft()
             if not queue:
@@ -143,6 +153,13 @@ class _Sending:
                 refused.append((account_id, batch, index))  # (released), and the loop goes on until it is empty
         for account_id, batch, index in refused:
             self._returned(account_id, batch, index, None, dispatch=False)
+
+    def _next_account(self, everyone: bool):
+        """The account whose queued try the next free sender takes (None: keep the last one free)."""
+        last_free = self.senders > 1 and sum(self._running.values()) == self.senders - 1
+        queued = [account_id for account_id in self._queued
+                  if everyone or not last_free or account_id not in self._slow]
+        return min(queued, key=lambda account_id: (self._running[account_id], self._served[account_id]), default=None)
 
     def check_endpoints(self) -> None:
         """Read again where the accounts it holds tries of send them: a try whose configuration has been deactivated,
@@ -183,8 +200,13 @@ class _Sending:
         self._running[account_id] -= 1
         self._held[account_id] -= 1
         self._served[account_id] += spent
+        if spent > self.slow_after:
+            self._slow.add(account_id)
+        elif outcome is not None:  # a try not sent says nothing of the endpoint
+            self._slow.discard(account_id)
         if not self._held[account_id]:
             del self._held[account_id], self._served[account_id]
+            self._slow.discard(account_id)
         self._left[id(batch)] -= 1
         if dispatch:
             self._dispatch()
@@ -226,7 +248,7 @@ def deliver_until_idle(budget_seconds=None, keep_going=always) -> int:
     deadline = None if budget_seconds is None else time.monotonic() + budget_seconds
     sent, due, last_look = 0, True, time.monotonic()
     with _sender_pool(app) as pool:
-        sending = _Sending(pool, app.config["WEBHOOK_WORKERS"], app.config["WEBHOOK_BATCH_SIZE"])
+        sending = _sending(app, pool)
         try:
             while True:
                 sending.changed.clear()
