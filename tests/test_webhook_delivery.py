@@ -334,6 +334,28 @@ def test_an_endpoint_that_closes_new_connections_too_gets_one_more_request_not_m
         assert delay_after(attempt) == SCHEDULE[0]
 
 
+def test_an_interim_answer_is_read_past_to_the_final_one_not_left_for_the_next_try(alice, app):
+    """http.client skips only 100 Continue: a 103 Early Hints was judged as the answer (a failed try, every try of an
+    endpoint behind an early-hints proxy), and the real answer, left on the kept connection, was read as the next
+    try's: that try was recorded a success though the endpoint answered it 500 (fault walk), and never retried."""
+    app.config["WEBHOOK_WORKERS"] = 1
+
+    def hints_then_ok_first_then_500(received):
+        return Reply(early_hints=True, delay=0.3) if received.on_connection == 1 else Reply(status=500)
+    with Receiver(hints_then_ok_first_then_500) as receiver:
+        configure(alice, receiver.url)
+        [hinted] = record_events(alice.account_id)
+        assert deliver_due() == 1
+        [refused] = record_events(alice.account_id)
+        assert deliver_due() == 1
+    assert receiver.event_ids == [hinted, refused]
+    [attempt] = attempts_of(hinted)
+    assert (attempt.status, attempt.response_status, attempt.error) == ("succeeded", 200, None)
+    [attempt] = attempts_of(refused)
+    assert (attempt.status, attempt.response_status, attempt.error) == ("failed", 500, "HTTP 500")
+    assert event_row(refused).delivery_status == "pending"
+
+
 def test_a_429_waits_at_least_a_minute(alice):
     with Receiver(Reply(status=429)) as receiver:
         configure(alice, receiver.url)

@@ -17,7 +17,7 @@ from app.worker.deliveries import deliver_due
 from scripts.receiver import verify
 from scripts.tls_receiver import RECEIVER_HOST, StaticResolver, make_certificates
 from tests.conftest import BASE_CONFIG
-from tests.webhook_helpers import (Dripper, Receiver, assert_cut_off_at_the_timeout, configure,
+from tests.webhook_helpers import (Dripper, Receiver, Reply, assert_cut_off_at_the_timeout, configure,
                                    drops_every_second_request_of_a_connection, record_events)
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl command makes the test CA")
@@ -88,6 +88,14 @@ def test_a_kept_tls_connection_the_endpoint_closed_is_tried_again_on_a_new_one(a
     assert [(attempt.status, attempt.attempt) for attempt in outcomes] == [("succeeded", 1)] * 2
     assert [request.on_connection for request in receiver.requests] == [1, 2, 1]
     assert receiver.server.handshakes == 2
+
+
+def test_an_early_hints_answer_over_tls_is_read_past_to_the_final_one(alice, certificates, resolver):
+    with Receiver(Reply(early_hints=True), certificates=certificates) as receiver:
+        configure(alice, receiver.url)
+        event, attempt = deliver_one(alice.account_id)
+    assert (attempt.status, attempt.response_status) == ("succeeded", 200)
+    assert event.delivery_status == "succeeded"
 
 
 def test_without_the_test_ca_the_certificate_is_refused_and_the_try_retried(app, alice, certificates, resolver):

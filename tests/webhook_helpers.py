@@ -55,6 +55,7 @@ class Reply:
     body: bytes = b"{}"
     stall_after: int = None  # bytes of body written before a 2-second pause
     drop: bool = False  # close the connection without an answer, as an endpoint whose keep-alive ran out
+    early_hints: bool = False  # an interim 103 Early Hints before the answer (and before `delay`)
 
 
 class Receiver:
@@ -114,6 +115,11 @@ class Receiver:
                 if reply.drop:
                     self.close_connection = True
                     return
+                if reply.early_hints:
+                    self.send_response_only(103)
+                    self.send_header("Link", "</style.css>; rel=preload; as=style")
+                    self.end_headers()
+                    self.wfile.flush()
                 if reply.delay:
                     time.sleep(reply.delay)
                 self.send_response(reply.status)

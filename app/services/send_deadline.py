@@ -8,7 +8,9 @@ socket down once the deadline passes, which ends whatever read or write the try 
 
 The watcher holds a duplicate of the socket's descriptor, so it never acts on a descriptor the try has closed and
 the system has handed to another connection meanwhile; a connection given back to its pool is no longer watched.
+These connections also read past interim answers (`_FinalAnswer`).
 """
+import http.client
 import os
 import socket
 import threading
@@ -102,8 +104,22 @@ def _watch_current(sock, kept: bool) -> None:
         deadline.watch(sock, kept)
 
 
+class _FinalAnswer(http.client.HTTPResponse):
+    """The final answer, read past every interim (1xx) one. http.client skips only 100 Continue: a 103 Early Hints
+    was taken for the answer (a failed try), and the real answer, left on the kept connection, was read as the next
+    try's. (`_read_status` is what `begin` reads each status line with.)"""
+
+    def _read_status(self):
+        while True:
+            version, status, reason = super()._read_status()
+            if not 101 < status < 200:  # 100: `begin` skips it; 101 switches protocols, which no try asks for
+                return version, status, reason
+            http.client.parse_headers(self.fp)  # the interim answer's headers, read and dropped
+
+
 class _WatchedConnection:
     """A connection whose socket the current try watches as soon as it is opened (before a TLS handshake)."""
+    response_class = _FinalAnswer
 
     def _new_conn(self):
         sock = super()._new_conn()
