@@ -279,15 +279,28 @@ def test_a_timeout_waits_at_least_a_minute_and_keeps_the_headers_it_sent(alice, 
     assert delay_after(attempt) == 60
 
 
-def test_a_body_trickling_past_the_timeout_is_a_timeout(alice, app):
+def test_a_body_trickling_past_the_timeout_is_a_timeout_that_keeps_the_status(alice, app):
+    """The status the endpoint sent was lost from the record, which said "no answer" (fault walk)."""
     app.config["WEBHOOK_TIMEOUT_SECONDS"] = 0.5
     with Receiver(Reply(body=b"x" * 1000, stall_after=10)) as receiver:
         configure(alice, receiver.url)
         [event_id] = record_events(alice.account_id)
         deliver_due()
     [attempt] = attempts_of(event_id)
-    assert attempt.status == "failed" and attempt.error.startswith("timeout")
+    assert (attempt.status, attempt.response_status) == ("failed", 200)
+    assert attempt.error == "timeout: the answer took over 0.5 s"
     assert delay_after(attempt) == 60
+
+
+def test_an_answer_broken_off_in_its_body_is_a_failed_try_that_keeps_the_status(alice):
+    with Receiver(Reply(body=b"x" * 1000, cut_after=10)) as receiver:
+        configure(alice, receiver.url)
+        [event_id] = record_events(alice.account_id)
+        deliver_due()
+    [attempt] = attempts_of(event_id)
+    assert (attempt.status, attempt.response_status) == ("failed", 200)
+    assert attempt.error.startswith("connection failed while reading the answer:"), attempt.error
+    assert delay_after(attempt) == SCHEDULE[0]
 
 
 def test_an_endpoint_that_drips_its_headers_is_cut_off_at_the_timeout(alice, app):

@@ -54,6 +54,7 @@ class Reply:
     delay: float = 0.0
     body: bytes = b"{}"
     stall_after: int = None  # bytes of body written before a 2-second pause
+    cut_after: int = None  # bytes of body written before the connection is closed
     drop: bool = False  # close the connection without an answer, as an endpoint whose keep-alive ran out
     early_hints: bool = False  # an interim 103 Early Hints before the answer (and before `delay`)
 
@@ -127,6 +128,10 @@ class Receiver:
                     self.send_header(name, value)
                 self.send_header("Content-Length", str(len(reply.body)))
                 self.end_headers()
+                if reply.cut_after is not None:
+                    self.wfile.write(reply.body[:reply.cut_after])
+                    self.close_connection = True
+                    return
                 try:
                     self.wfile.write(reply.body[:reply.stall_after])
                     if reply.stall_after is not None:

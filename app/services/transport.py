@@ -201,7 +201,7 @@ class Transport:
         try:
             response = self._post(self._session_for(endpoint), outgoing, headers, deadline)
             with response:
-                overran = self._drain(response, started) or deadline.expired
+                outcome = self._answered(response, started, deadline)
         except InvalidIPAddress as error:
             return self._failure(started, f"refused: {error} is not a public address")
         except (requests.RequestException, urllib3.exceptions.HTTPError) as error:
@@ -209,8 +209,6 @@ class Transport:
                 outcome = self._failure(started, f"timeout: no answer within {self.timeout:g} s", throttled=True)
             else:
                 outcome = self._failure(started, _truncate(f"connection failed: {error}"))
-        else:
-            outcome = self._judge(response, started, overran)
         finally:
             self._deadlines.end(deadline)
         return replace(outcome, request_headers=headers)
@@ -230,6 +228,18 @@ class Transport:
                     raise
                 log.info("webhook send of %s: the endpoint closed a kept connection; sent again on a new one",
                          outgoing.event_id)
+
+    def _answered(self, response, started, deadline: send_deadline.Deadline) -> Outcome:
+        """A try the endpoint answered: judged by its status once the body is read, keeping the status when the body
+        runs past the deadline or breaks off (it used to be "no answer", with no status)."""
+        try:
+            overran = self._drain(response, started) or deadline.expired
+        except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as error:
+            if not deadline.expired:
+                return Outcome(False, response.status_code, int((time.monotonic() - started) * 1000),
+                               _truncate(f"connection failed while reading the answer: {error}"))
+            overran = True
+        return self._judge(response, started, overran)
 
     def _drain(self, response, started) -> bool:
         """Read and drop the body, at most the cap and within the total deadline (True when it ran out).
