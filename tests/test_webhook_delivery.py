@@ -771,10 +771,51 @@ def test_an_account_whose_endpoint_answers_at_once_gets_the_next_free_sender_how
     assert started[:second_slow_try].count("fast") == 3, started
 
 
-def tries_of(account, count, send) -> deliveries.InFlight:
+def tries_of(account, count, send, endpoint_failing=False) -> deliveries.InFlight:
     """An account's part of a claim, as `_claim` makes it: `count` tries, each sent by `send(outgoing)`."""
-    items = [SimpleNamespace(account_id=account, outgoing=SimpleNamespace(url=account)) for _ in range(count)]
+    items = [SimpleNamespace(account_id=account, outgoing=SimpleNamespace(url=account),
+                             endpoint_failing=endpoint_failing) for _ in range(count)]
     return deliveries.InFlight("claim_x", items, [Future() for _ in items], send)
+
+
+def test_an_account_claimed_with_its_endpoint_failing_does_not_take_the_last_free_sender_before_a_try_returns():
+    """The marks of slow accounts live as long as a round of the sender (30 s): each new round, the dead endpoints'
+    next tries took every sender for 10 s again (fault walk re-run: stalls of 20 s every minute, then a healthy
+    account's deliveries 60 s late). A configuration whose last try failed marks its account slow from the claim."""
+    started, gate = [], threading.Event()
+
+    def send(outgoing):
+        started.append(outgoing.url)
+        if outgoing.url != "fast":
+            gate.wait(10)
+        return Outcome(True, 200, 1)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        sending = deliveries._Sending(pool, senders=2, batch_size=10, slow_after=0.05)
+        dead = [tries_of(account, 2, send, endpoint_failing=True) for account in ("dead-a", "dead-b")]
+        sending.add(dead)
+        fast = tries_of("fast", 2, send)
+        sending.add([fast])
+        fast_served_while_the_dead_hung = _wait_for(lambda: all(future.done() for future in fast.futures), 5)
+        gate.set()
+        for each in (*dead, fast):
+            wait(each.futures, timeout=10)
+    assert fast_served_while_the_dead_hung, started
+    assert started[:3] == ["dead-a", "fast", "fast"]
+
+
+def test_a_claimed_try_says_whether_its_endpoint_was_failing(alice, bob, clock):
+    with Receiver(Reply(status=500)) as failing, Receiver() as answering:
+        configure(alice, failing.url)
+        configure(bob, answering.url)
+        record_events(alice.account_id)
+        record_events(bob.account_id)
+        assert deliver_due() == 2
+    record_events(bob.account_id)
+    clock.advance(SCHEDULE[0] + 1)  # alice's retry is due
+    claimed = outbox.claim_due(outbox.new_claim_token(), 10)
+    assert {item.account_id: item.endpoint_failing for item in claimed} == {alice.account_id: True,
+                                                                            bob.account_id: False}
 
 
 def test_the_last_free_sender_is_kept_for_an_account_whose_endpoint_answers():

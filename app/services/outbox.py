@@ -42,6 +42,7 @@ class Claimed:
     tries: int  # tries this delivery made before this one, when claimed
     outgoing: Outgoing
     event_created_at: datetime = None  # detection time, for the detection-to-delivery histogram
+    endpoint_failing: bool = False  # its configuration's last recorded try failed (`failing_since`)
 
 
 # --- sending what is due ------------------------------------------------------------------------
@@ -85,7 +86,8 @@ def claim_due(token: str, limit: int, room=None) -> list:
         attempts = _number_attempts(session, rows, found)
         return [Claimed(row.id, row.account_id, found[row.event_id].type, row.attempts,
                         outgoing_for(configs[row.account_id], row.event_id, found[row.event_id].body,
-                                     attempt, now), found[row.event_id].created_at)
+                                     attempt, now), found[row.event_id].created_at,
+                        configs[row.account_id].failing_since is not None)
                 for row, attempt in zip(rows, attempts)]
 
 

@@ -103,7 +103,8 @@ class _Sending:
     the least served of those holding some), so an endpoint that answers slowly occupies at most the senders the
     other accounts leave, and a batch claimed later does not wait behind another account's queue. The last free
     sender is kept from accounts whose last try took over `slow_after` seconds (a dead endpoint takes the whole
-    timeout): however many of them queue, an account whose endpoint answers gets a sender at once. A returning try
+    timeout), or, until one of their tries returns, whose endpoint was failing when claimed: however many of them
+    queue, an account whose endpoint answers gets a sender at once. A returning try
     wakes the sender loop when that matters: its batch's last try has returned (record the batch) or a sender fell
     idle (claim more)."""
 
@@ -130,6 +131,8 @@ class _Sending:
                 for index, claimed in enumerate(batch.batch):
                     if not self._held[claimed.account_id]:
                         self._served[claimed.account_id] = min(self._served.values(), default=0.0)
+                        if claimed.endpoint_failing:  # slow until a try shows otherwise: a dead one often is
+                            self._slow.add(claimed.account_id)
                     self._queued.setdefault(claimed.account_id, deque()).append((batch, index))
                     self._held[claimed.account_id] += 1
                 self.batches.append(batch)
