@@ -18,6 +18,7 @@ from app.extensions import db
 from app.services import usage
 from app.worker.scheduler import running_one_off_command, start_when_serving
 
+
 def load():
     """The application for this process, with its scheduler when it serves; exits with one line on stderr
     when a setting is bad."""

@@ -2,6 +2,7 @@
 Retry-After, filters, inactive configurations, auto-disable, the delivery log, redelivery, recovery,
 the wake-up, and tenant isolation."""
 import contextlib
+import http.client
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -9,6 +10,8 @@ from datetime import timedelta, timezone
 from types import SimpleNamespace
 
 import pytest
+import requests
+import urllib3
 from sqlalchemy import delete, func, select, update
 
 from app.common import always, isoformat, utcnow
@@ -16,7 +19,7 @@ from app.database import write_transaction
 from app.extensions import db
 from app.models import DeliveryAttempt, Event, OutboxDelivery, WebhookConfig
 from app.services import health, outbox
-from app.services.transport import Outcome, sign
+from app.services.transport import Outcome, Outgoing, Transport, sign
 from app.worker import deliveries
 from app.worker.deliveries import deliver_due
 from tests.conftest import make_tenant
@@ -367,6 +370,47 @@ def test_an_interim_answer_is_read_past_to_the_final_one_not_left_for_the_next_t
     [attempt] = attempts_of(refused)
     assert (attempt.status, attempt.response_status, attempt.error) == ("failed", 500, "HTTP 500")
     assert event_row(refused).delivery_status == "pending"
+
+
+def test_a_send_again_that_fails_before_taking_a_connection_is_not_taken_for_a_kept_one():
+    """The mark of the kept connection that failed stayed on the try: a send again that failed before a connection was
+    taken (a reset while connecting) read it, and the try went on sending until its deadline (review)."""
+    transport = Transport(workers=1, timeout=5, max_response_bytes=1024, allow_http=True, allow_private=True)
+    sends = []
+
+    class Session:
+        def post(self, *_args, **_kwargs):
+            sends.append(deadline.kept_connection)
+            if len(sends) == 1:
+                deadline.kept_connection = True  # as the pool marks a kept connection it hands out
+                cause = http.client.RemoteDisconnected("Remote end closed connection without response")
+            else:
+                cause = ConnectionResetError(104, "Connection reset by peer")  # connecting: no connection taken
+            raise requests.ConnectionError(urllib3.exceptions.ProtocolError("Connection aborted.", cause))
+
+    deadline = transport._deadlines.start(5)
+    try:
+        with pytest.raises(requests.ConnectionError):
+            transport._post(Session(), Outgoing("evt_x", "http://endpoint.test/", b"{}", 1, "secret"), {}, deadline)
+    finally:
+        transport._deadlines.end(deadline)
+    assert sends == [False, False]
+
+
+def test_a_final_101_closes_the_connection_the_next_try_takes_a_new_one(alice, app):
+    """A 101 left the connection in the pool, though the endpoint speaks another protocol on it now: the next try
+    was written on it (review: a timeout)."""
+    app.config["WEBHOOK_WORKERS"] = 1
+    with Receiver() as receiver:
+        receiver.reply = lambda received: Reply(status=101, body=b"") if received is receiver.requests[0] else Reply()
+        configure(alice, receiver.url)
+        [switched] = record_events(alice.account_id)
+        assert deliver_due() == 1
+        [after] = record_events(alice.account_id)
+        assert deliver_due() == 1
+    assert [request.on_connection for request in receiver.requests] == [1, 1]
+    assert [(attempt.status, attempt.response_status) for attempt in attempts_of(switched)] == [("failed", 101)]
+    assert [(attempt.status, attempt.response_status) for attempt in attempts_of(after)] == [("succeeded", 200)]
 
 
 def test_a_429_waits_at_least_a_minute(alice):
@@ -829,17 +873,17 @@ def test_the_last_free_sender_is_kept_for_an_account_whose_endpoint_answers():
         first = outgoing.url not in started
         started.append(outgoing.url)
         if outgoing.url != "fast":
-            time.sleep(0.1)  # over slow_after: the account is slow from now on
+            time.sleep(0.4)  # over slow_after: the account is slow from now on
             if not first:
                 gate.wait(10)  # a dead endpoint: held until the test lets go
         return Outcome(True, 200, 1)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        sending = deliveries._Sending(pool, senders=2, batch_size=10, slow_after=0.05)
+        sending = deliveries._Sending(pool, senders=2, batch_size=10, slow_after=0.2)
         slow = [tries_of(account, 3, send) for account in ("slow-a", "slow-b")]
         sending.add(slow)
         assert _wait_for(lambda: len(started) >= 3, seconds=5)  # both first tries, and a second
-        time.sleep(0.3)  # the other slow account's first try has long returned: its second would take the sender
+        time.sleep(0.5)  # the other slow account's first try has long returned: its second would take the sender
         fast = tries_of("fast", 3, send)
         sending.add([fast])
         fast_served_while_the_slow_hung = _wait_for(lambda: all(future.done() for future in fast.futures), 5)
@@ -848,6 +892,83 @@ def test_the_last_free_sender_is_kept_for_an_account_whose_endpoint_answers():
             wait(each.futures, timeout=10)
     assert fast_served_while_the_slow_hung, started
     assert sorted(started) == ["fast"] * 3 + ["slow-a"] * 3 + ["slow-b"] * 3
+
+
+def test_a_slow_mark_outlives_the_tries_the_account_held_that_round():
+    """The mark went with the account's last held try, so the same dead endpoint's next claim (new events, its
+    retries) took the last free sender again (review)."""
+    started, gate = [], threading.Event()
+
+    def send(outgoing):
+        started.append(outgoing.url)
+        if outgoing.url != "fast":
+            time.sleep(0.4)  # over slow_after
+            if started.count(outgoing.url) > 1:
+                gate.wait(10)  # dead from now on
+        return Outcome(True, 200, 1)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        sending = deliveries._Sending(pool, senders=2, batch_size=10, slow_after=0.2)
+        first = tries_of("dead", 1, send)
+        sending.add([first])
+        wait(first.futures, timeout=5)  # slow, and it holds nothing now
+        later = tries_of("dead", 2, send)
+        sending.add([later])
+        assert _wait_for(lambda: len(started) == 2, seconds=5)
+        fast = tries_of("fast", 1, send)
+        sending.add([fast])
+        fast_served = _wait_for(lambda: all(future.done() for future in fast.futures), 5)
+        gate.set()
+        wait([*later.futures, *fast.futures], timeout=10)
+    assert fast_served, started
+
+
+def test_an_account_whose_endpoint_was_failing_takes_the_last_sender_again_once_a_try_comes_back_quickly():
+    started, gate = [], threading.Event()
+
+    def send(outgoing):
+        started.append(outgoing.url)
+        if outgoing.url == "dead":
+            gate.wait(10)
+        return Outcome(True, 200, 1)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        sending = deliveries._Sending(pool, senders=2, batch_size=10, slow_after=0.2)
+        recovered = tries_of("recovered", 3, send, endpoint_failing=True)
+        dead = tries_of("dead", 2, send, endpoint_failing=True)
+        sending.add([recovered, dead])
+        recovered_served = _wait_for(lambda: all(future.done() for future in recovered.futures), 5)
+        gate.set()
+        wait([*recovered.futures, *dead.futures], timeout=10)
+    assert recovered_served, started
+    assert started[:4] == ["recovered", "dead", "recovered", "recovered"]
+
+
+def test_an_account_that_starts_holding_tries_starts_level_with_the_least_served():
+    """Not at nothing: an account whose tries came and went would otherwise go ahead of every account holding tries
+    for as long as its sender time stayed below theirs."""
+    started, gate = [], threading.Event()
+
+    def send(outgoing):
+        started.append(outgoing.url)
+        if started.count(outgoing.url) == 1:
+            time.sleep(0.1)
+        else:
+            gate.wait(10)
+        return Outcome(True, 200, 1)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        sending = deliveries._Sending(pool, senders=2, batch_size=10, slow_after=5)
+        first = [tries_of("a", 2, send), tries_of("b", 2, send)]
+        sending.add(first)
+        assert _wait_for(lambda: len(started) == 4, seconds=5)  # the first tries came back, the second hang
+        late = tries_of("c", 1, send)
+        sending.add([late])
+        with sending._lock:
+            served = dict(sending._served)
+        gate.set()
+        wait([future for each in (*first, late) for future in each.futures], timeout=10)
+    assert served["c"] == min(served["a"], served["b"]) > 0, served
 
 
 def test_each_accounts_tries_are_recorded_once_they_return_not_after_another_accounts(app, alice, bob):

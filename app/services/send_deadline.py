@@ -116,6 +116,11 @@ class _FinalAnswer(http.client.HTTPResponse):
                 return version, status, reason
             http.client.parse_headers(self.fp)  # the interim answer's headers, read and dropped
 
+    def begin(self):
+        super().begin()
+        if self.status == 101:  # the endpoint speaks another protocol on this connection now: never reuse it
+            self.will_close = True
+
 
 class _WatchedConnection:
     """A connection whose socket the current try watches as soon as it is opened (before a TLS handshake)."""

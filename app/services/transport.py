@@ -215,8 +215,10 @@ class Transport:
 
     def _post(self, session, outgoing: Outgoing, headers: dict, deadline: send_deadline.Deadline):
         """The request, sent again on a new connection when the endpoint closed a kept one as it went out (its
-        keep-alive ran out at that moment: no answer, nothing to judge), within the try's deadline. Each kept
-        connection that fails so leaves the pool, so this ends; a new connection that fails is the try's end."""
+        keep-alive ran out at that moment: no answer, nothing to judge), within the try's deadline. urllib3 gives
+        the failed connection's place back to its (last in, first out) pool empty, so the request goes again on a
+        new connection, and a new connection that fails is the try's end: once, unless another sender gives a
+        kept connection back meanwhile (the deadline bounds that)."""
         while True:
             deadline.kept_connection = False  # until a connection is taken (a lookup or connect may fail first)
             try:

@@ -102,9 +102,9 @@ class _Sending:
     one that has had the least sender time (fair queuing: an account that starts holding tries starts level with
     the least served of those holding some), so an endpoint that answers slowly occupies at most the senders the
     other accounts leave, and a batch claimed later does not wait behind another account's queue. The last free
-    sender is kept from accounts whose last try took over `slow_after` seconds (a dead endpoint takes the whole
-    timeout), or, until one of their tries returns, whose endpoint was failing when claimed: however many of them
-    queue, an account whose endpoint answers gets a sender at once. A returning try
+    sender is kept from accounts whose last try this round took over `slow_after` seconds (a dead endpoint takes
+    the whole timeout), or whose endpoint was failing when claimed, until one of their tries comes back quickly:
+    however many of them queue, an account whose endpoint answers gets a sender at once. A returning try
     wakes the sender loop when that matters: its batch's last try has returned (record the batch) or a sender fell
     idle (claim more)."""
 
@@ -117,7 +117,7 @@ class _Sending:
         self._running = Counter()  # account id -> tries in the pool
         self._held = Counter()  # account id -> tries queued or running
         self._served = {}  # account id -> seconds its returned tries took, while it holds tries
-        self._slow = set()  # accounts holding tries whose last try took over `slow_after`
+        self._slow = set()  # accounts whose last try took over `slow_after`, this round
         self._left = {}  # id of an InFlight -> its tries not returned yet
         self.endpoints = {}  # account id -> its URL as last read (None: inactive or gone), `check_endpoints`
 
@@ -132,7 +132,7 @@ class _Sending:
                     if not self._held[claimed.account_id]:
                         self._served[claimed.account_id] = min(self._served.values(), default=0.0)
                         if claimed.endpoint_failing:  # slow until a try shows otherwise: a dead one often is
-                            self._slow.add(claimed.account_id)
+                            self._slow.add(claimed.account_id)  # (a round's marks end with it; this one does not)
                     self._queued.setdefault(claimed.account_id, deque()).append((batch, index))
                     self._held[claimed.account_id] += 1
                 self.batches.append(batch)
@@ -207,9 +207,8 @@ class _Sending:
             self._slow.add(account_id)
         elif outcome is not None:  # a try not sent says nothing of the endpoint
             self._slow.discard(account_id)
-        if not self._held[account_id]:
+        if not self._held[account_id]:  # its slow mark stays: its next tries this round are likely as slow
             del self._held[account_id], self._served[account_id]
-            self._slow.discard(account_id)
         self._left[id(batch)] -= 1
         if dispatch:
             self._dispatch()
