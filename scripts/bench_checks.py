@@ -228,7 +228,7 @@ def measured_run(name, provider, step, profile=False) -> dict:
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     db.session.remove()
     checked = sum(summary.checked for summary in summaries)
-    events = sum(len(summary.events) for summary in summaries)
+    events = sum(summary.events for summary in summaries)
     print(f"{name}: {checked:,} checks in {len(summaries):,} batches, {events:,} events")
     print(f"  wall {wall:8.2f} s   {checked / wall:10,.0f} checks/s")
     print(f"  cpu  {cpu:8.2f} s   of which in the simulated provider's fetch {provider.cpu:.2f} s "

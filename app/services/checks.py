@@ -12,7 +12,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 
 from flask import current_app
@@ -63,7 +63,7 @@ class Summary:
     deferred: int = 0  # provider paused or out of budget: released untouched, checked when it resumes
     held: int = 0  # active, but another checker held them (`checks run --all` passes them by)
     deliveries_queued: bool = False
-    events: list = field(default_factory=list)
+    events: int = 0  # events recorded (a count: `checks run` over a busy table emits millions)
     COUNTS = ("checked", "changes", "unavailable", "failed", "skipped", "deferred", "held")  # no annotation: no field
 
     @property
@@ -77,7 +77,7 @@ class Summary:
             for name in cls.COUNTS:
                 setattr(merged, name, getattr(merged, name) + getattr(summary, name))
             merged.deliveries_queued |= summary.deliveries_queued
-            merged.events.extend(summary.events)
+            merged.events += summary.events
         return merged
 
 
@@ -350,7 +350,7 @@ def _record_event(built, subscription, config, event_type, data, now, summary):
                                    {"entity": events.entity_data(subscription), **data},
                                    subscription=subscription, config=config, now=now)
     built.append((event, delivery))
-    summary.events.append(event["id"])
+    summary.events += 1
     summary.deliveries_queued |= delivery is not None
 
 
