@@ -24,6 +24,7 @@ class Served:
     base: str
     key: str
     log_path: Path
+    database_url: str
 
     def log(self) -> str:
         return self.log_path.read_text()
@@ -55,7 +56,7 @@ def served(tmp_path, migrated_template):
     base = f"http://127.0.0.1:{port}"
     try:
         _wait_until_serving(base, server)
-        yield Served(base, key, log_path)
+        yield Served(base, key, log_path, url)
     finally:
         server.terminate()
         server.wait(timeout=30)

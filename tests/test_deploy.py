@@ -1,15 +1,26 @@
 """The deployment examples in scripts/deploy work as shipped: the systemd units pass `systemd-analyze verify`
-(with the install prefix pointed at this environment) and the nginx site passes `nginx -t` (with a
-generated certificate in place of the marked placeholders)."""
+(with the install prefix pointed at this environment), the nginx site passes `nginx -t` (with a
+generated certificate in place of the marked placeholders), and its proxying keeps slow clients off gunicorn's
+threads."""
 import shutil
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+import requests
+
+from app import create_app
+from app.services import accounts
+from scripts.bench_api import fill_subscriptions
+from tests.conftest import BASE_CONFIG
+from tests.served import served  # noqa: F401 - a fixture
 
 DEPLOY = Path(__file__).resolve().parent.parent / "scripts" / "deploy"
 BIN = Path(sys.executable).parent
+ROWS = 60_000
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
@@ -78,3 +89,53 @@ def test_the_nginx_site_passes_nginx_t_once_its_certificate_placeholders_are_fil
                            "-c", str(tmp_path / "nginx.conf")], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "syntax is ok" in done.stderr and "test is successful" in done.stderr
+
+
+@pytest.mark.skipif(shutil.which("nginx") is None or shutil.which("curl") is None,
+                    reason="nginx or curl is not installed")
+def test_behind_the_nginx_site_slow_downloads_of_exports_hold_no_gunicorn_thread(tmp_path, served):  # noqa: F811
+    """The site turned nginx's buffering off: each export streamed to a slow client held one of gunicorn's 8
+    threads for the whole download, and 8 of them stopped every request, /healthz included (PostgreSQL walk)."""
+    app = create_app({**BASE_CONFIG, "SQLALCHEMY_DATABASE_URI": served.database_url})
+    with app.app_context():
+        account, key = accounts.create_account("Exports Ltd", "enterprise")
+    fill_subscriptions(served.database_url, account.id, "sub_export_", ROWS)  # 8 MB of CSV: past socket buffers
+    location = (DEPLOY / "nginx.conf").read_text().split("    location / {")[1].split("    }")[0]
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    (tmp_path / "nginx.conf").write_text(
+        f"pid {tmp_path}/nginx.pid;\nerror_log {tmp_path}/error.log;\nevents {{}}\nhttp {{\n  access_log off;\n"
+        f"  client_body_temp_path {tmp_path}/body;\n  proxy_temp_path {tmp_path}/proxy;\n"
+        f"  server {{\n    listen 127.0.0.1:{port};\n    location / {{"
+        f"{location.replace('http://127.0.0.1:8000', served.base)}    }}\n  }}\n}}\n")
+    nginx = subprocess.Popen(["nginx", "-p", str(tmp_path), "-e", str(tmp_path / "error.log"), "-c",
+                              str(tmp_path / "nginx.conf"), "-g", "daemon off;"])
+    downloads = []
+    try:
+        base = f"http://127.0.0.1:{port}"
+        assert _wait_for_answer(base + "/api/v1/openapi.json")
+        downloads = [subprocess.Popen(["curl", "-s", "-o", "/dev/null", "--limit-rate", "1k", "-H",
+                                       f"X-API-Key: {key}", base + "/api/v1/subscriptions/export"])
+                     for _ in range(9)]
+        time.sleep(3)
+        # answered (503 here: no scheduler runs), not held up behind the downloads
+        assert requests.get(base + "/healthz", timeout=10).json()["database"] == "ok"
+        assert requests.get(base + "/api/v1/subscriptions?limit=1", headers={"X-API-Key": key},
+                            timeout=10).json()["pagination"]["total"] == ROWS
+        assert all(download.poll() is None for download in downloads)  # still downloading
+    finally:
+        for download in downloads:
+            download.kill()
+        nginx.terminate()
+        nginx.wait(timeout=30)
+
+
+def _wait_for_answer(url) -> bool:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            return requests.get(url, timeout=5).status_code == 200
+        except requests.RequestException:
+            time.sleep(0.2)
+    return False
