@@ -272,6 +272,17 @@ def _first_line(orig: Exception) -> str:
     return text.splitlines()[0] if text else type(orig).__name__
 
 
+def read_in_one_snapshot():
+    """Begin the session's transaction so that every read in it sees one snapshot, as SQLite's read transactions
+    do: PostgreSQL's default (READ COMMITTED) gives each statement its own, so a page and its total, read by two
+    statements, disagreed while rows were added (100 items on a search page past its total, PostgreSQL walk).
+    For read-only requests: a write under REPEATABLE READ may fail to serialise. Nothing when a transaction is
+    already open (its level is set)."""
+    session = db.session()
+    if not session.in_transaction() and session.get_bind().dialect.name == "postgresql":
+        session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+
+
 def end_read_transaction():
     """Release the snapshot a read took, so no transaction stays open across slow work."""
     db.session.rollback()

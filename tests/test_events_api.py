@@ -2,7 +2,7 @@
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import insert, update
 
 from app.common import new_id, utcnow
 from app.database import write_transaction
@@ -203,3 +203,26 @@ def test_the_event_log_answers_under_both_prefixes_and_needs_a_key(alice, anon, 
 def test_cancelled_subscriptions_keep_their_events(alice, history):
     alice.delete(f"/subscriptions/{history['contact']}")
     assert alice.get(f"/events?subscription_id={history['contact']}").json["pagination"]["total"] == 1
+
+
+def test_a_page_and_its_total_come_from_one_snapshot_while_events_are_added(alice, network, monkeypatch):
+    """On PostgreSQL each statement of a read saw the rows committed before it: an event committed between the
+    total's count and the page's read was on the page but not in the total (walk, with a search: 100 items on a
+    page past the total). A read request's statements now share one snapshot, as SQLite's always did."""
+    company = subscribe(alice, "acme", "company")
+    record_many(alice, company, 3)
+    count = db.session.scalar
+    added = []
+
+    def count_then_add_an_event(*args, **kwargs):
+        total = count(*args, **kwargs)
+        if not added:  # another process commits an event now
+            with db.engine.begin() as other:
+                added.append(new_id("evt"))
+                other.execute(insert(Event), {"id": added[0], "account_id": alice.account_id, "type": "test",
+                                              "body": "{}", "created_at": utcnow()})
+        return total
+    monkeypatch.setattr(db.session, "scalar", count_then_add_an_event)
+    page = alice.get("/events?limit=20").json
+    assert added and page["pagination"]["total"] == 3
+    assert len(page["data"]) == 3 and {} not in page["data"]  # the added event (body `{}`) is not on the page

@@ -8,7 +8,7 @@ import re
 from flask import g, request
 
 from app.common import new_id
-from app.database import end_read_transaction
+from app.database import end_read_transaction, read_in_one_snapshot
 from app.api.http import is_api_request
 from app.api.limits import limit_unauthenticated
 from app.errors import Unauthorized
@@ -29,6 +29,8 @@ def identify_caller():
         g.pop(name, None)
     if not is_api_request():
         return
+    if request.method in ("GET", "HEAD"):
+        read_in_one_snapshot()
     try:
         key, g.tier = keys.authenticate(request.headers.get("X-API-Key"))
     except Unauthorized as error:
