@@ -312,6 +312,17 @@ def test_an_unreadable_upload_is_refused_with_the_reason_and_imports_nothing(bro
     assert subscription_count(alice.account_id) == 0
 
 
+def test_an_upload_over_the_size_limit_names_the_limit_and_the_command_that_takes_any_size(browser, alice):
+    """A CRM export over 1 MiB (about 18,000 rows) was refused with a generic "Something went wrong" (walk)."""
+    rows = b"".join(b"https://www.linkedin.com/in/person-%d\n" % number for number in range(40_000))
+    response = browser.post("/subscriptions/import", data={"file": (io.BytesIO(b"url\n" + rows), "crm.csv")},
+                            content_type="multipart/form-data")
+    assert response.status_code == 413
+    page = response.get_data(as_text=True)
+    assert "Too large" in page and "1 MiB" in page and "entity-monitor subscriptions import" in page
+    assert subscription_count(alice.account_id) == 0
+
+
 def test_a_pasted_field_beyond_the_csv_limit_is_refused(browser, alice):
     response = browser.post("/subscriptions/import",
                             data={"rows": 'url,note\nhttps://www.linkedin.com/in/jane,"' + "x" * 200_000 + '"'})

@@ -129,12 +129,17 @@ def service_error(error):
 
 @bp.errorhandler(HTTPException)
 def http_error(error):
-    return render("error.html", code=error.code, title=_title_for(error.code), message=error.description)
+    message = TOO_LARGE if error.code == 413 else error.description
+    return render("error.html", code=error.code, title=_title_for(error.code), message=message)
+
+
+TOO_LARGE = ("This upload is over the 1 MiB the dashboard takes (about 18,000 rows of a CRM export). Split the file, "
+             "or import it whole from the command line: entity-monitor subscriptions import FILE --account ACCOUNT_ID.")
 
 
 def _title_for(status) -> str:
-    return {403: "Not allowed", 404: "Not found", 409: "Not possible now", 429: "Too many attempts"}.get(
-        status, "Something went wrong")
+    return {403: "Not allowed", 404: "Not found", 409: "Not possible now", 413: "Too large",
+            429: "Too many attempts"}.get(status, "Something went wrong")
 
 
 
