@@ -276,6 +276,19 @@ def test_a_page_number_that_is_no_page_shows_a_page(browser, alice, path, page):
     assert browser.get(f"{path}?page={page}").status_code == 200
 
 
+@pytest.mark.parametrize("path, things", [("/subscriptions", "subscriptions"), ("/events", "events"),
+                                          ("/deliveries", "delivery attempts")])
+def test_a_page_past_the_last_says_so_and_links_to_the_last(browser, alice, path, things):
+    """It said "No subscriptions yet" beside the count of the account's subscriptions (walk)."""
+    with Receiver() as receiver:
+        configure(alice, receiver.url)
+        record_events(alice.account_id)  # a subscription, an event
+        deliver_due()  # an attempt
+    page = browser.text(f"{path}?page=999")
+    assert f"No {things} on page 999: there is 1 page." in page and f"No {things} yet" not in page
+    assert f'href="{path}?page=1' in page
+
+
 def test_import_a_pasted_list_reports_each_refused_row(browser, alice):
     subscribe(alice.account_id, "already")
     pasted = "\n".join(["https://www.linkedin.com/in/one", "linkedin.com/company/acme",
