@@ -5,6 +5,7 @@ import io
 import json
 import logging
 import re
+import time
 
 import pytest
 
@@ -156,3 +157,18 @@ def test_a_check_loop_longer_than_its_poll_interval_does_not_warn_every_two_seco
     logging.getLogger("apscheduler.executors.default").warning('Run time of job "x" was missed by 0:00:10')
     logging.getLogger("apscheduler.executors.default").error('Job "Scheduler.run_step" raised an exception')
     assert [line["message"] for line in log_lines()] == ['Job "Scheduler.run_step" raised an exception']
+
+
+def test_a_streamed_export_is_logged_once_it_is_sent_with_the_time_that_took(alice, app, log_lines):
+    """Its line was written when the view returned the generator: a few ms for a download of a minute (walk)."""
+    subscribe(alice.account_id)
+    response = app.test_client().get("/api/v1/subscriptions/export", headers={"X-API-Key": alice.key},
+                                     buffered=False)
+    assert _by_logger(log_lines(), "app.access") == []  # nothing sent yet
+    time.sleep(0.3)  # a slow client
+    assert b"jane-doe" in b"".join(response.response)
+    response.close()
+    [line] = _by_logger(log_lines(), "app.access")
+    assert (line["path"], line["status"], line["account_id"]) == ("/api/v1/subscriptions/export", 200,
+                                                                  alice.account_id)
+    assert line["duration_ms"] >= 300 and line["request_id"].startswith("req_")
