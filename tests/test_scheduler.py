@@ -185,7 +185,7 @@ def test_a_checker_that_lost_its_lease_writes_nothing(app, alice, monkeypatch):
     assert checks.record_outcomes(fast, checks.fetch_all(provider, fast_claim)).checked == 1
 
     late = checks.record_outcomes(slow, slow_outcomes)  # ...arrives after another checker took over
-    assert (late.checked, late.skipped, late.events) == (0, 1, [])
+    assert (late.checked, late.skipped, late.events) == (0, 1, 0)
     assert fresh_rows()[0].check_count == 1
     assert db.session.scalar(select(func.count()).select_from(Event)) == 1
 
