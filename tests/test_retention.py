@@ -62,6 +62,17 @@ def test_prune_deletes_old_events_with_their_deliveries_and_keeps_pending_and_re
     assert _count(DeliveryAttempt) == 3
 
 
+def test_the_event_lists_totals_count_what_retention_left(alice, history):
+    """The totals are read from the per-day counters of what is kept, which each prune takes its events off."""
+    def totals():
+        return [alice.get(f"/events{query}").json["pagination"]["total"]
+                for query in ("", "?type=contact.position_changed", "?type=company.employee_count_changed")]
+    assert totals() == [6, 6, 0]
+    retention.prune(batch_size=2)
+    assert totals() == [3, 3, 0] == [_count(Event), _count(Event, type="contact.position_changed"), 0]
+    assert alice.get("/account/usage").json["month"]["events_created"] == 6  # what happened stays counted
+
+
 def test_prune_goes_in_batches_and_stops_after_max_batches(history):
     first = retention.prune(batch_size=2, max_batches=1)
     assert first.events == 2 and len(_remaining(history["old"])) == 1

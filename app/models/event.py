@@ -44,15 +44,18 @@ class Event(db.Model):
 
 
 class EventDayCount(db.Model):
-    """How many events of a type an account created on a UTC day: added to in the same transaction as the events
-    are inserted (`events.count_by_day`), so the dashboard's chart and the usage report read a row a day and type
-    instead of every event. Retention leaves the count: it says what happened, not what is kept."""
+    """How many events of a type an account created on a UTC day (`count`) and how many of them are still kept
+    (`kept`): added to in the same transaction as the events are inserted (`events.count_by_day`), so the
+    dashboard's chart and the usage report read a row a day and type instead of every event, and the event list's
+    exact total a few rows. Retention takes its deletes off `kept` in their transaction and leaves `count`: it
+    says what happened."""
     __tablename__ = "event_day_counts"
 
     account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"), primary_key=True)
     day: Mapped[date] = mapped_column(Date, primary_key=True)
     type: Mapped[str] = mapped_column(String(60), primary_key=True)
     count: Mapped[int] = mapped_column(Integer)
+    kept: Mapped[int] = mapped_column(Integer, server_default="0")
 
 
 class OutboxDelivery(db.Model):

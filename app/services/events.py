@@ -2,7 +2,7 @@
 import json
 from collections import Counter
 
-from sqlalchemy import insert, select
+from sqlalchemy import func, insert, select
 
 from app import metrics
 from app.common import isoformat, new_sortable_id, unix_seconds, utcnow
@@ -125,11 +125,13 @@ def store(session, built):
         session.execute(insert(OutboxDelivery.__table__), delivery_rows)
 
 
-def count_by_day(session, event_rows):
-    """Add event rows to `event_day_counts`, inside the caller's transaction (retention leaves them counted)."""
+def count_by_day(session, event_rows, kept_only=False):
+    """Add event rows to `event_day_counts` (happened and kept), inside the caller's transaction; `kept_only`:
+    take deleted rows off what is kept (retention: they still happened)."""
     counts = Counter((row["account_id"], row["created_at"].date(), row["type"]) for row in event_rows)
     add_to_counters(session, EventDayCount, ("account_id", "day", "type"),
-                    [{"account_id": account_id, "day": day, "type": event_type, "count": count}
+                    [{"account_id": account_id, "day": day, "type": event_type,
+                      "count": 0 if kept_only else count, "kept": -count if kept_only else count}
                      for (account_id, day, event_type), count in counts.items()])
 
 
@@ -144,7 +146,15 @@ def notify_new_deliveries():
 
 
 def list_page(account_id, limit, offset, event_type=None, subscription_id=None, delivery_status=None):
-    return newest_first_page(Event, Event.created_at, limit, offset, inline=("delivery_status",),
+    """(rows, total). The total of the account's events, all or of one type, is the sum of its counters of what is
+    kept (a row a day and type): counting the rows took seconds at millions of events (PostgreSQL walk: 3.6 s a
+    page at 5.7M). Filtered by subscription or on failures, the rows are counted in their own indexes."""
+    total = None
+    if subscription_id is None and delivery_status is None:
+        of_type = [EventDayCount.type == event_type] if event_type else []
+        total = select(func.coalesce(func.sum(EventDayCount.kept), 0)).where(EventDayCount.account_id == account_id,
+                                                                              *of_type)
+    return newest_first_page(Event, Event.created_at, limit, offset, inline=("delivery_status",), total=total,
                              account_id=account_id, type=event_type, subscription_id=subscription_id,
                              delivery_status=delivery_status)
 

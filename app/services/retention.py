@@ -13,6 +13,7 @@ from app.common import utcnow
 from app.database import end_read_transaction, lock_in_order, write_transaction
 from app.extensions import db
 from app.models import DeliveryAttempt, Event, OutboxDelivery
+from app.services import events
 
 
 @dataclass
@@ -40,6 +41,15 @@ def _prunable_event_ids(cutoff, limit) -> list:
     return ids
 
 
+def _delete_events(session, ids) -> int:
+    """Delete the events, and take them off the counters of what is kept (those of what happened keep them)."""
+    deleted = session.execute(delete(Event).where(Event.id.in_(ids))
+                              .returning(Event.account_id, Event.created_at, Event.type)
+                              .execution_options(synchronize_session=False)).all()
+    events.count_by_day(session, [row._mapping for row in deleted], kept_only=True)
+    return len(deleted)
+
+
 def prune_batch(cutoff, batch_size) -> Pruned:
     """Delete up to `batch_size` events created before `cutoff`, with their attempts."""
     ids = _prunable_event_ids(cutoff, batch_size)
@@ -50,9 +60,8 @@ def prune_batch(cutoff, batch_size) -> Pruned:
         # re-checked once they are locked: a redelivery may have queued one of them meanwhile
         kept = set(session.scalars(select(OutboxDelivery.event_id).where(OutboxDelivery.event_id.in_(ids))))
         ids = [event_id for event_id in ids if event_id not in kept]
-        # The per-day counters keep them: usage and the overview count what happened, not what is kept.
         attempts = session.execute(delete(DeliveryAttempt).where(DeliveryAttempt.event_id.in_(ids))).rowcount
-        pruned = session.execute(delete(Event).where(Event.id.in_(ids))).rowcount
+        pruned = _delete_events(session, ids)
     return Pruned(pruned, attempts)
 
 
