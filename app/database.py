@@ -288,16 +288,17 @@ def end_read_transaction():
     db.session.rollback()
 
 
-def newest_first_page(model, created_column, limit, offset, inline=(), total=None, **equal_to):
+def newest_first_page(model, created_column, limit, offset, inline=(), total_query=None, **equal_to):
     """(rows, total) of `model` whose columns equal the given values (None: no filter), newest first then by
-    id, for a paginated list; `total`: a statement that reads the total (from counters) instead of counting the
-    rows. The values of the columns named in `inline` (a status, from a closed set) are written
+    id, for a paginated list; `total_query`: a statement that reads the total (from counters) instead of counting
+    the rows. The values of the columns named in `inline` (a status, from a closed set) are written
     into the SQL as literals, so that a partial index of one value (`status = 'failed'`, `models.event.only_failed`)
     serves the page and its total: PostgreSQL cannot use it in the generic plan of a prepared `status = $1`, and
     SQLite matches a bound value to it only by preparing the statement again at every run."""
     conditions = [getattr(model, name) == (literal(value, literal_execute=True) if name in inline else value)
                   for name, value in equal_to.items() if value is not None]
-    total = db.session.scalar(select(func.count()).select_from(model).where(*conditions) if total is None else total)
+    counted = select(func.count()).select_from(model).where(*conditions)
+    total = db.session.scalar(counted if total_query is None else total_query)
     rows = db.session.scalars(select(model).where(*conditions)
                               .order_by(created_column.desc(), model.id.desc()).limit(limit).offset(offset)).all()
     return rows, total

@@ -95,7 +95,7 @@ def _log_access(response):
     fields = {"method": request.method, "path": path, "status": response.status_code,
               "remote_addr": request.remote_addr, "request_id": g.get("request_id"), "account_id": g.get("account_id")}
     started = g.get("request_started", time.perf_counter())
-    if response.is_streamed:
+    if response.is_streamed and not response.direct_passthrough:  # a file is handed on as it is, never closed here
         response.call_on_close(lambda: _write_access_line(fields, started))
     else:
         _write_access_line(fields, started)

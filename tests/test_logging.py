@@ -8,12 +8,14 @@ import re
 import time
 
 import pytest
+import requests
 
 from app import create_app
 from app.logging_setup import HANDLER_NAME
 from app.providers import ProviderError
 from app.worker import checks as check_worker
 from app.worker.deliveries import deliver_due
+from tests.served import served  # noqa: F401 - a fixture
 from tests.webhook_helpers import LOCAL_RECEIVER_CONFIG, Receiver, Reply, configure, record_events, subscribe
 
 
@@ -172,3 +174,11 @@ def test_a_streamed_export_is_logged_once_it_is_sent_with_the_time_that_took(ali
     assert (line["path"], line["status"], line["account_id"]) == ("/api/v1/subscriptions/export", 200,
                                                                   alice.account_id)
     assert line["duration_ms"] >= 300 and line["request_id"].startswith("req_")
+
+
+def test_a_file_answer_is_logged_too(served):  # noqa: F811
+    """A file (the dashboard's assets) is handed to gunicorn as it is: its answer is never closed by the app, so the
+    access line waiting for the close was never written (review)."""
+    assert requests.get(served.base + "/assets/dashboard.css", timeout=10).status_code == 200
+    lines = [line for line in served.log().splitlines() if "app.access" in line and "/assets/dashboard.css" in line]
+    assert len(lines) == 1, served.log()[-2000:]

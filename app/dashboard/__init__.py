@@ -129,12 +129,17 @@ def service_error(error):
 
 @bp.errorhandler(HTTPException)
 def http_error(error):
-    message = TOO_LARGE if error.code == 413 else error.description
+    message = _too_large() if error.code == 413 else error.description
     return render("error.html", code=error.code, title=_title_for(error.code), message=message)
 
 
-TOO_LARGE = ("This upload is over the 1 MiB the dashboard takes (about 18,000 rows of a CRM export). Split the file, "
-             "or import it whole from the command line: entity-monitor subscriptions import FILE --account ACCOUNT_ID.")
+def _too_large() -> str:
+    limit = current_app.config["MAX_CONTENT_LENGTH"]
+    size = f"{limit / 2**20:g} MiB" if limit >= 2**20 else f"{limit:,} bytes"
+    rows = round(limit / 58, -3)  # a CRM export's row with its URL: about 58 bytes
+    return (f"This upload is over the {size} the dashboard takes (a CRM export of about {rows:,.0f} rows). Split the "
+            "file, or import it whole from the command line: entity-monitor subscriptions import FILE --account "
+            "ACCOUNT_ID.")
 
 
 def _title_for(status) -> str:

@@ -46,7 +46,7 @@ def _delete_events(session, ids) -> int:
     deleted = session.execute(delete(Event).where(Event.id.in_(ids))
                               .returning(Event.account_id, Event.created_at, Event.type)
                               .execution_options(synchronize_session=False)).all()
-    events.count_by_day(session, [row._mapping for row in deleted], kept_only=True)
+    events.uncount_kept(session, [row._mapping for row in deleted])
     return len(deleted)
 
 
