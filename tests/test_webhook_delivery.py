@@ -282,25 +282,27 @@ def test_a_timeout_waits_at_least_a_minute_and_keeps_the_headers_it_sent(alice, 
     assert delay_after(attempt) == 60
 
 
+def the_attempt_of_one_delivery(tenant, reply: Reply) -> DeliveryAttempt:
+    """The attempt recorded for one event sent to an endpoint answering `reply`."""
+    with Receiver(reply) as receiver:
+        configure(tenant, receiver.url)
+        [event_id] = record_events(tenant.account_id)
+        deliver_due()
+    [attempt] = attempts_of(event_id)
+    return attempt
+
+
 def test_a_body_trickling_past_the_timeout_is_a_timeout_that_keeps_the_status(alice, app):
     """The status the endpoint sent was lost from the record, which said "no answer" (fault walk)."""
     app.config["WEBHOOK_TIMEOUT_SECONDS"] = 0.5
-    with Receiver(Reply(body=b"x" * 1000, stall_after=10)) as receiver:
-        configure(alice, receiver.url)
-        [event_id] = record_events(alice.account_id)
-        deliver_due()
-    [attempt] = attempts_of(event_id)
+    attempt = the_attempt_of_one_delivery(alice, Reply(body=b"x" * 1000, stall_after=10))
     assert (attempt.status, attempt.response_status) == ("failed", 200)
     assert attempt.error == "timeout: the answer took over 0.5 s"
     assert delay_after(attempt) == 60
 
 
 def test_an_answer_broken_off_in_its_body_is_a_failed_try_that_keeps_the_status(alice):
-    with Receiver(Reply(body=b"x" * 1000, cut_after=10)) as receiver:
-        configure(alice, receiver.url)
-        [event_id] = record_events(alice.account_id)
-        deliver_due()
-    [attempt] = attempts_of(event_id)
+    attempt = the_attempt_of_one_delivery(alice, Reply(body=b"x" * 1000, cut_after=10))
     assert (attempt.status, attempt.response_status) == ("failed", 200)
     assert attempt.error.startswith("connection failed while reading the answer:"), attempt.error
     assert delay_after(attempt) == SCHEDULE[0]
@@ -822,6 +824,17 @@ def tries_of(account, count, send, endpoint_failing=False) -> deliveries.InFligh
     return deliveries.InFlight("claim_x", items, [Future() for _ in items], send)
 
 
+def served_while_the_others_hang(sending, fast, hung, gate) -> bool:
+    """Queue `fast` (an InFlight) in `sending`: whether all its tries came back (within 5 s) while `gate` held the
+    tries of `hung`; then let those go and wait for every try."""
+    sending.add([fast])
+    served = _wait_for(lambda: all(future.done() for future in fast.futures), 5)
+    gate.set()
+    for each in (*hung, fast):
+        wait(each.futures, timeout=10)
+    return served
+
+
 def test_an_account_claimed_with_its_endpoint_failing_does_not_take_the_last_free_sender_before_a_try_returns():
     """The marks of slow accounts live as long as a round of the sender (30 s): each new round, the dead endpoints'
     next tries took every sender for 10 s again (fault walk re-run: stalls of 20 s every minute, then a healthy
@@ -838,13 +851,7 @@ def test_an_account_claimed_with_its_endpoint_failing_does_not_take_the_last_fre
         sending = deliveries._Sending(pool, senders=2, batch_size=10, slow_after=0.05)
         dead = [tries_of(account, 2, send, endpoint_failing=True) for account in ("dead-a", "dead-b")]
         sending.add(dead)
-        fast = tries_of("fast", 2, send)
-        sending.add([fast])
-        fast_served_while_the_dead_hung = _wait_for(lambda: all(future.done() for future in fast.futures), 5)
-        gate.set()
-        for each in (*dead, fast):
-            wait(each.futures, timeout=10)
-    assert fast_served_while_the_dead_hung, started
+        assert served_while_the_others_hang(sending, tries_of("fast", 2, send), dead, gate), started
     assert started[:3] == ["dead-a", "fast", "fast"]
 
 
@@ -884,13 +891,7 @@ def test_the_last_free_sender_is_kept_for_an_account_whose_endpoint_answers():
         sending.add(slow)
         assert _wait_for(lambda: len(started) >= 3, seconds=5)  # both first tries, and a second
         time.sleep(0.5)  # the other slow account's first try has long returned: its second would take the sender
-        fast = tries_of("fast", 3, send)
-        sending.add([fast])
-        fast_served_while_the_slow_hung = _wait_for(lambda: all(future.done() for future in fast.futures), 5)
-        gate.set()
-        for each in (*slow, fast):
-            wait(each.futures, timeout=10)
-    assert fast_served_while_the_slow_hung, started
+        assert served_while_the_others_hang(sending, tries_of("fast", 3, send), slow, gate), started
     assert sorted(started) == ["fast"] * 3 + ["slow-a"] * 3 + ["slow-b"] * 3
 
 
@@ -915,12 +916,7 @@ def test_a_slow_mark_outlives_the_tries_the_account_held_that_round():
         later = tries_of("dead", 2, send)
         sending.add([later])
         assert _wait_for(lambda: len(started) == 2, seconds=5)
-        fast = tries_of("fast", 1, send)
-        sending.add([fast])
-        fast_served = _wait_for(lambda: all(future.done() for future in fast.futures), 5)
-        gate.set()
-        wait([*later.futures, *fast.futures], timeout=10)
-    assert fast_served, started
+        assert served_while_the_others_hang(sending, tries_of("fast", 1, send), [later], gate), started
 
 
 def test_an_account_whose_endpoint_was_failing_takes_the_last_sender_again_once_a_try_comes_back_quickly():
