@@ -141,8 +141,11 @@ class _Sending:
     def _dispatch(self) -> None:
         """Hand queued tries to the senders that are free (the caller holds the lock)."""
         refused = []
-        while self._queued and (refused or sum(self._running.values()) < self.senders):
-            account_id = self._next_account(everyone=bool(refused))
+        while self._queued:
+            busy = sum(self._running.values())
+            if not refused and busy >= self.senders:
+                break
+            account_id = self._next_account(last_free=not refused and self.senders > 1 and busy == self.senders - 1)
             if account_id is None:  # the last free sender waits for an account whose endpoint answers
                 break
             queue = self._queued[account_id]
@@ -157,11 +160,10 @@ class _Sending:
         for account_id, batch, index in refused:
             self._returned(account_id, batch, index, None, dispatch=False)
 
-    def _next_account(self, everyone: bool):
-        """The account whose queued try the next free sender takes (None: keep the last one free)."""
-        last_free = self.senders > 1 and sum(self._running.values()) == self.senders - 1
-        queued = [account_id for account_id in self._queued
-                  if everyone or not last_free or account_id not in self._slow]
+    def _next_account(self, last_free: bool):
+        """The account whose queued try the next free sender takes; of the last free one, none that is slow (None:
+        keep it free)."""
+        queued = [account_id for account_id in self._queued if not last_free or account_id not in self._slow]
         return min(queued, key=lambda account_id: (self._running[account_id], self._served[account_id]), default=None)
 
     def check_endpoints(self) -> None:
