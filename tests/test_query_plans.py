@@ -48,12 +48,19 @@ def plans_while(action, table, kind):
                 for statement, parameters in seen]
 
 
+def walk_of(plan):
+    """The part of a page's plan that walks the index to the page: SQLite materialises the page's ids and times
+    first, then reads their rows by id and sorts those few (at most `limit`); PostgreSQL's nested loop keeps the
+    walk's order."""
+    return plan.split(" SCAN page")[0]
+
+
 @READS_SQLITE_PLANS
 def test_the_event_list_of_one_type_reads_the_type_index(app):
     tenant = make_tenant(app, "Plans", "growth")
     plans = plans_of(tenant, "/events?type=contact.position_changed", "events")
-    assert plans and all("USING INDEX ix_events_account_type_order (account_id=? AND type=?)" in plan
-                         and "TEMP B-TREE" not in plan for _, plan in plans)
+    assert plans and all("USING COVERING INDEX ix_events_account_type_order (account_id=? AND type=?)" in plan
+                         and "TEMP B-TREE" not in walk_of(plan) for _, plan in plans)
 
 
 @pytest.mark.parametrize("query, counted", [("", False), ("?type=contact.position_changed", False),
@@ -70,8 +77,8 @@ def test_the_event_lists_total_is_read_from_counters_unless_filtered_by_subscrip
 def test_the_delivery_log_of_one_event_reads_the_event_index(app):
     tenant = make_tenant(app, "Plans", "growth")
     plans = plans_of(tenant, "/webhooks/deliveries?event_id=evt_missing", "delivery_attempts")
-    assert plans and all("USING INDEX ix_delivery_attempts_event (event_id=?)" in plan
-                         and "TEMP B-TREE" not in plan for _, plan in plans)
+    assert plans and all("INDEX ix_delivery_attempts_event (event_id=?)" in plan
+                         and "TEMP B-TREE" not in walk_of(plan) for _, plan in plans)
 
 
 def insert_rare_failures(account_id, count=3000, every=1000):
@@ -102,7 +109,7 @@ def assert_failed_rows_read_in(index, client, path, table):
     assert len(plans) == 2, plans
     for statement, plan in plans:
         assert "status = 'failed'" in statement and index in plan, (statement, plan)
-        assert "TEMP B-TREE" not in plan and "Sort" not in plan, plan
+        assert "TEMP B-TREE" not in walk_of(plan) and "Sort" not in plan, plan
 
 
 def test_the_delivery_log_of_failed_attempts_reads_their_index(app):
