@@ -82,27 +82,51 @@ def _start_clock():
     g.request_started = time.perf_counter()
 
 
-def elapsed_seconds() -> float:
-    """Time since the current request began."""
-    return time.perf_counter() - g.get("request_started", time.perf_counter())
+def when_sent(response, callback) -> None:
+    """Calls `callback(seconds, complete)` once the answer is sent: now for a whole body; for a streamed one (an
+    export) when the server closes it, `complete` false if it stopped before its end (the client left, or the
+    body failed midway). Taken at the request's end, a streamed answer's time was how long the view took to return
+    its generator: a few ms for a minute's download."""
+    started = g.get("request_started", time.perf_counter())
+    if not response.is_streamed or response.direct_passthrough:  # a file is handed on as it is, never closed here
+        callback(time.perf_counter() - started, True)
+        return
+    if not isinstance(response.response, _SentToTheEnd):
+        response.response = _SentToTheEnd(response.response, bodiless=request.method == "HEAD")
+    body = response.response
+    response.call_on_close(lambda: callback(time.perf_counter() - started, body.complete))
+
+
+class _SentToTheEnd:
+    """A streamed body that knows whether the server took all of it (a HEAD answer sends none and is complete)."""
+
+    def __init__(self, chunks, bodiless: bool):
+        self.chunks, self.complete = chunks, bodiless
+
+    def __iter__(self):
+        yield from self.chunks
+        self.complete = True
+
+    def close(self):
+        if hasattr(self.chunks, "close"):
+            self.chunks.close()
 
 
 def _log_access(response):
-    """The access line; a streamed answer's (an export) once it is sent or abandoned, with the time that took:
-    logged here, it said how long the view took to return its generator (a few ms for a minute's download)."""
+    """The access line, once the answer is sent (`when_sent`)."""
     query = request.query_string.decode("latin-1")
     path = redact_uri(f"{request.path}?{query}" if query else request.path)  # a key pasted anywhere in it
     fields = {"method": request.method, "path": path, "status": response.status_code,
               "remote_addr": request.remote_addr, "request_id": g.get("request_id"), "account_id": g.get("account_id")}
-    started = g.get("request_started", time.perf_counter())
-    if response.is_streamed and not response.direct_passthrough:  # a file is handed on as it is, never closed here
-        response.call_on_close(lambda: _write_access_line(fields, started))
-    else:
-        _write_access_line(fields, started)
+    when_sent(response, lambda seconds, complete: _write_access_line(fields, seconds, complete))
     return response
 
 
-def _write_access_line(fields: dict, started: float) -> None:
-    duration_ms = round(1000 * (time.perf_counter() - started), 1)
-    access_log.info("%s %s %s %s ms", fields["method"], fields["path"], fields["status"], duration_ms,
-                    extra={**fields, "duration_ms": duration_ms})
+def _write_access_line(fields: dict, seconds: float, complete: bool) -> None:
+    duration_ms = round(1000 * seconds, 1)
+    if complete:
+        access_log.info("%s %s %s %s ms", fields["method"], fields["path"], fields["status"], duration_ms,
+                        extra={**fields, "duration_ms": duration_ms})
+    else:
+        access_log.info("%s %s %s %s ms, stopped before the end of its body", fields["method"], fields["path"],
+                        fields["status"], duration_ms, extra={**fields, "duration_ms": duration_ms, "complete": False})

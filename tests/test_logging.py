@@ -176,6 +176,30 @@ def test_a_streamed_export_is_logged_once_it_is_sent_with_the_time_that_took(ali
     assert line["duration_ms"] >= 300 and line["request_id"].startswith("req_")
 
 
+def test_a_download_the_client_left_is_logged_as_stopped_before_its_end(alice, app, log_lines):
+    """It was logged like a complete one: an operator could not tell a cut export from a whole one."""
+    for n in range(3):
+        subscribe(alice.account_id, f"person-{n}")
+    response = app.test_client().get("/api/v1/subscriptions/export", headers={"X-API-Key": alice.key},
+                                     buffered=False)
+    next(iter(response.response))  # the header row, then the client goes
+    response.close()
+    [line] = _by_logger(log_lines(), "app.access")
+    assert line["complete"] is False and line["status"] == 200
+    assert line["message"].endswith(" ms, stopped before the end of its body")
+
+
+@pytest.mark.parametrize("method", ["GET", "HEAD"])
+def test_a_download_sent_whole_is_logged_without_a_mark(alice, app, log_lines, method):
+    subscribe(alice.account_id)
+    response = app.test_client().open("/api/v1/subscriptions/export", method=method,
+                                      headers={"X-API-Key": alice.key}, buffered=False)
+    b"".join(response.response)
+    response.close()
+    [line] = _by_logger(log_lines(), "app.access")
+    assert "complete" not in line and line["message"].endswith(" ms") and line["method"] == method
+
+
 def test_a_file_answer_is_logged_too(served):  # noqa: F811
     """A file (the dashboard's assets) is handed to gunicorn as it is: its answer is never closed by the app, so the
     access line waiting for the close was never written (review)."""

@@ -5,6 +5,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 import types
 
 import pytest
@@ -127,6 +128,25 @@ def test_http_requests_are_labelled_by_route_template(alice):
     assert value(after, "entity_monitor_http_requests_total", route="unmatched", status="404") >= 1
     assert not any(created["id"] in str(labels) for _name, labels in after)
     assert value(after, "entity_monitor_http_request_duration_seconds_count", route=route) >= 2
+
+
+def test_a_streamed_answer_is_timed_to_its_end(alice, app):
+    """It was timed when the view returned its generator: a few ms for a minute's download."""
+    subscribe(alice.account_id)
+    route = "/api/v1/subscriptions/export"
+
+    def seconds_observed():
+        samples = scrape(alice.client)
+        return (value(samples, "entity_monitor_http_request_duration_seconds_count", route=route),
+                value(samples, "entity_monitor_http_request_duration_seconds_sum", route=route))
+    count, total = seconds_observed()
+    response = app.test_client().get(route, headers={"X-API-Key": alice.key}, buffered=False)
+    assert seconds_observed() == (count, total)  # nothing sent yet
+    time.sleep(0.3)  # a slow client
+    b"".join(response.response)
+    response.close()
+    after_count, after_total = seconds_observed()
+    assert after_count == count + 1 and after_total - total >= 0.3
 
 
 @pytest.mark.parametrize("app_config", [{"METRICS_ENABLED": False}])

@@ -8,7 +8,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from app import metrics
 from app.extensions import limiter
-from app.logging_setup import elapsed_seconds
+from app.logging_setup import when_sent
 
 bp = Blueprint("metrics", __name__)
 ROUTE_CONVERTER = re.compile(r"<(?:[^:<>]+:)?([^<>]+)>")  # <subscription:subscription_id> → <subscription_id>
@@ -21,10 +21,12 @@ def scrape():
 
 
 def observe_request(response):
-    """Requests by route template (never the raw path: ids would make unbounded label values)."""
+    """Requests by route template (never the raw path: ids would make unbounded label values), timed to the end of
+    their answer."""
     route = route_template(request.url_rule.rule) if request.url_rule is not None else "unmatched"
     if route != "/metrics":
-        metrics.observe_request(route, response.status_code, elapsed_seconds())
+        status = response.status_code
+        when_sent(response, lambda seconds, _complete: metrics.observe_request(route, status, seconds))
     return response
 
 
