@@ -10,13 +10,14 @@ from urllib.parse import unquote
 
 import pytest
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from app.common import utcnow
 from app.database import write_transaction
 from app.extensions import db
 from app.dashboard import views
 from app.models import Account, DashboardSession, Event, Subscription
-from app.services import keys, webhooks
+from app.services import events, keys, webhooks
 from tests.conftest import make_tenant, subscription_count
 from app.worker.deliveries import deliver_due
 from tests.dashboard_helpers import Browser, csrf_of, sign_in
@@ -470,6 +471,28 @@ def test_events_filter_and_show_attempts_and_redeliver(browser, alice):
         response = browser.post(f"/events/{failed}/redeliver")
         assert response.status_code == 302
         assert "Queued for delivery" in browser.text(f"/events/{failed}")
+
+
+def test_the_event_list_and_its_total_come_from_one_snapshot_while_events_are_added(browser, alice, monkeypatch):
+    """PostgreSQL read each statement of a page in its own snapshot: an event committed between the total and the
+    rows was listed but not counted. A page's reads now share one, as the API's do (and SQLite's always did)."""
+    subscription = subscribe(alice.account_id)
+    recorded = record_events(alice.account_id, 3, subscription=subscription)
+    scalar, added = db.session.scalar, []
+
+    def read_then_add_an_event(*args, **kwargs):
+        value = scalar(*args, **kwargs)
+        if not added:  # another process records an event once the page's first read has been made
+            with Session(db.engine) as other, other.begin():
+                added.append(events.record(other, alice.account_id, "contact.position_changed", {"changes": {}},
+                                           subscription=other.get(Subscription, subscription.id)).id)
+        return value
+    monkeypatch.setattr(db.session, "scalar", read_then_add_an_event)
+    page = browser.text("/events")
+    assert added and "3 events." in page
+    assert all(event_id in page for event_id in recorded) and added[0] not in page
+    monkeypatch.undo()
+    assert "4 events." in browser.text("/events")  # the next page sees it
 
 
 def test_the_event_page_shows_the_body_once_and_each_tries_headers_as_sent(browser, alice):

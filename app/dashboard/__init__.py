@@ -14,6 +14,7 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from app.common import isoformat
 from app.errors import ServiceError
+from app.database import end_read_transaction, read_in_one_snapshot
 from app.services import accounts, dashboard_sessions
 
 SESSION_COOKIE = "em_session"
@@ -26,6 +27,9 @@ bp = Blueprint("dashboard", __name__, template_folder="templates", static_folder
 
 @bp.before_request
 def require_session():
+    if request.method in ("GET", "HEAD"):  # a page and its total read in one snapshot, as the API's GETs
+        end_read_transaction()
+        read_in_one_snapshot()
     g.dashboard_session = dashboard_sessions.find(request.cookies.get(SESSION_COOKIE))
     if request.endpoint in PUBLIC_ENDPOINTS:
         return None
