@@ -1,6 +1,8 @@
 """Small helpers shared by every layer: ids and time."""
+import http.client
 import re
 import secrets
+import ssl
 import string
 import time
 from datetime import datetime, timezone
@@ -8,6 +10,8 @@ from datetime import datetime, timezone
 from app.version import VERSION
 
 USER_AGENT = f"entity-monitor/{VERSION}"  # on webhook deliveries and provider requests
+# A peer that closed the connection without answering: mostly a kept-alive connection it had closed while idle
+CLOSED_UNANSWERED = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ssl.SSLEOFError)
 _ALPHANUMERIC = string.ascii_letters + string.digits
 # C0 and C1 controls (tab and NUL included), DEL, Unicode's line and paragraph separators and its bidirectional
 # embeddings, overrides and isolates (which reorder what follows them on a terminal's line); a regular expression
@@ -63,3 +67,14 @@ def isoformat(moment):
 
 def unix_seconds(moment) -> int:
     return int(moment.replace(tzinfo=timezone.utc).timestamp())
+
+
+def closed_unanswered(error: BaseException) -> bool:
+    """The peer closed the connection before any answer (requests and urllib3 wrap the cause in `args`)."""
+    seen = set()
+    while isinstance(error, BaseException) and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, CLOSED_UNANSWERED):
+            return True
+        error = next((arg for arg in reversed(error.args) if isinstance(arg, BaseException)), error.__cause__)
+    return False
