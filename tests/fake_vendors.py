@@ -54,7 +54,9 @@ class LocalServer:
 
 
 class FakeVendor(LocalServer):
+    """`forced`: answers given before any other, in order; CLOSE closes the connection without answering."""
     api_key = "test-key"
+    CLOSE = (None, None)
 
     def __init__(self, limit=None, credits=None, delay=0.0):
         self.records = {}  # (entity_type, key) -> the vendor's record
@@ -72,11 +74,17 @@ class FakeVendor(LocalServer):
 
         class Handler(JsonHandler):
             def do_GET(self):
-                self.reply(*vendor.handle(self.command, self.path, self.headers, b""))
+                self.answer(vendor.handle(self.command, self.path, self.headers, b""))
 
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                self.reply(*vendor.handle(self.command, self.path, self.headers, body))
+                self.answer(vendor.handle(self.command, self.path, self.headers, body))
+
+            def answer(self, answer):
+                if answer is FakeVendor.CLOSE:
+                    self.close_connection = True
+                else:
+                    self.reply(*answer)
 
         super().__init__(Handler)
 
