@@ -223,6 +223,38 @@ def test_non_numeric_headcount_is_unknown():
     assert steps == [[], []]
 
 
+@pytest.mark.parametrize("unreadable", [1.5, "N/A", "1,200", "200", True, [200], {"total": 200}, float("nan")])
+def test_an_unreadable_headcount_does_not_hide_the_next_change(unreadable):
+    """It replaced the stored count without an event, so the next real change was measured from it (walk:
+    100 → 1.5 → 200 reported nothing)."""
+    steps = run("company", company(headcount=100), company(headcount=unreadable), company(headcount=200))
+    assert steps[0] == [] and [data["changes"]["previous_employee_count"] for _, data in steps[1]] == [100]
+
+
+def test_a_whole_headcount_sent_as_a_float_is_a_count():
+    steps = run("company", company(headcount=100), company(headcount=120.0))
+    assert steps[0][0][1]["changes"]["current_employee_count"] == 120
+    assert type(steps[0][0][1]["changes"]["current_employee_count"]) is int
+
+
+@pytest.mark.parametrize("unreadable", [123, 1.5, True, ["CTO"], {"name": "CTO"}])
+def test_a_text_field_of_another_type_is_unknown_and_never_sent(unreadable):
+    """A title of 123 went out as `current_title: 123` (the interface types it as a string), and hid the next
+    change as a headcount did."""
+    steps = run("contact", contact(title="Engineer"), contact(title=unreadable, headline=unreadable),
+                contact(title="CTO"))
+    assert steps[0] == [] and steps[1] == [("contact.position_changed", {"changes": {
+        "previous_company": "Acme", "previous_title": "Engineer", "current_company": "Acme", "current_title": "CTO"}})]
+    assert normalize_snapshot("contact", {"name": unreadable})["name"] is None
+
+
+def test_activity_fields_of_another_type_are_null():
+    [activity] = contact(activities=[{"id": 7, "kind": "post", "url": ["x"], "text": 5, "created_at": 1700000000,
+                                      "reaction_type": {}}])["activities"]
+    assert activity["id"] == 7 and activity["kind"] == "post"
+    assert [activity[name] for name in ("url", "text", "created_at", "target_url", "reaction_type")] == [None] * 5
+
+
 def test_description_change():
     [step] = run("company", company(), company(description="Makes rockets."))
     assert step == [("company.description_changed", {"changes": {

@@ -134,6 +134,35 @@ def test_headcount_unknown_in_between_reports_the_known_difference_once(before, 
                                                                              else [])
 
 
+NOT_TEXT = st.one_of(st.integers(), st.floats(), st.booleans(), st.lists(st.integers(), max_size=3),
+                    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+NOT_A_COUNT = st.one_of(st.floats().filter(lambda value: not value.is_integer()), st.text(max_size=8),
+                        st.booleans(), st.lists(st.integers(), max_size=3))
+
+
+@given(KNOWN_TEXT, KNOWN_TEXT, NOT_TEXT, st.sampled_from(CONTACT_FIELDS))
+def test_a_provider_value_of_another_type_is_unknown(before, after, unreadable, name):
+    """Through the provider boundary (`normalize_snapshot`), a field of the wrong type is as unknown as null: it
+    never fires, never goes out, and the next real value is compared with the last known one."""
+    assume(before != after)
+    answer = {"network_id": "jane", **{field: "same" for field in CONTACT_FIELDS}}
+    first = detect("contact", None, normalize_snapshot("contact", {**answer, name: before}))
+    hidden = detect("contact", first.snapshot, normalize_snapshot("contact", {**answer, name: unreadable}))
+    shown = detect("contact", hidden.snapshot, normalize_snapshot("contact", {**answer, name: after}))
+    assert hidden.changes == [] and len(shown.changes) == 1
+    assert shown.changes[0].data["changes"][f"previous_{name}"] == before
+
+
+@given(st.integers(0, 10**7), NOT_A_COUNT, st.integers(0, 10**7))
+def test_a_headcount_that_is_not_a_whole_number_is_unknown(before, unreadable, after):
+    first = detect("company", None, normalize_snapshot("company", {"headcount": before}))
+    hidden = detect("company", first.snapshot, normalize_snapshot("company", {"headcount": unreadable}))
+    shown = detect("company", hidden.snapshot, normalize_snapshot("company", {"headcount": after}))
+    assert hidden.changes == []
+    assert [change.data["changes"]["delta"] for change in shown.changes] == ([after - before] if after != before
+                                                                             else [])
+
+
 # Slim snapshots against full ones: a sequence of provider answers, each showing some of the most recent
 # activities (as providers do), yields the same events whether the stored snapshot is the slim one (fields
 # detection compares, bounded hashes of activity ids) or a full one that remembers every field and every id.

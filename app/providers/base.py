@@ -147,11 +147,11 @@ RESERVED_FIELDS = ("seen_activity_ids",)
 
 
 def normalize_snapshot(entity_type: str, raw: dict) -> dict:
-    """The fields of contract §7 first (missing ones are None), then any unknown fields, which are kept
-    (`subscription.initial_state` shows them) but never compared nor stored. Activities
-    without a usable id are dropped; `activities` stays None when the provider did not send a list."""
+    """The fields of contract §7 first (missing ones are None, those of the wrong type too: `readable`), then any
+    unknown fields, which are kept (`subscription.initial_state` shows them) but never compared nor stored.
+    Activities without a usable id are dropped; `activities` stays None when the provider did not send a list."""
     fields = CONTACT_FIELDS if entity_type == "contact" else COMPANY_FIELDS
-    snapshot = {name: raw.get(name) for name in fields}
+    snapshot = {name: readable(name, raw.get(name)) for name in fields}
     activities = raw.get("activities")
     if isinstance(activities, list):
         snapshot["activities"] = [_activity(item) for item in activities if _has_usable_id(item)]
@@ -163,6 +163,18 @@ def normalize_snapshot(entity_type: str, raw: dict) -> dict:
     return snapshot
 
 
+def readable(name: str, value):
+    """A field of contract §7 as detection and the events use it: the headcount a whole number, every other field
+    text. A value of another type (a headcount of 1.5 or "1,200", a title of 123, a list) is unknown, as null is:
+    kept, it replaced the last known value without an event and so hid the next real change, and went out in
+    webhook payloads whose fields the interface types as strings."""
+    if name == "headcount":
+        if isinstance(value, float) and value.is_integer() and abs(value) <= 2 ** 53:  # 1200.0, exactly
+            return int(value)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+    return value if isinstance(value, str) else None
+
+
 def _has_usable_id(item) -> bool:
     """An activity is tracked by its id: a string or an integer (anything else cannot be compared)."""
     if not isinstance(item, dict):
@@ -172,8 +184,7 @@ def _has_usable_id(item) -> bool:
 
 
 def _activity(item: dict) -> dict:
-    activity = {name: item.get(name) for name in ACTIVITY_FIELDS}
-    if not isinstance(activity["kind"], str):
-        activity["kind"] = None  # an unreadable kind is reported by no event type
+    # the id as it came (`_has_usable_id`: its type tells two ids apart); a kind that is not text has no event type
+    activity = {name: item.get(name) if name == "id" else readable(name, item.get(name)) for name in ACTIVITY_FIELDS}
     activity.update((name, value) for name, value in item.items() if name not in activity)  # kept, ignored
     return activity
