@@ -7,7 +7,7 @@ import sys
 
 import click
 from flask import current_app
-from flask.cli import AppGroup
+from flask.cli import AppGroup, with_appcontext
 
 from app.api.http import load
 from app.cli import _fail as fail, accounts_cli
@@ -91,6 +91,7 @@ def revoke_key(key_id):
 @click.command("show")
 @click.argument("account_id")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@with_appcontext  # added to `accounts` from here: its own commands get theirs from AppGroup
 def show_account(account_id, as_json):
     """An account: tier, subscriptions against the cap, trial, keys and webhook endpoint."""
     described = accounts.describe(_existing_account(account_id))

@@ -393,6 +393,17 @@ needs_two_cpus = pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(
                                     reason="needs a process allowed at least two CPUs")
 
 
+
+def test_the_console_script_shows_an_account(service):
+    """`entity-monitor accounts show` failed with 'Working outside of application context' for every account: the
+    app's `flask` command, which the tests drive, pushed the context itself (walk)."""
+    service.create_account()
+    [account] = json.loads(service.command("accounts", "list", "--json").stdout)
+    shown = json.loads(service.command("accounts", "show", account["id"], "--json").stdout)
+    assert (shown["id"], shown["api_keys"], shown["webhook_endpoint"]) == (account["id"], 1, None)
+    missing = service.command("accounts", "show", "acct_missing", check=False)
+    assert missing.returncode == 1 and "acct_missing" in missing.stderr and "Traceback" not in missing.stderr
+
 @needs_two_cpus
 @pytest.mark.parametrize("setting", ["", "auto", "off"])
 def test_a_worker_served_with_the_config_file_keeps_to_one_cpu_unless_off(service, setting):
