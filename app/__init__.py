@@ -36,6 +36,8 @@ def create_app(test_config=None):
     """The application, configured and validated (ConfigError names a bad setting); it starts no threads."""
     app = MonitorFlask(__name__, instance_relative_config=True, instance_path=_instance_path())
     app.json.sort_keys = False
+    # `/api/v1//account` is an unknown route (404 in JSON), not an HTML redirect to a Location built from the Host
+    app.url_map.merge_slashes = False
     try:
         os.makedirs(app.instance_path, exist_ok=True)
     except OSError as error:  # a file there, no permission, a read-only file system

@@ -44,6 +44,16 @@ def test_unknown_route_with_a_key_is_json_404(alice):
     _assert_error_shape(alice.get("/does-not-exist"), 404, "NOT_FOUND")
 
 
+@pytest.mark.parametrize("method, path", [("GET", "/api/v1//account"), ("POST", "/api/v1//subscriptions"),
+                                          ("GET", "/v1/subscriptions//x"), ("GET", "/api/v1/subscriptions/")])
+def test_a_path_with_an_empty_segment_is_json_404_not_a_redirect(alice, method, path):
+    """Werkzeug merged the slashes with a 308 in HTML whose Location came from the request's Host header (walk)."""
+    response = alice.client.open(path, method=method, headers={"X-API-Key": alice.key, "Host": "evil.example"},
+                                 json={"entity_type": "contact", "network_id": "jane"})
+    _assert_error_shape(response, 404, "NOT_FOUND")
+    assert "Location" not in response.headers and _subscription_count() == 0
+
+
 @pytest.mark.parametrize("method, path", [("PUT", "/subscriptions"), ("DELETE", "/account"),
                                           ("POST", "/subscriptions/export"), ("PUT", "/subscriptions/bulk"),
                                           ("PUT", "/account/api-keys"), ("POST", "/subscriptions/sub_x")])
