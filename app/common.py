@@ -13,6 +13,8 @@ USER_AGENT = f"entity-monitor/{VERSION}"  # on webhook deliveries and provider r
 # A peer that closed the connection without answering: mostly a kept-alive connection it had closed while idle
 CLOSED_UNANSWERED = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ssl.SSLEOFError)
 _ALPHANUMERIC = string.ascii_letters + string.digits
+# A fully qualified host name whose last label starts with a letter (so not an IP address)
+HOST_NAME = r"([A-Za-z0-9-]{1,63}\.)+[A-Za-z][A-Za-z0-9-]{0,62}"
 # C0 and C1 controls (tab and NUL included), DEL, Unicode's line and paragraph separators and its bidirectional
 # embeddings, overrides and isolates (which reorder what follows them on a terminal's line); a regular expression
 # class that Python and JSON Schema (ECMA-262) read alike

@@ -5,11 +5,14 @@ a bad value raises ConfigError, whose message is one line naming the variable an
 """
 import importlib.util
 import os
+import re
 import ssl
 from urllib.parse import urlsplit
 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
+
+from app.common import HOST_NAME
 
 MINUTE = 60
 WINDOW = 15 * MINUTE
@@ -270,6 +273,10 @@ def validate(config) -> None:
     if config["DEFAULT_TIER"] not in config["TIERS"]:
         raise ConfigError(f"DEFAULT_TIER={config['DEFAULT_TIER']!r} is not a tier: use one of "
                           f"{', '.join(config['TIERS'])}")
+    domain = config["NETWORK_DOMAIN"]
+    if not (re.fullmatch(HOST_NAME, domain) and domain == domain.lower() and not domain.startswith("www.")):
+        raise ConfigError(f"NETWORK_DOMAIN={domain!r} is not a domain name: give it bare and in lower case, "
+                          "e.g. linkedin.com (no scheme, port, path or www.)")
     _validate_database_url(config["SQLALCHEMY_DATABASE_URI"])
     _validate_ratelimit_storage("RATELIMIT_STORAGE_URI", config["RATELIMIT_STORAGE_URI"])
     if config.get("PROVIDER_RATE_LIMIT_STORAGE_URI"):

@@ -47,6 +47,11 @@ def test_the_documented_settings_are_read_from_the_environment_too():
         "TRIAL_DAYS": 1, "DEFAULT_TIER": "growth"}
 
 
+def test_another_network_domain_is_accepted(monkeypatch, tmp_path):
+    assert _app_with(monkeypatch, tmp_path, {"NETWORK_DOMAIN": "network.example.co.uk"}).config["NETWORK_DOMAIN"] \
+        == "network.example.co.uk"
+
+
 def _app_with(monkeypatch, tmp_path, environ=None, config_py=None):
     from app import create_app
     monkeypatch.setenv("INSTANCE_PATH", str(tmp_path))
@@ -63,6 +68,9 @@ def _app_with(monkeypatch, tmp_path, environ=None, config_py=None):
      "PROVIDER_RATE_LIMIT_STORAGE_URI='bogus://' is not a limits storage URI"),
     ({"PROVIDER_RATE_LIMIT": "0/minute"}, "PROVIDER_RATE_LIMIT '0/minute' allows no call"),
     ({"SCHEDULER_STANDBY_POLL_SECONDS": "abc"}, "SCHEDULER_STANDBY_POLL_SECONDS='abc' is not a number"),
+    *[({"NETWORK_DOMAIN": domain}, f"NETWORK_DOMAIN={domain!r} is not a domain name")  # every URL refused (walk)
+      for domain in ("https://linkedin.com", "bad domain", "x.com:8080", "*.com", "LinkedIn.com", "www.linkedin.com",
+                     "linkedin", "linkedin.com/")],
 ])
 def test_settings_that_would_fail_later_are_refused_at_start_up(monkeypatch, tmp_path, environ, refusal):
     """A bad provider budget storage failed every check batch with a traceback while /healthz said ok."""

@@ -7,7 +7,7 @@ from datetime import timedelta
 from flask import current_app
 from sqlalchemy import bindparam, case, delete, update
 
-from app.common import new_id, random_alphanumeric, utcnow
+from app.common import HOST_NAME, new_id, random_alphanumeric, utcnow
 from app.database import end_read_transaction, in_lock_order, write_transaction
 from app.errors import InvalidState, NotFound, ServiceError, ValidationFailed
 from app.extensions import db
@@ -23,9 +23,8 @@ EVENT_FAMILIES = sorted({event_type.split(".")[0] for event_type in events.EVENT
 EVENT_PATTERNS = ("*", *events.EVENT_TYPES, *(f"{family}.*" for family in EVENT_FAMILIES))
 
 
-# A fully qualified name whose last label starts with a letter (so not an IP address), and the characters a
-# URL may hold (RFC 3986: unreserved, reserved, percent-escapes); the OpenAPI pattern is built from these
-HOST_NAME = r"([A-Za-z0-9-]{1,63}\.)+[A-Za-z][A-Za-z0-9-]{0,62}"
+# The characters a URL may hold (RFC 3986: unreserved, reserved, percent-escapes) beside HOST_NAME; the OpenAPI
+# pattern is built from these
 PORT = r"(:0*([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?"  # not 0
 URL_PATH = r"(/([-A-Za-z0-9._~!$&'()*+,;=:@/?#]|%[0-9A-Fa-f]{2})*)?"
 _URL_CHARACTERS = re.compile(r"([-A-Za-z0-9._~!$&'()*+,;=:@/?#\[\]]|%[0-9A-Fa-f]{2})+")
