@@ -54,9 +54,7 @@ class LocalServer:
 
 
 class FakeVendor(LocalServer):
-    """`forced`: answers given before any other, in order; CLOSE closes the connection without answering."""
     api_key = "test-key"
-    CLOSE = (None, None)
 
     def __init__(self, limit=None, credits=None, delay=0.0):
         self.records = {}  # (entity_type, key) -> the vendor's record
@@ -74,17 +72,11 @@ class FakeVendor(LocalServer):
 
         class Handler(JsonHandler):
             def do_GET(self):
-                self.answer(vendor.handle(self.command, self.path, self.headers, b""))
+                self.reply(*vendor.handle(self.command, self.path, self.headers, b""))
 
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                self.answer(vendor.handle(self.command, self.path, self.headers, body))
-
-            def answer(self, answer):
-                if answer is FakeVendor.CLOSE:
-                    self.close_connection = True
-                else:
-                    self.reply(*answer)
+                self.reply(*vendor.handle(self.command, self.path, self.headers, body))
 
         super().__init__(Handler)
 

@@ -121,15 +121,6 @@ def test_crustdata_error_answers(crustdata, answer, error, detail):
         assert raised.value.retry_after == detail
 
 
-def test_crustdata_lookup_closed_unanswered_is_transient_and_not_sent_again(crustdata):
-    """A POST may have been taken, and charged, before the close: it waits for the next round."""
-    crustdata.person(JANE)
-    crustdata.forced.append(FakeCrustdata.CLOSE)
-    with pytest.raises(ProviderError, match="ConnectionError"):
-        crust(crustdata).fetch_many("contact", [JANE])
-    assert len(crustdata.calls) == 1
-
-
 def test_crustdata_wrong_key_is_refused_by_the_fake_as_by_the_vendor(crustdata):
     crustdata.person(JANE)
     with pytest.raises(AccessRefused):
@@ -199,13 +190,6 @@ def test_coresignal_402_when_credits_are_spent(coresignal):
     coresignal.person("jane-doe")
     with pytest.raises(QuotaExhausted):
         core(coresignal).fetch("contact", "jane-doe")
-
-
-def test_coresignal_collect_closed_unanswered_is_sent_once_more(coresignal):
-    coresignal.person("jane-doe")
-    coresignal.forced.append(FakeCoresignal.CLOSE)
-    assert core(coresignal).fetch("contact", "jane-doe")["network_id"] == "jane-doe"
-    assert len(coresignal.calls) == 2
 
 
 @pytest.mark.parametrize("answer, error, retry_after", [
