@@ -1,8 +1,6 @@
 """Small helpers shared by every layer: ids and time."""
-import http.client
 import re
 import secrets
-import ssl
 import string
 import time
 from datetime import datetime, timezone
@@ -10,8 +8,6 @@ from datetime import datetime, timezone
 from app.version import VERSION
 
 USER_AGENT = f"entity-monitor/{VERSION}"  # on webhook deliveries and provider requests
-# A peer that closed the connection without answering: mostly a kept-alive connection it had closed while idle
-CLOSED_UNANSWERED = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ssl.SSLEOFError)
 _ALPHANUMERIC = string.ascii_letters + string.digits
 # A fully qualified host name whose last label starts with a letter (so not an IP address)
 HOST_NAME = r"([A-Za-z0-9-]{1,63}\.)+[A-Za-z][A-Za-z0-9-]{0,62}"
@@ -69,14 +65,3 @@ def isoformat(moment):
 
 def unix_seconds(moment) -> int:
     return int(moment.replace(tzinfo=timezone.utc).timestamp())
-
-
-def closed_unanswered(error: BaseException) -> bool:
-    """The peer closed the connection before any answer (requests and urllib3 wrap the cause in `args`)."""
-    seen = set()
-    while isinstance(error, BaseException) and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, CLOSED_UNANSWERED):
-            return True
-        error = next((arg for arg in reversed(error.args) if isinstance(arg, BaseException)), error.__cause__)
-    return False

@@ -24,13 +24,11 @@ from tests.fake_vendors import JsonHandler, LocalServer
 
 class FakeNetwork(LocalServer):
     """Routes `/contacts/<id>` and `/companies/<id>` to answers the test sets: a JSON-able object (200),
-    `(status, body)`, or HANG (answers only once the test is over: a timeout). `unanswered[path]`: how many of the
-    path's requests to close the connection on without answering, first."""
+    `(status, body)`, or HANG (answers only once the test is over: a timeout)."""
     HANG = object()
 
     def __init__(self):
         self.answers = {}
-        self.unanswered = Counter()
         self.requests = []  # (path, headers, client port)
         self.release = threading.Event()
         self._lock = threading.Lock()
@@ -40,10 +38,6 @@ class FakeNetwork(LocalServer):
             def do_GET(self):
                 with network._lock:
                     network.requests.append((self.path, dict(self.headers), self.client_address[1]))
-                if network.unanswered[self.path]:
-                    network.unanswered[self.path] -= 1
-                    self.close_connection = True
-                    return
                 answer = network.answers.get(self.path, (404, {"error": "no such entity"}))
                 if answer is FakeNetwork.HANG:
                     network.release.wait(10)
@@ -143,21 +137,6 @@ def test_http_reuses_its_connection(fake_network):
             provider.fetch("contact", "gone")
     assert len(fake_network.requests) == 20
     assert len({port for _, _, port in fake_network.requests}) == 1
-
-
-def test_http_sends_again_once_on_a_connection_closed_unanswered(fake_network):
-    """A vendor closing a kept-alive connection while idle failed the first checks of the next round (a stale
-    connection): the GET is sent once more, on a new connection; a second close is a transient failure."""
-    fake_network.contact("jane", person("jane"))
-    provider = HttpProvider(fake_network.url)
-    provider.fetch("contact", "jane")
-    fake_network.unanswered["/contacts/jane"] = 1
-    assert provider.fetch("contact", "jane") == person("jane")
-    assert fake_network.paths() == ["/contacts/jane"] * 3
-    fake_network.unanswered["/contacts/jane"] = 2
-    with pytest.raises(ProviderError, match="ConnectionError"):
-        provider.fetch("contact", "jane")
-    assert len(fake_network.paths()) == 5
 
 
 @pytest.mark.parametrize("status, reason", [(404, "not_found"), (403, "private"), (451, "private")])

@@ -8,7 +8,7 @@ from typing import Optional
 import requests
 from requests.adapters import HTTPAdapter
 
-from app.common import USER_AGENT, closed_unanswered, utcnow
+from app.common import USER_AGENT, utcnow
 from app.providers.base import AccessRefused, ProviderError, QuotaExhausted
 from app.retry_after import parse_retry_after
 
@@ -26,19 +26,11 @@ def pooled_session(pool_size: int, headers: dict) -> requests.Session:
 
 
 def send(session, method: str, url: str, timeout: float, **kwargs) -> requests.Response:
-    """One request; a network failure is transient. Redirects are not followed (an API never needs one). A GET the
-    vendor closed its connection on without answering is sent once more: mostly a kept-alive connection it had
-    closed while idle between two check rounds, which failed the round's first checks (a POST is not resent: it
-    may have been taken, and charged, before the close)."""
-    resends = 1 if method == "GET" else 0
-    while True:
-        try:
-            return session.request(method, url, timeout=timeout, allow_redirects=False, **kwargs)
-        except requests.RequestException as error:
-            if resends and isinstance(error, requests.ConnectionError) and closed_unanswered(error):
-                resends -= 1
-                continue
-            raise ProviderError(f"{type(error).__name__}: {error}") from error
+    """One request; a network failure is transient. Redirects are not followed (an API never needs one)."""
+    try:
+        return session.request(method, url, timeout=timeout, allow_redirects=False, **kwargs)
+    except requests.RequestException as error:
+        raise ProviderError(f"{type(error).__name__}: {error}") from error
 
 
 def json_body(response, expected_type):

@@ -4,9 +4,11 @@ No database here: the outbox claims and records; this module only turns an `Outg
 `Outcome`, and never raises, so a batch always gets recorded.
 """
 import hashlib
+import http.client
 import ipaddress
 import hmac
 import logging
+import ssl
 import threading
 import time
 from collections import OrderedDict
@@ -24,7 +26,7 @@ from requests_hardened.ip_filter_adapter import IPFilterAdapter
 from urllib3.exceptions import LocationParseError
 from urllib3.util import parse_url
 
-from app.common import USER_AGENT, closed_unanswered
+from app.common import USER_AGENT
 from app.retry_after import parse_retry_after
 from app.services import send_deadline
 
@@ -33,6 +35,9 @@ log = logging.getLogger(__name__)
 MAX_SESSIONS = 256
 MAX_ERROR_LENGTH = 500
 # What a request on a kept connection meets when the endpoint closed it as the request went out.
+CLOSED_UNANSWERED = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ssl.SSLEOFError)
+
+
 @dataclass(frozen=True)
 class Outgoing:
     """One HTTP try of one event."""
@@ -137,6 +142,17 @@ def signed_headers(outgoing: Outgoing, timestamp_ms: int) -> dict:
     return headers
 
 
+def _closed_unanswered(error: BaseException) -> bool:
+    """The endpoint closed the connection before any answer (requests and urllib3 wrap the cause in `args`)."""
+    seen = set()
+    while isinstance(error, BaseException) and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, CLOSED_UNANSWERED):
+            return True
+        error = next((arg for arg in reversed(error.args) if isinstance(arg, BaseException)), error.__cause__)
+    return False
+
+
 def _truncate(message: str) -> str:
     return message if len(message) <= MAX_ERROR_LENGTH else message[:MAX_ERROR_LENGTH - 1] + "…"
 
@@ -210,7 +226,7 @@ class Transport:
                                     timeout=(self.timeout, self.timeout), allow_redirects=False, stream=True,
                                     verify=self.verify)
             except requests.ConnectionError as error:
-                if not deadline.kept_connection or deadline.expired or not closed_unanswered(error):
+                if not deadline.kept_connection or deadline.expired or not _closed_unanswered(error):
                     raise
                 log.info("webhook send of %s: the endpoint closed a kept connection; sent again on a new one",
                          outgoing.event_id)
