@@ -9,7 +9,7 @@ from datetime import timedelta
 from urllib.parse import unquote
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from app.common import utcnow
@@ -17,7 +17,7 @@ from app.database import write_transaction
 from app.extensions import db
 from app.dashboard import views
 from app.models import Account, DashboardSession, Event, Subscription
-from app.services import events, keys, webhooks
+from app.services import dashboard_sessions, events, keys, webhooks
 from tests.conftest import make_tenant, subscription_count
 from app.worker.deliveries import deliver_due
 from tests.dashboard_helpers import Browser, csrf_of, sign_in
@@ -493,6 +493,27 @@ def test_the_event_list_and_its_total_come_from_one_snapshot_while_events_are_ad
     assert all(event_id in page for event_id in recorded) and added[0] not in page
     monkeypatch.undo()
     assert "4 events." in browser.text("/events")  # the next page sees it
+
+
+def test_a_page_with_a_notice_is_rendered_from_its_own_reads(browser, alice, monkeypatch):
+    """The notice was cleared (a write, which ends the read transaction) before the template read the listed rows:
+    each was loaded again, one query per row, and one deleted in between (retention) made the page a 500."""
+    recorded = record_events(alice.account_id, 3)
+    with write_transaction() as session:
+        session.execute(update(DashboardSession).values(notice={"kind": "ok", "message": "Queued for delivery."}))
+    write_notice = dashboard_sessions._write_notice
+
+    def clear_then_prune_an_event(row, notice):
+        write_notice(row, notice)
+        with Session(db.engine) as other, other.begin():
+            other.execute(delete(Event).where(Event.id == recorded[0]))
+    monkeypatch.setattr(dashboard_sessions, "_write_notice", clear_then_prune_an_event)
+    response = browser.get("/events")
+    assert response.status_code == 200
+    page = response.get_data(as_text=True)
+    assert "Queued for delivery." in page and all(event_id in page for event_id in recorded)
+    monkeypatch.undo()
+    assert "Queued for delivery." not in browser.text("/events")  # shown once
 
 
 def test_the_event_page_shows_the_body_once_and_each_tries_headers_as_sent(browser, alice):

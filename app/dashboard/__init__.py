@@ -27,7 +27,7 @@ bp = Blueprint("dashboard", __name__, template_folder="templates", static_folder
 
 @bp.before_request
 def require_session():
-    if request.method in ("GET", "HEAD"):  # a page and its total read in one snapshot, as the API's GETs
+    if request.method in ("GET", "HEAD") and request.endpoint not in PUBLIC_ENDPOINTS:  # one snapshot, as the API's
         end_read_transaction()
         read_in_one_snapshot()
     g.dashboard_session = dashboard_sessions.find(request.cookies.get(SESSION_COOKIE))
@@ -98,9 +98,14 @@ def account_id() -> str:
 
 
 def render(template, code=200, **context):
-    """A page with the session's pending notice; never cached (pages can show a secret once)."""
-    notice = dashboard_sessions.pop_notice(g.dashboard_session) if g.get("dashboard_session") else None
-    response = make_response(render_template(template, notice=notice, **context), code)
+    """A page with the session's pending notice; never cached (pages can show a secret once). The notice is cleared
+    once the page is rendered: the write ends the page's read transaction, and the rows the template reads would
+    have been loaded again outside its snapshot, one query each (or failed, deleted in between)."""
+    row = g.get("dashboard_session")
+    page = render_template(template, notice=row.notice if row else None, **context)
+    if row:
+        dashboard_sessions.pop_notice(row)
+    response = make_response(page, code)
     response.headers["Cache-Control"] = "no-store"
     return response
 
