@@ -295,8 +295,10 @@ def newest_first_page(model, created_column, limit, offset, inline=(), total_que
     into the SQL as literals, so that a partial index of one value (`status = 'failed'`, `models.event.only_failed`)
     serves the page and its total: PostgreSQL cannot use it in the generic plan of a prepared `status = $1`, and
     SQLite matches a bound value to it only by preparing the statement again at every run. The offset is walked
-    over the ids alone (every index of such a list holds the order's columns and the id), then the page's rows are
-    read by id: walking whole rows read every skipped row from the table (PostgreSQL walk: 10 s at offset 2M)."""
+    over the page's order and ids, then the page's rows are read by id: walking whole rows read every skipped row
+    from the table (PostgreSQL walk: 10 s at offset 2M). Where the index also holds the filter's columns (an
+    account's list, of one type, of its failures) the walk reads the index alone; a subscription's events and an
+    event's attempts are read in indexes without the account, row by row, as they are few."""
     conditions = [getattr(model, name) == (literal(value, literal_execute=True) if name in inline else value)
                   for name, value in equal_to.items() if value is not None]
     counted = select(func.count()).select_from(model).where(*conditions)

@@ -86,19 +86,21 @@ def when_sent(response, callback) -> None:
     """Calls `callback(seconds, complete)` once the answer is sent: now for a whole body; for a streamed one (an
     export) when the server closes it, `complete` false if it stopped before its end (the client left, or the
     body failed midway). Taken at the request's end, a streamed answer's time was how long the view took to return
-    its generator: a few ms for a minute's download."""
+    its generator: a few ms for a minute's download. (Behind nginx, which buffers answers, "sent" is handed to
+    nginx.)"""
     started = g.get("request_started", time.perf_counter())
     if not response.is_streamed or response.direct_passthrough:  # a file is handed on as it is, never closed here
         callback(time.perf_counter() - started, True)
         return
     if not isinstance(response.response, _SentToTheEnd):
-        response.response = _SentToTheEnd(response.response, bodiless=request.method == "HEAD")
+        bodiless = request.method == "HEAD" or response.status_code < 200 or response.status_code in (204, 304)
+        response.response = _SentToTheEnd(response.response, bodiless)  # Werkzeug sends no body for these
     body = response.response
     response.call_on_close(lambda: callback(time.perf_counter() - started, body.complete))
 
 
 class _SentToTheEnd:
-    """A streamed body that knows whether the server took all of it (a HEAD answer sends none and is complete)."""
+    """A streamed body that knows whether the server took all of it (an answer sent without a body is complete)."""
 
     def __init__(self, chunks, bodiless: bool):
         self.chunks, self.complete = chunks, bodiless
@@ -124,9 +126,7 @@ def _log_access(response):
 
 def _write_access_line(fields: dict, seconds: float, complete: bool) -> None:
     duration_ms = round(1000 * seconds, 1)
-    if complete:
-        access_log.info("%s %s %s %s ms", fields["method"], fields["path"], fields["status"], duration_ms,
-                        extra={**fields, "duration_ms": duration_ms})
-    else:
-        access_log.info("%s %s %s %s ms, stopped before the end of its body", fields["method"], fields["path"],
-                        fields["status"], duration_ms, extra={**fields, "duration_ms": duration_ms, "complete": False})
+    message, extra = "%s %s %s %s ms", {**fields, "duration_ms": duration_ms}
+    if not complete:
+        message, extra["complete"] = message + ", stopped before the end of its body", False
+    access_log.info(message, fields["method"], fields["path"], fields["status"], duration_ms, extra=extra)
