@@ -1,4 +1,8 @@
 """The errors the service layer raises; the HTTP layer renders them in the one error shape (contract §2)."""
+import math
+import time
+
+RATE_LIMIT_MESSAGE = "Rate limit exceeded for this API key. Retry after the window resets."
 
 
 class ServiceError(Exception):
@@ -50,3 +54,19 @@ class DuplicateSubscription(ServiceError):
 
 class InvalidState(ServiceError):
     status, code = 409, "INVALID_STATE"
+
+
+class RateLimited(ServiceError):
+    """429 in the one error shape; `headers` carries Retry-After."""
+    status, code = 429, "RATE_LIMIT_EXCEEDED"
+
+    def __init__(self, limit: int, window_seconds: int, reset_time: float, message=RATE_LIMIT_MESSAGE):
+        retry_after = seconds_until(reset_time)
+        super().__init__(message, {"limit": limit, "window_seconds": window_seconds,
+                                   "retry_after": retry_after})
+        self.headers = {"Retry-After": str(retry_after)}
+
+
+def seconds_until(reset_time: float) -> int:
+    """Whole seconds to wait, at least 1 (never more than the window, unlike `reset_at - now`)."""
+    return max(1, math.ceil(reset_time - time.time()))

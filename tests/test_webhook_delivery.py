@@ -225,6 +225,34 @@ def test_a_redelivered_test_event_is_a_probe_like_the_test_send(alice, clock, st
     assert receiver.event_ids == [test_event, test_event]
 
 
+def test_a_second_test_send_while_one_waits_for_the_endpoint_is_a_429(app, alice, bob):
+    """A test send holds a server thread until the endpoint answers: an account's test sends in parallel could take
+    every thread (walk: six at once to a slow endpoint held /healthz 8 s). One at a time per account; another
+    account's goes on."""
+    with Receiver(Reply(delay=1.5)) as receiver:
+        configure(alice, receiver.url)
+        configure(bob, receiver.url)
+        with ThreadPoolExecutor(1) as pool:
+            first = pool.submit(make_tenant_client_post, app, alice.key, "/api/v1/webhooks/test")
+            deadline = time.monotonic() + 10
+            while not receiver.requests and time.monotonic() < deadline:  # the first is on the wire
+                time.sleep(0.01)
+            second = alice.post("/webhooks/test")
+            others = bob.post("/webhooks/test")
+            assert first.result().status_code == 200 and first.result().json["delivered"] is True
+        assert second.status_code == 429 and second.json["error"] == "RATE_LIMIT_EXCEEDED"
+        assert second.json["details"]["limit"] == 1 and 1 <= int(second.headers["Retry-After"]) <= 10
+        assert others.status_code == 200 and others.json["delivered"] is True
+        assert alice.post("/webhooks/test").json["delivered"] is True  # once the first is back
+    db.session.rollback()
+    assert db.session.scalar(select(func.count()).select_from(Event).where(Event.type == "test")) == 3
+
+
+def make_tenant_client_post(app, key, path):
+    """A request from another thread: a client of its own (its own application context and session)."""
+    return app.test_client().post(path, headers={"X-API-Key": key})
+
+
 def failing_since_a_first_failure(alice, receiver):
     """Configure the receiver (answering 500) and fail a first delivery: the endpoint is failing since then."""
     configure(alice, receiver.url)

@@ -6,9 +6,8 @@ from flask_limiter.errors import RateLimitExceeded
 from marshmallow import ValidationError
 from werkzeug.exceptions import HTTPException
 
-from app.api.limits import RateLimited
 from app.common import isoformat, utcnow
-from app.errors import ServiceError, ValidationFailed
+from app.errors import RateLimited, ServiceError, ValidationFailed
 from app.extensions import limiter
 
 log = logging.getLogger(__name__)

@@ -1,32 +1,10 @@
 """The four rate-limit classes of contract §8, shared across their endpoints, sized by the caller's tier;
 and the per-address limit of requests refused for want of a valid key."""
-import math
-import time
-
 from flask import current_app, g
 from limits import RateLimitItemPerSecond, parse
 
-from app.errors import ServiceError
+from app.errors import RateLimited
 from app.extensions import limit_string, limiter, rate_limit_key
-
-RATE_LIMIT_MESSAGE = "Rate limit exceeded for this API key. Retry after the window resets."
-
-
-class RateLimited(ServiceError):
-    """429 in the one error shape; `headers` carries Retry-After."""
-    status, code = 429, "RATE_LIMIT_EXCEEDED"
-
-    def __init__(self, limit: int, window_seconds: int, reset_time: float, message=RATE_LIMIT_MESSAGE):
-        retry_after = seconds_until(reset_time)
-        super().__init__(message, {"limit": limit, "window_seconds": window_seconds,
-                                   "retry_after": retry_after})
-        self.headers = {"Retry-After": str(retry_after)}
-
-
-def seconds_until(reset_time: float) -> int:
-    """Whole seconds to wait, at least 1 (never more than the window, unlike `reset_at - now`)."""
-    return max(1, math.ceil(reset_time - time.time()))
-
 
 def rate_class(name: str):
     """Tags a view with its rate-limit class; the limiter's one default limit (app.extensions) sizes and

@@ -9,8 +9,12 @@ A delivery goes through three steps so no transaction is held across HTTP:
    skipping the outbox rows whose lease was lost meanwhile (the try itself is still logged).
 """
 import logging
+import math
 import random
+import threading
+import time
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from itertools import zip_longest
@@ -22,7 +26,7 @@ from app import metrics
 from app.common import isoformat, new_id, new_sortable_id, utcnow
 from app.database import (add_to_counters, end_read_transaction, in_lock_order, lock_in_order, newest_first_page,
                           upsert, write_transaction)
-from app.errors import NotFound, ValidationFailed
+from app.errors import NotFound, RateLimited, ValidationFailed
 from app.extensions import db
 from app.models import DeliveryAttempt, DeliveryDayCount, Event, OutboxDelivery, WebhookConfig
 from app.services import events, webhooks
@@ -385,8 +389,35 @@ def _update_endpoint_health(configs, results, now):
 
 # --- the test send ------------------------------------------------------------------------------
 
+_tests_sending = set()  # accounts with a test send on the wire in this process
+_tests_sending_lock = threading.Lock()
+
+
+@contextmanager
+def _one_test_at_a_time(account_id: str, timeout: float):
+    """A test send holds a server thread for up to the webhook timeout: one account's test sends in parallel could
+    take every thread and stall the API for everyone (walk: 6 at once to a slow endpoint held /healthz 8 s). A
+    second one while the first is on the wire is a 429 (in this process; each process has threads of its own)."""
+    with _tests_sending_lock:
+        if account_id in _tests_sending:
+            raise RateLimited(1, math.ceil(timeout), time.time() + timeout,
+                              "A test send of this account is already waiting for the endpoint's answer. Retry when "
+                              "it has come back.")
+        _tests_sending.add(account_id)
+    try:
+        yield
+    finally:
+        with _tests_sending_lock:
+            _tests_sending.discard(account_id)
+
+
 def send_test(account_id: str, transport) -> dict:
-    """Record a `test` event and send it now, whatever the filter or active flag; no retries."""
+    """Record a `test` event and send it now, whatever the filter or active flag; no retries; one at a time."""
+    with _one_test_at_a_time(account_id, transport.timeout):
+        return _send_test(account_id, transport)
+
+
+def _send_test(account_id: str, transport) -> dict:
     with write_transaction() as session:
         now = utcnow()
         config = webhooks.get(account_id, session)
