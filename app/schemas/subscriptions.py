@@ -184,6 +184,7 @@ class BulkCreateErrorSchema(Schema):
     network_id = fields.Str(allow_none=True)
     error = fields.Str()
     code = fields.Str()
+    existing_subscription_id = fields.Str()  # a DUPLICATE_SUBSCRIPTION's only, as the single create's 409 names it
 
 
 class BulkCreateResultSchema(Schema):

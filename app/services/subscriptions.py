@@ -119,13 +119,16 @@ class BulkCreateResult:
 
 
 def _item_error(index, raw, error: ServiceError, network_id=None):
-    """One failed item; `network_id` is the resolved id when known, else the id the item sent (or null).
-    `details` (left out of the API's item shape) names, for a duplicate, the subscription it duplicates."""
+    """One failed item; `network_id` is the resolved id when known, else the id the item sent (or null); a
+    duplicate names the subscription it duplicates. `details` is left out of the API's item shape."""
     if network_id is None and isinstance(raw, dict):
         raw_id = raw.get("network_id", raw.get("linkedin_id"))
         network_id = raw_id if isinstance(raw_id, str) else None
-    return {"index": index, "network_id": network_id, "error": error.message, "code": error.code,
+    item = {"index": index, "network_id": network_id, "error": error.message, "code": error.code,
             "details": error.details or {}}
+    if "existing_subscription_id" in item["details"]:
+        item["existing_subscription_id"] = item["details"]["existing_subscription_id"]
+    return item
 
 
 def bulk_create(account_id: str, raw_items: list, load_item, dry_run=False) -> BulkCreateResult:
