@@ -110,6 +110,10 @@ def test_create_schedules_the_first_check(app, alice):
     "https://www.linkedin.com/in/jane-doe/details/experience/",  # a section after the id
     "https://www.linkedin.com/in/jane-doe/recent-activity/all/",
     "https://www.linkedin.com/in/jane-doe/overlay/contact-info/",
+    "https://www.linkedin.com/in/jane-doe/en",                   # the profile in one of its languages (walk)
+    "https://www.linkedin.com/in/jane-doe/pt-br/",
+    "https://www.linkedin.com:443/in/jane-doe",                  # the scheme's own port
+    "http://www.linkedin.com:80/in/jane-doe",
 ])
 def test_url_forms_of_one_contact_resolve_to_the_canonical_url(alice, url):
     response = _create(alice, entity_type="contact", network_url=url)
@@ -138,6 +142,9 @@ def test_url_forms_of_one_contact_resolve_to_the_canonical_url(alice, url):
     ("contact", "https://www.linkedin.com/mwlite/jane-doe"),
     ("contact", "https://www.linkedin.com/jane-doe"),
     ("contact", "https://www.linkedin.com:8443/in/jane-doe"),   # a port
+    ("contact", "https://www.linkedin.com:80/in/jane-doe"),     # http's port under https
+    ("contact", "https://www.linkedin.com/in/jane-doe/english"),  # not a language code
+    ("contact", "https://www.linkedin.com/in/jane-doe/e1"),
     ("contact", "https://user@www.linkedin.com/in/jane-doe"),   # credentials
     ("contact", "https://www.linkedin.com/in/jane.doe"),        # a character ids do not hold
     ("contact", ""),

@@ -54,6 +54,9 @@ _SUBDOMAIN = re.compile(r"^(?:www|m|[a-z]{2})$")
 PROFILE_SECTIONS = frozenset(("details", "about", "posts", "recent-activity", "overlay", "people", "jobs",
                               "life", "insights", "videos", "events"))
 MOBILE_PREFIX = "mwlite"
+# A profile shown in one of its languages (`/in/jane/en`, `/in/jane/pt-br`)
+_PROFILE_LANGUAGE = re.compile(r"^[a-z]{2}(?:[-_][a-z]{2})?$")
+_DEFAULT_PORTS = {"https": 443, "http": 80}
 
 
 def _network_host(host: str, domain: str) -> bool:
@@ -69,8 +72,8 @@ def _invalid_url(url, field, expected, reason):
 
 def parse_network_url(url: str, domain: str, field="network_url"):
     """(entity_type, id segment as written) of a profile URL: a scheme, the network's host (or a country or
-    mobile subdomain of it), an optional /mwlite prefix, /in/<id> or /company/<id>, then optionally one of
-    PROFILE_SECTIONS and anything below it."""
+    mobile subdomain of it; the scheme's own port may be written), an optional /mwlite prefix, /in/<id> or
+    /company/<id>, then optionally a language (`/en`) or one of PROFILE_SECTIONS and anything below it."""
     def invalid(reason):
         return _invalid_url(url, field, f"https://www.{domain}/in/<id> or /company/<id>", reason)
 
@@ -85,16 +88,20 @@ def parse_network_url(url: str, domain: str, field="network_url"):
     if not _network_host(host, domain):
         raise invalid(f"the host must be {domain}, www.{domain} or a country or mobile subdomain "
                       f"such as uk.{domain} or m.{domain}.")
-    if port is not None or parts.username is not None:
+    if port not in (None, _DEFAULT_PORTS[parts.scheme.lower()]) or parts.username is not None:
         raise invalid(f"it must name no port and no user (https://www.{domain}/in/<id>).")
     segments = [segment for segment in parts.path.split("/") if segment]
     if segments and segments[0].lower() == MOBILE_PREFIX:
         segments = segments[1:]
     if (len(segments) < 2 or segments[0].lower() not in ENTITY_FOR_KIND
-            or (len(segments) > 2 and segments[2].lower() not in PROFILE_SECTIONS)):
+            or (len(segments) > 2 and not _profile_section(segments[2].lower()))):
         raise invalid("the path must be /in/<id> for a contact or /company/<id> for a company, optionally "
-                      f"followed by a profile section ({', '.join(sorted(PROFILE_SECTIONS))}).")
+                      f"followed by a language (/en) or a profile section ({', '.join(sorted(PROFILE_SECTIONS))}).")
     return ENTITY_FOR_KIND[segments[0].lower()], segments[1]
+
+
+def _profile_section(segment: str) -> bool:
+    return segment in PROFILE_SECTIONS or bool(_PROFILE_LANGUAGE.match(segment))
 
 
 def network_id_from_url(url: str, entity_type: str, domain: str, field="network_url") -> str:
