@@ -301,6 +301,19 @@ def test_a_number_beyond_a_double_is_a_400_in_json_a_strict_parser_reads(alice, 
     json.loads(response.get_data(as_text=True), parse_constant=lambda name: pytest.fail(f"{name} in the answer"))
 
 
+@pytest.mark.parametrize("path, body, name", [
+    ("/subscriptions", b'{"entity_type": "contact", "network_id": "jane-doe", "network_id": "john-roe"}', "network_id"),
+    ("/subscriptions", b'{"entity_type": "contact", "network_id": "ab", "custom_metadata": {"o": "a", "o": "b"}}',
+     "o"),
+    ("/account/api-keys", b'{"name": "a", "name": "b"}', "name"),
+])
+def test_a_name_given_twice_in_one_object_is_a_400(alice, path, body, name):
+    """Python kept the last of the two and other parsers the first: a body could name one entity to a proxy that
+    checked it and another to the service (walk)."""
+    response = post_refused_body(alice, path, body)
+    assert response.json["message"] == f"The JSON names '{name}' more than once in one object."
+
+
 def test_a_number_a_double_holds_still_gets_its_field_s_own_answer(alice):
     response = alice.post("/account/api-keys", data=b'{"name": 1.7976931348623157e308}',
                           content_type="application/json")

@@ -107,10 +107,11 @@ def parse_json_text(text: str):
     """JSON text by RFC 8259's rules, not Python's: NaN and Infinity are no JSON, and a lone surrogate escape
     (`"\\ud800"`) is no text (stored, it failed every later encoding to UTF-8: checks, exports, pages). ValueError
     for what is not JSON (UnicodeError for a lone surrogate, NestedTooDeeply past MAX_JSON_DEPTH); a number beyond
-    a double is a ValidationFailed of its own."""
+    a double, or a name given twice in one object, is a ValidationFailed of its own."""
     if nests_deeper_than(text, MAX_JSON_DEPTH):
         raise NestedTooDeeply()
-    data = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+    data = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float,
+                      object_pairs_hook=_object_of_distinct_names)
     json.dumps(data, ensure_ascii=False).encode("utf-8")
     return data
 
@@ -130,6 +131,18 @@ def nests_deeper_than(text: str, limit: int) -> bool:
         elif token in ("]", "}"):
             depth -= 1
     return False
+
+
+def _object_of_distinct_names(pairs: list) -> dict:
+    """An object whose names are distinct: RFC 8259 leaves a repeated name's meaning to the parser (Python keeps the
+    last, others the first), so `{"network_id": "a", "network_id": "b"}` would name whichever entity one chose."""
+    data = dict(pairs)
+    if len(data) < len(pairs):
+        seen = set()
+        repeated = next(name for name, _ in pairs if name in seen or seen.add(name))
+        shown = repeated if len(repeated) <= 40 else repeated[:39] + "…"
+        raise ValidationFailed("body", f"The JSON names '{shown}' more than once in one object.")
+    return data
 
 
 def _refuse_constant(name):
