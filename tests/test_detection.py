@@ -248,6 +248,20 @@ def test_a_text_field_of_another_type_is_unknown_and_never_sent(unreadable):
     assert normalize_snapshot("contact", {"name": unreadable})["name"] is None
 
 
+def test_white_space_around_a_value_is_no_change():
+    """"Lead" → "Lead " was a position change (walk): scraped text gains and loses spaces."""
+    assert run("contact", contact(title="Lead"), contact(title="Lead "), contact(title=" Lead\n")) == [[], []]
+    assert contact(title=" Lead ")["title"] == "Lead"
+
+
+def test_a_snapshot_stored_with_white_space_reports_no_change_for_it():
+    stored = detect("contact", None, contact()).snapshot
+    stored["title"] = "Engineer "  # as stored before answers were trimmed
+    assert detect("contact", stored, contact(title="Engineer")).changes == []
+    assert [change.type for change in detect("contact", stored, contact(title="CTO")).changes] == [
+        "contact.position_changed"]
+
+
 def test_activity_fields_of_another_type_are_null():
     [activity] = contact(activities=[{"id": 7, "kind": "post", "url": ["x"], "text": 5, "created_at": 1700000000,
                                       "reaction_type": {}}])["activities"]

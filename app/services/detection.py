@@ -64,7 +64,13 @@ def _merge(names, previous: dict, current: dict) -> dict:
 
 def _differs(previous, current, name) -> bool:
     before, after = previous.get(name), current.get(name)
-    return not is_unknown(before) and not is_unknown(after) and before != after
+    return not is_unknown(before) and not is_unknown(after) and _trimmed(before) != _trimmed(after)
+
+
+def _trimmed(value):
+    """A text without surrounding white space: the provider's answers are read so (`readable`), and a snapshot stored
+    before that must not make its next check report " Lead" → "Lead"."""
+    return value.strip() if isinstance(value, str) else value
 
 
 def _headcount(value):
