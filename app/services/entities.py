@@ -89,7 +89,7 @@ def parse_network_url(url: str, domain: str, field="network_url"):
         raise invalid(f"the host must be {domain}, www.{domain} or a country or mobile subdomain "
                       f"such as uk.{domain} or m.{domain}.")
     if port not in (None, _DEFAULT_PORTS[parts.scheme.lower()]) or parts.username is not None:
-        raise invalid(f"it must name no port and no user (https://www.{domain}/in/<id>).")
+        raise invalid(f"it must name no user and no port but the scheme's (https://www.{domain}/in/<id>).")
     segments = [segment for segment in parts.path.split("/") if segment]
     if segments and segments[0].lower() == MOBILE_PREFIX:
         segments = segments[1:]
