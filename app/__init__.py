@@ -87,9 +87,10 @@ def _engine_options(config):
     """A pool as large as DATABASE_POOL_SIZE (SQLAlchemy's default of 5 made 8 serving threads open and close
     a connection every ~17 requests). Ping pooled connections before use where they can go stale (a server
     restarts, a proxy drops idle ones); a SQLite file's connection cannot, and the ping would be one more
-    statement per request. An in-memory SQLite database has a single connection and takes no pool size."""
+    statement per request. An in-memory SQLite database has a single connection and takes no pool size. A failed
+    statement's error never shows its values: logged, they held webhook secrets and key hashes (walk)."""
     database_url = config["SQLALCHEMY_DATABASE_URI"]
-    options = {"pool_pre_ping": not database_url.startswith("sqlite")}
+    options = {"pool_pre_ping": not database_url.startswith("sqlite"), "hide_parameters": True}
     if not _in_memory_sqlite(database_url):
         options["pool_size"] = config["DATABASE_POOL_SIZE"]
     return options

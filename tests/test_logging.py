@@ -11,6 +11,7 @@ import pytest
 import requests
 
 from app import create_app
+from app.extensions import db
 from app.logging_setup import HANDLER_NAME
 from app.providers import ProviderError
 from app.worker import checks as check_worker
@@ -45,6 +46,36 @@ def test_access_lines_are_json_with_request_id_and_account(alice, log_lines):
     assert line["account_id"] == alice.account_id
     assert (line["method"], line["path"], line["status"]) == ("GET", "/api/v1/subscriptions?limit=5", 200)
     assert line["level"] == "INFO" and line["time"].endswith("+00:00") and line["duration_ms"] >= 0
+
+
+REFUSE_ROTATION = {
+    "sqlite": ["CREATE TRIGGER refuse_rotation BEFORE UPDATE OF secret ON webhook_configs "
+               "BEGIN SELECT RAISE(ABORT, 'refused'); END"],
+    "postgresql": ["CREATE FUNCTION refuse_rotation() RETURNS trigger AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$ "
+                   "LANGUAGE plpgsql",
+                   "CREATE TRIGGER refuse_rotation BEFORE UPDATE OF secret ON webhook_configs FOR EACH ROW "
+                   "EXECUTE FUNCTION refuse_rotation()"]}
+ALLOW_ROTATION = {"sqlite": ["DROP TRIGGER refuse_rotation"],
+                  "postgresql": ["DROP TRIGGER refuse_rotation ON webhook_configs", "DROP FUNCTION refuse_rotation()"]}
+
+
+def test_a_failed_statement_never_logs_its_values(alice, app, log_lines):
+    """A write the database refused was logged with SQLAlchemy's `[parameters: …]`: the new webhook secret and the
+    live one (walk: any deadlock, full disk or dropped connection would do)."""
+    live = configure(alice, "http://127.0.0.1:9/hook")["secret"]
+    dialect = db.engine.dialect.name
+    with db.engine.begin() as connection:
+        for statement in REFUSE_ROTATION[dialect]:
+            connection.exec_driver_sql(statement)
+    try:
+        response = alice.post("/webhooks/rotate-secret")
+    finally:
+        with db.engine.begin() as connection:
+            for statement in ALLOW_ROTATION[dialect]:
+                connection.exec_driver_sql(statement)
+    assert response.status_code == 500 and response.json["error"] == "INTERNAL_ERROR"
+    written = json.dumps(log_lines())
+    assert "refused" in written and "whsec_" not in written and live not in written
 
 
 def test_the_access_log_never_shows_a_key(alice, anon, log_lines):
