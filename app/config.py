@@ -40,6 +40,10 @@ class Defaults:
     DATABASE_POOL_SIZE = 20
 
     RATELIMIT_STORAGE_URI = "memory://"
+    # A shared storage (Redis) that goes down: each process counts in its own memory until it answers again,
+    # instead of every keyed request failing (walk); its errors come as limits' StorageError
+    RATELIMIT_IN_MEMORY_FALLBACK_ENABLED = True
+    RATELIMIT_STORAGE_OPTIONS = {"wrap_exceptions": True}
     RATELIMIT_ENABLED = True
     RATELIMIT_WINDOW_SECONDS = WINDOW
     RATELIMIT_UNAUTHENTICATED = 100

@@ -1,13 +1,22 @@
 """The memory:// rate-limit storage counts like limits' own but sweeps expired counters at most once a
 second, instead of starting a timer thread on nearly every request (issue 12)."""
+import socket
 import time
 
 import limits.storage.memory
+import pytest
 from limits import RateLimitItemPerSecond
+from limits.errors import StorageError
 from limits.strategies import FixedWindowRateLimiter
 
 from app.extensions import limiter
 from app.rate_limit_storage import SweepingMemoryStorage
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 class CountingTimer(limits.storage.memory.threading.Timer):
@@ -50,3 +59,25 @@ def test_expired_counters_are_still_swept():
         time.sleep(0.02)
     assert "key:gone" not in storage.storage
     assert storage.get("key:other") == 1
+
+
+@pytest.mark.parametrize("app_config", [{"RATELIMIT_STORAGE_URI": f"redis://127.0.0.1:{closed_port()}"}])
+def test_a_shared_storage_that_is_down_falls_back_to_counting_in_memory(app, alice, anon, app_config):
+    """With Redis down every keyed request was a 500 (an HTTP_ERROR, not the contract's INTERNAL_ERROR) while
+    /healthz said ok (walk). Now each process counts in its own memory until the storage answers again."""
+    first = alice.get("/account")
+    assert first.status_code == 200 and first.headers["X-RateLimit-Limit"] == "100"
+    assert alice.get("/account").headers["X-RateLimit-Remaining"] == str(int(first.headers["X-RateLimit-Remaining"])
+                                                                        - 1)
+    assert anon.get("/account").json["error"] == "UNAUTHORIZED"
+    assert alice.get("/no-such-route").json["error"] == "NOT_FOUND"
+    for _ in range(100):
+        last = alice.get("/account")
+    assert last.status_code == 429 and last.json["error"] == "RATE_LIMIT_EXCEEDED"  # still limited
+
+
+def test_a_storage_failing_for_a_request_without_a_key_lets_it_through_to_its_401(app, anon, monkeypatch):
+    def unreachable(*_args):
+        raise StorageError(ConnectionError("refused"))
+    monkeypatch.setattr(limiter.limiter, "hit", unreachable)
+    assert anon.get("/account").json["error"] == "UNAUTHORIZED"

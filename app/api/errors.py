@@ -12,7 +12,9 @@ from app.extensions import limiter
 
 log = logging.getLogger(__name__)
 
-_HTTP_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "PAYLOAD_TOO_LARGE", 400: "VALIDATION_ERROR"}
+UNEXPECTED_MESSAGE = "An unexpected error occurred. Quote the request id to support."
+_HTTP_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "PAYLOAD_TOO_LARGE", 400: "VALIDATION_ERROR",
+               500: "INTERNAL_ERROR"}  # (an error in an after-request hook reaches Flask as a 500 HTTPException)
 
 
 def error_response(status, code, message, details=None, headers=None):
@@ -98,6 +100,8 @@ def register_error_handlers(app):
         elif error.code == 405:
             message = f"Method {request.method} is not allowed on {request.path}."
             headers = {"Allow": ", ".join(error.valid_methods or ())}
+        elif error.code == 500:
+            message = UNEXPECTED_MESSAGE
         elif error.code == 413:
             message = "The request body is larger than the 1 MiB limit."
             details = {"limit_bytes": app.config["MAX_CONTENT_LENGTH"]}
@@ -106,5 +110,5 @@ def register_error_handlers(app):
     @app.errorhandler(Exception)
     def _unexpected(error):
         log.exception("unhandled error (request_id=%s)", g.get("request_id"))
-        return error_response(500, "INTERNAL_ERROR", "An unexpected error occurred. Quote the request id to support.")
+        return error_response(500, "INTERNAL_ERROR", UNEXPECTED_MESSAGE)
 

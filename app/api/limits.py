@@ -1,10 +1,16 @@
 """The four rate-limit classes of contract §8, shared across their endpoints, sized by the caller's tier;
 and the per-address limit of requests refused for want of a valid key."""
+import logging
+
 from flask import current_app, g
 from limits import RateLimitItemPerSecond, parse
+from limits.errors import StorageError
 
 from app.errors import RateLimited
 from app.extensions import limit_string, limiter, rate_limit_key
+
+log = logging.getLogger(__name__)
+
 
 def rate_class(name: str):
     """Tags a view with its rate-limit class; the limiter's one default limit (app.extensions) sizes and
@@ -32,23 +38,36 @@ def limit_unauthenticated():
         return
     window = config["RATELIMIT_WINDOW_SECONDS"]
     item = RateLimitItemPerSecond(config["RATELIMIT_UNAUTHENTICATED"], window)
-    if not limiter.limiter.hit(item, "unauthenticated", rate_limit_key()):
+    try:
+        if limiter.limiter.hit(item, "unauthenticated", rate_limit_key()):
+            return
         reset_time = limiter.limiter.get_window_stats(item, "unauthenticated", rate_limit_key()).reset_time
-        raise RateLimited(item.amount, window, reset_time,
-                          "Too many requests without a valid API key from this address. Retry later.")
+    except StorageError as error:  # flask-limiter's fallback starts with the next keyed request it checks
+        log.warning("rate limit storage unreachable (%s): a request without a valid key went uncounted", error)
+        return
+    raise RateLimited(item.amount, window, reset_time,
+                      "Too many requests without a valid API key from this address. Retry later.")
+
+
+def _rate_limit_state():
+    """(limit, remaining, reset at) of the request's class."""
+    current = limiter.current_limit
+    if current is not None:
+        return current.limit.amount, current.remaining, current.reset_at
+    # no limited view ran (an unknown route, a wrong method): report the default class, unspent
+    item = parse(limit_string("default"))
+    reset_time, remaining = limiter.limiter.get_window_stats(item, rate_limit_key(), "default")
+    return item.amount, remaining, int(reset_time + 1)
 
 
 def add_rate_limit_headers(response):
     """X-RateLimit-* on every keyed response (Retry-After only on 429, set by the error handler)."""
     if not g.get("api_key_id") or not current_app.config.get("RATELIMIT_ENABLED", True):
         return response
-    current = limiter.current_limit
-    if current is not None:
-        amount, remaining, reset_at = current.limit.amount, current.remaining, current.reset_at
-    else:  # no limited view ran (an unknown route, a wrong method): report the default class, unspent
-        item = parse(limit_string("default"))
-        reset_time, remaining = limiter.limiter.get_window_stats(item, rate_limit_key(), "default")
-        amount, reset_at = item.amount, int(reset_time + 1)
+    try:
+        amount, remaining, reset_at = _rate_limit_state()
+    except StorageError:  # the storage went down after this request was checked: no figures to give
+        return response
     response.headers["X-RateLimit-Limit"] = str(amount)
     response.headers["X-RateLimit-Remaining"] = str(max(0, remaining))
     response.headers["X-RateLimit-Reset"] = str(reset_at)
