@@ -291,19 +291,33 @@ def validate(config) -> None:
 
 
 def _validate_database_url(url):
+    """A URL SQLAlchemy can connect with, to SQLite or PostgreSQL with its driver installed; refused in one line
+    (a port that is no number, an unknown driver or a SQLite URL with a user were tracebacks, walk), its password
+    never shown."""
     try:
         parsed = make_url(url)
-    except ArgumentError:
-        raise ConfigError(f"DATABASE_URL={url!r} is not a database URL: use sqlite:///PATH or "
+    except (ArgumentError, ValueError):
+        raise ConfigError(f"DATABASE_URL={_without_password(url)!r} is not a database URL: use sqlite:///PATH or "
                           "postgresql://USER@HOST/DB") from None
+    shown = parsed.render_as_string(hide_password=True)
     if parsed.get_backend_name() not in ("sqlite", "postgresql"):
         raise ConfigError(f"DATABASE_URL names {parsed.get_backend_name()!r}: use sqlite:///PATH or "
                           "postgresql://USER@HOST/DB")
     try:
-        parsed.get_dialect().import_dbapi()
+        dialect = parsed.get_dialect()
+        dialect.import_dbapi()
+        dialect().create_connect_args(parsed)
     except ImportError as error:
         raise ConfigError(f"DATABASE_URL names {parsed.get_backend_name()} but its driver is not installed ({error}): "
                           "pip install 'entity-monitor[postgres]'") from None
+    except ArgumentError as error:  # an unknown driver, a SQLite URL with a host or user
+        reason = str(error).splitlines()[0]
+        raise ConfigError(f"DATABASE_URL={shown!r} cannot be used ({reason}): use sqlite:///PATH or "
+                          "postgresql://USER@HOST/DB") from None
+
+
+def _without_password(url: str) -> str:
+    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
 
 
 def _validate_ratelimit_storage(name, uri, moving_window=False):

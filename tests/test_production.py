@@ -260,6 +260,12 @@ def test_a_scheduler_killed_with_sigkill_leaves_claims_that_return_within_the_co
     ("WEBHOOK_RETRY_SCHEDULE", "5,,300", "WEBHOOK_RETRY_SCHEDULE='5,,300' must be comma-separated seconds"),
     ("WEBHOOK_RETRY_SCHEDULE", "5,-1", "WEBHOOK_RETRY_SCHEDULE must list positive seconds"),
     ("DATABASE_URL", "mysql://db/x", "DATABASE_URL names 'mysql'"),
+    # three were tracebacks (walk); the password is never shown
+    ("DATABASE_URL", "postgresql://u:s3cret@127.0.0.1:badport/x",
+     "DATABASE_URL='postgresql://u:***@127.0.0.1:badport/x' is not a database URL"),
+    ("DATABASE_URL", "postgresql+nodriver://u:s3cret@h/x",
+     "DATABASE_URL='postgresql+nodriver://u:***@h/x' cannot be used (Can't load plugin"),
+    ("DATABASE_URL", "sqlite://user:s3cret@/x", "DATABASE_URL='sqlite://user:***@/x' cannot be used (Invalid SQLite"),
     ("RATELIMIT_STORAGE_URI", "redis//oops", "RATELIMIT_STORAGE_URI='redis//oops' is not a limits storage URI"),
     ("CHECK_LEASE_SECONDS", "0", "CHECK_LEASE_SECONDS=0 is too small"),
     ("DATABASE_POOL_SIZE", "0", "DATABASE_POOL_SIZE=0 is too small: the smallest accepted value is 1"),
@@ -270,7 +276,8 @@ def test_a_bad_setting_is_refused_with_one_line_naming_it(service, name, value, 
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
     assert lines == [f"entity-monitor: configuration refused: {lines[0].split('refused: ', 1)[1]}"]
-    assert says in lines[0] and "Traceback" not in done.stderr
+    assert says in lines[0] and "Traceback" not in done.stderr and "s3cret" not in done.stderr
+    assert done.returncode == 4  # a systemd unit does not restart it
 
 
 @pytest.mark.parametrize("name, value, says", [
