@@ -140,6 +140,19 @@ class Progress:
         self.done = report.rows
 
 
+def _check_writable(path: str) -> None:
+    """Refused before importing: the report of the rows imported must have somewhere to go (a path that could not be
+    written failed after the import, its rejected rows lost: walk)."""
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a", encoding="utf-8"):
+            pass
+    except OSError as error:
+        raise click.BadParameter(f"{path} cannot be written ({error.strerror})", param_hint="--rejected") from None
+    if not existed:
+        os.remove(path)
+
+
 @subscriptions_cli.command("import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--account", "account_id", required=True, help="Account id (acct_…).")
@@ -153,11 +166,10 @@ class Progress:
 def import_subscriptions(file, account_id, column, type_column, metadata, rejected_path, dry_run):
     """Subscribe to every profile of a CSV exported from a CRM; safe to re-run."""
     _existing_account(account_id)
-    if rejected_path and not os.path.isdir(os.path.dirname(os.path.abspath(rejected_path))):
-        # refused before importing: the report of the rows imported must have somewhere to go
-        raise click.BadParameter(f"the folder of {rejected_path} does not exist", param_hint="--rejected")
-    if rejected_path and os.path.abspath(rejected_path) == os.path.abspath(file):
+    rejected_path = rejected_path or f"{os.path.splitext(file)[0]}.rejected.csv"
+    if os.path.abspath(rejected_path) == os.path.abspath(file):
         raise click.BadParameter("the rejected rows would be written over the file imported", param_hint="--rejected")
+    _check_writable(rejected_path)
     try:
         header, rows = importer.read_rows(file)
         plan = importer.Plan.for_header(header, column, type_column,
@@ -171,7 +183,6 @@ def import_subscriptions(file, account_id, column, type_column, metadata, reject
     verb = "would be created" if dry_run else "created"
     click.echo(f"rows={report.rows} {verb}={report.created} already_present={report.present} "
                f"rejected={len(report.refused)}")
-    rejected_path = rejected_path or f"{os.path.splitext(file)[0]}.rejected.csv"
     if report.refused:
         with open(rejected_path, "w", newline="", encoding="utf-8") as rejected_file:
             importer.write_outcomes(rejected_file, header, report.refused, ("reason",))

@@ -181,13 +181,22 @@ def test_column_type_column_and_semicolons(runner, alice, tmp_path):
     assert "entity_type" in reasons["r2-d2"]
 
 
-def test_a_rejected_file_in_a_folder_that_does_not_exist_is_refused_before_importing(runner, alice, tmp_path):
-    """It imported the rows, then failed with a traceback where it wrote their report."""
+@pytest.mark.parametrize("where", ["missing/out.csv", "a-file/out.csv", "/proc/out.csv"])
+def test_a_rejected_file_that_cannot_be_written_is_refused_before_importing(runner, alice, tmp_path, where):
+    """It imported the rows, then failed with a traceback where it wrote their report (a folder that does not
+    exist; walk: a path in /proc)."""
     path = _write_csv(tmp_path / "ids.csv", ["type", "linkedin_id"], [("contact", "jane-doe"), ("robot", "r2-d2")])
+    (tmp_path / "a-file").write_text("")
     result = runner.invoke(args=["subscriptions", "import", path, "--account", alice.account_id,
-                                 "--rejected", str(tmp_path / "missing" / "out.csv")])
-    assert result.exit_code == 2 and "the folder of" in result.output and "does not exist" in result.output
+                                 "--rejected", str(tmp_path / where)])
+    assert result.exit_code == 2 and "cannot be written" in result.output and "Traceback" not in result.output
     assert alice.get("/subscriptions").json["data"] == []
+
+
+def test_checking_the_rejected_file_leaves_no_file_behind(runner, alice, tmp_path):
+    path = _write_csv(tmp_path / "ids.csv", ["type", "linkedin_id"], [("contact", "jane-doe")])
+    _ok(runner, "subscriptions", "import", path, "--account", alice.account_id, "--rejected", str(tmp_path / "r.csv"))
+    assert not (tmp_path / "r.csv").exists() and not (tmp_path / "ids.rejected.csv").exists()
 
 
 def test_rejected_rows_keep_the_order_of_the_file(runner, alice, tmp_path):
