@@ -155,6 +155,21 @@ def test_dry_run_creates_nothing(runner, alice, crm_file):
     assert subscription_count(alice.account_id) == 0
 
 
+def test_a_dry_run_over_several_chunks_counts_as_the_real_run_does(runner, alice, tmp_path):
+    """Each chunk of 100 rows was planned alone: the tier cap and the file's own repeats were missed across chunks
+    (walk: a dry run said 142 would be created where the import created 92)."""
+    for n in range(8):
+        assert alice.post("/subscriptions", json={"entity_type": "contact", "network_id": f"kept-{n}"}).status_code \
+            == 201
+    path = _write_csv(tmp_path / "dd.csv", ["url"], [(f"https://www.linkedin.com/in/dd-{n}",)
+                                                     for n in [*range(120), *range(30)]])
+    counts = "rows=150 {}=92 already_present=30 rejected=28"
+    assert counts.format("would be created") in _ok(runner, "subscriptions", "import", path, "--account",
+                                                    alice.account_id, "--dry-run")
+    assert subscription_count(alice.account_id) == 8
+    assert counts.format("created") in _ok(runner, "subscriptions", "import", path, "--account", alice.account_id)
+
+
 def test_the_report_has_an_outcome_per_row_in_file_order_and_a_dry_run_names_no_new_ids(alice):
     rows = [{"url": "https://www.linkedin.com/in/kim"}, {"url": ""}, {"url": "linkedin.com/in/kim"}]
     plan = importer.Plan("url")

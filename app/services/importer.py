@@ -6,6 +6,7 @@ import csv
 import io
 import re
 from dataclasses import dataclass, field
+from typing import Optional
 
 from flask import current_app
 
@@ -187,9 +188,11 @@ def write_outcomes(file, header, outcomes, columns) -> None:
 
 def import_chunks(account_id: str, rows: list, plan: Plan, load_item, report: ImportReport, dry_run=False):
     """Import `rows` in chunks of CHUNK_SIZE into `report`, yielding each chunk's outcomes once it is done
-    (a page can show progress between chunks). A refusal of a whole chunk (the trial ended) raises."""
+    (a page can show progress between chunks). A refusal of a whole chunk (the trial ended) raises. A dry run's
+    chunks see what the earlier ones would have created (`subscriptions.DryRun`)."""
+    planned = subscriptions.DryRun() if dry_run else None
     for start in range(0, len(rows), CHUNK_SIZE):
-        yield _import_chunk(account_id, rows[start:start + CHUNK_SIZE], start + 1, plan, load_item, dry_run,
+        yield _import_chunk(account_id, rows[start:start + CHUNK_SIZE], start + 1, plan, load_item, planned,
                             report)
 
 
@@ -203,7 +206,8 @@ def import_rows(account_id: str, rows: list, plan: Plan, load_item, dry_run=Fals
     return report
 
 
-def _import_chunk(account_id, chunk, first_row, plan, load_item, dry_run, report) -> list:
+def _import_chunk(account_id, chunk, first_row, plan, load_item, dry_run: Optional[subscriptions.DryRun],
+                  report) -> list:
     """The outcomes of one chunk's rows in file order (added to `report` too), whichever rule decided each."""
     outcomes, items, positions = {}, [], []  # outcomes and positions: by position in the chunk
     for position, row in enumerate(chunk):
