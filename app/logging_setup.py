@@ -7,7 +7,7 @@ import time
 from flask import g, has_request_context, request
 from pythonjsonlogger.json import JsonFormatter
 
-from app.redaction import redact_uri
+from app.redaction import REDACTED, SECRET_VALUE, redact_uri
 
 LOG_FORMATS = ("text", "json")
 CONTEXT_FIELDS = ("request_id", "account_id", "subscription_id", "event_id", "delivery_id", "webhook_id")
@@ -36,6 +36,14 @@ _VISIBLE_CONTROLS = {code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}
 _VISIBLE_CONTROLS.update({0x0a: "\\n", 0x0d: "\\r", 0x5c: "\\\\"})
 
 
+class WithoutSecrets:
+    """A formatter whose lines hold none of our secret formats (an API key, a webhook secret), wherever they came
+    from: a client's request id, an endpoint URL in a connection error, a database error's text."""
+
+    def format(self, record):
+        return SECRET_VALUE.sub(REDACTED, super().format(record))
+
+
 class TextFormatter(logging.Formatter):
     """The classic line, then the ids the record carries: `… message [request_id=req_… event_id=evt_…]`. The
     message is one line whatever it holds (a traceback, appended after it, keeps its lines)."""
@@ -51,10 +59,18 @@ class TextFormatter(logging.Formatter):
         return f"{line} [{context}]" if context else line
 
 
+class SafeTextFormatter(WithoutSecrets, TextFormatter):
+    pass
+
+
+class SafeJsonFormatter(WithoutSecrets, JsonFormatter):
+    pass
+
+
 def _formatter(log_format: str) -> logging.Formatter:
     if log_format == "json":
-        return JsonFormatter(JSON_FORMAT, timestamp="time", rename_fields={"levelname": "level", "name": "logger"})
-    return TextFormatter(TEXT_FORMAT)
+        return SafeJsonFormatter(JSON_FORMAT, timestamp="time", rename_fields={"levelname": "level", "name": "logger"})
+    return SafeTextFormatter(TEXT_FORMAT)
 
 
 def configure_logging(app) -> None:

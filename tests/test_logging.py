@@ -78,6 +78,32 @@ def test_a_failed_statement_never_logs_its_values(alice, app, log_lines):
     assert "refused" in written and "whsec_" not in written and live not in written
 
 
+def test_a_failed_delivery_to_a_url_holding_credentials_logs_and_keeps_them_redacted(alice, log_lines):
+    """The connection error names the URL: a token in its query and a key pasted in it were written to the log
+    and the attempt, 244 lines a minute (walk)."""
+    key_like = "lwa.sk_live_" + "A" * 32
+    configure(alice, f"http://127.0.0.1:9/hook?token=TOPSECRET1&api_key={key_like}&page=2")
+    [event_id] = record_events(alice.account_id)
+    deliver_due()
+    [attempt] = alice.get(f"/events/{event_id}").json["attempts"]
+    assert "connection failed" in attempt["error"] and "token=[redacted]" in attempt["error"], attempt["error"]
+    assert "page=2" in attempt["error"]
+    written = json.dumps(log_lines())
+    assert "webhook delivery attempt 1" in written and "TOPSECRET1" not in written and key_like not in written
+
+
+@pytest.mark.parametrize("app_config", [{"LOG_FORMAT": "json"}, {"LOG_FORMAT": "text"}])
+def test_our_secret_formats_never_reach_a_log_line(app, alice, app_config):
+    """Whatever carries them: here a client's request id that is an API key, and a message."""
+    [handler] = [handler for handler in logging.getLogger().handlers if handler.get_name() == HANDLER_NAME]
+    buffer = io.StringIO()
+    handler.setStream(buffer)
+    alice.get("/account", headers={"X-Request-Id": alice.key})
+    logging.getLogger("app.test").warning("whsec_%s and %s", "abc123", alice.key)
+    written = buffer.getvalue()
+    assert alice.key not in written and "whsec_abc123" not in written and written.count("[redacted]") >= 3
+
+
 def test_the_access_log_never_shows_a_key(alice, anon, log_lines):
     alice.get(f"/account?api_key={alice.key}&x=1")
     anon.get("/account", headers={"X-API-Key": alice.key + "x"})

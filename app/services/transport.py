@@ -8,6 +8,7 @@ import http.client
 import ipaddress
 import hmac
 import logging
+import re
 import ssl
 import threading
 import time
@@ -27,6 +28,7 @@ from urllib3.exceptions import LocationParseError
 from urllib3.util import parse_url
 
 from app.common import USER_AGENT
+from app.redaction import redact_uri
 from app.retry_after import parse_retry_after
 from app.services import send_deadline
 
@@ -153,8 +155,15 @@ def _closed_unanswered(error: BaseException) -> bool:
     return False
 
 
-def _truncate(message: str) -> str:
+def _error_text(message: str) -> str:
+    """A failure as the attempt keeps it (shown in the API and logged): at most MAX_ERROR_LENGTH characters, and the
+    URL urllib3 names (`… with url: /hook?token=…`) with its credential-like query values redacted, as the access
+    log does."""
+    message = _URL_IN_ERROR.sub(lambda found: found.group(1) + redact_uri(found.group(2)), message)
     return message if len(message) <= MAX_ERROR_LENGTH else message[:MAX_ERROR_LENGTH - 1] + "…"
+
+
+_URL_IN_ERROR = re.compile(r"(with url: )(\S+)")
 
 
 class Transport:
@@ -208,7 +217,7 @@ class Transport:
             if deadline.expired or isinstance(error, (requests.Timeout, urllib3.exceptions.TimeoutError)):
                 outcome = self._failure(started, f"timeout: no answer within {self.timeout:g} s", throttled=True)
             else:
-                outcome = self._failure(started, _truncate(f"connection failed: {error}"))
+                outcome = self._failure(started, _error_text(f"connection failed: {error}"))
         finally:
             self._deadlines.end(deadline)
         return replace(outcome, request_headers=headers)
@@ -239,7 +248,7 @@ class Transport:
         except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as error:
             if not deadline.expired:
                 return Outcome(False, response.status_code, int((time.monotonic() - started) * 1000),
-                               _truncate(f"connection failed while reading the answer: {error}"))
+                               _error_text(f"connection failed while reading the answer: {error}"))
             overran = True
         return self._judge(response, started, overran)
 
