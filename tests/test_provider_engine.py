@@ -5,6 +5,7 @@ import math
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -343,6 +344,32 @@ def test_no_call_starts_past_the_deadline_however_free_the_provider(alice, vendo
     summary = checks.record_outcomes(token, checks.fetch_all(vendor, claimed, deadline=deadline))
     assert starts and all(start < deadline + 0.1 for start in starts)  # 0.1 s: a pool thread's own start
     assert (summary.checked, summary.deferred) == (len(starts), 12 - len(starts)) and len(starts) < 12
+
+
+def test_a_stopping_scheduler_releases_the_checks_not_started_before_the_calls_out_return(alice, vendor,
+                                                                                        monkeypatch):
+    """They were released with the batch, after its slow calls: a process killed at its graceful timeout while a
+    call was out left them claimed until the lease ran out (walk: 150 checks waited two minutes)."""
+    from app.services import checks
+    out, stopping, recorded = [], threading.Event(), []
+
+    def slow_fetch(entity_type, keys, fetch=vendor.fetch_many):
+        out.append(keys)
+        stopping.set()  # SIGTERM while the first calls are out
+        time.sleep(0.5)
+        out.remove(keys)
+        return fetch(entity_type, keys)
+    vendor.fetch_many, vendor.batch_size, vendor.concurrency = slow_fetch, 1, 2
+    record = checks.record_outcomes
+    monkeypatch.setattr(checks, "record_outcomes", lambda token, outcomes: recorded.append(
+        (len(out), sorted(outcome.claimed.id for outcome in outcomes))) or record(token, outcomes))
+    ids = [subscribe(alice, f"p{number}") for number in range(6)]
+    make_due(ids)
+    token = checks.new_claim_token()
+    summary = checks.run_claimed(checks.claim(token, 10), token, keep_going=lambda: not stopping.is_set())
+    (calls_out, released), (_, fetched) = recorded
+    assert calls_out > 0 and summary.deferred == len(released) > 0 and len(fetched) == 6 - len(released)
+    assert all(row(subscription_id).claim_token is None for subscription_id in ids)
 
 
 # --- concurrency slots shared by every process ----------------------------------------------------------

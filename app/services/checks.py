@@ -304,13 +304,15 @@ class _Flight:
             self.settle()
 
 
-def fetch_all(provider, claimed: list, deadline: float = None, keep_going=always) -> list:
+def fetch_all(provider, claimed: list, deadline: float = None, keep_going=always, release=None) -> list:
     """Ask the provider about every claimed subscription, outside any transaction: in calls of its batch
     size, at most `concurrency` in flight at once across every scheduler process, each call given a free worker,
     then a shared slot, then a call from the shared rate budget (so a call granted is made at once). Once the
     provider is paused (here or by another process), `deadline` (a time.time(); default half the lease)
     passes or `keep_going()` turns false (the scheduler is stopping), the remaining subscriptions are
-    deferred: released untouched, so they keep their place."""
+    deferred: released untouched, so they keep their place. `release(deferred)`, when given, releases them at
+    once (true when it did), before the calls in flight return: a stopping process may be killed at its graceful
+    timeout while a slow call is out, and they would have waited for the lease."""
     spec = traits(provider)
     calls = _plan_calls(spec, claimed)
     if not calls:
@@ -331,6 +333,8 @@ def fetch_all(provider, claimed: list, deadline: float = None, keep_going=always
             if not (flight.reserve(deadline, go_on) and _may_call(spec, deadline) and go_on()):
                 flight.unreserve()
                 deferred = _deferred(calls[index:])
+                if release and release(deferred):
+                    deferred = []
                 break
             flight.start(pool.submit(_call, provider, call, stop) if pool else _done(_call(provider, call, stop)))
     finally:
@@ -500,14 +504,23 @@ def new_claim_token() -> str:
 def run_claimed(claimed: list, token: str, keep_going=always) -> Summary:
     """Fetch and record a claimed batch; what was not fetched (stopping, half the lease gone, the provider
     paused) is recorded as deferred: released untouched, so a claim never outlives its lease."""
-    outcomes = fetch_all(current_provider(), claimed, keep_going=keep_going)
+    released = []
+
+    def release(deferred) -> bool:
+        try:
+            released.append(record_outcomes(token, deferred))
+        except Exception:  # recorded with the rest of the batch instead
+            log.exception("releasing %s deferred checks failed", len(deferred))
+            return False
+        return True
+    outcomes = fetch_all(current_provider(), claimed, keep_going=keep_going, release=release)
     try:
-        return record_outcomes(token, outcomes)
+        return Summary.merged([*released, record_outcomes(token, outcomes)])
     except Exception:
         if len(outcomes) < 2:
             raise
         log.exception("recording a batch of %s checks failed; recording them one at a time", len(outcomes))
-        return Summary.merged([_record_alone(token, outcome) for outcome in outcomes])
+        return Summary.merged([*released, *(_record_alone(token, outcome) for outcome in outcomes)])
 
 
 def _record_alone(token: str, outcome: Outcome) -> Summary:
