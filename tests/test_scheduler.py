@@ -1,5 +1,6 @@
 """The scheduler side (contract §7): atomic claims shared by several loops, lease expiry, the instance
 lock."""
+import os
 import threading
 from collections import Counter
 from datetime import timedelta
@@ -214,6 +215,21 @@ def test_only_one_scheduler_per_sqlite_database_and_the_lock_lives_beside_it(app
     again = scheduler.lock_for(app)
     assert scheduler._try_acquire(again)
     again.release()
+
+
+@pytest.mark.sqlite_only(reason="the scheduler lock file exists on SQLite only (PostgreSQL runs any number)")
+def test_a_path_to_the_database_through_a_symbolic_link_takes_the_same_lock(app, tmp_path):
+    database = make_url(app.config["SQLALCHEMY_DATABASE_URI"]).database
+    (tmp_path / "linked.db").symlink_to(database)
+    (tmp_path / "folder").symlink_to(os.path.dirname(database), target_is_directory=True)
+    held = scheduler.lock_for(app)
+    assert scheduler._try_acquire(held)
+    try:
+        for path in (tmp_path / "linked.db", tmp_path / "folder" / os.path.basename(database)):
+            other = SimpleNamespace(config={"SQLALCHEMY_DATABASE_URI": f"sqlite:///{path}"})
+            assert not scheduler._try_acquire(scheduler.lock_for(other))
+    finally:
+        held.release()
 
 
 @pytest.mark.sqlite_only(reason="the scheduler lock file exists on SQLite only (PostgreSQL runs any number)")

@@ -107,12 +107,13 @@ class Scheduler:
 
 
 def lock_for(app):
-    """The lock that keeps one scheduler per SQLite database file: `<database file>.scheduler.lock`.
+    """The lock that keeps one scheduler per SQLite database file: `<database file>.scheduler.lock`, beside the file
+    itself (a path through a symbolic link named another lock, and two schedulers ran on one database: walk).
     None where any number may run (PostgreSQL, an in-memory database)."""
     url = make_url(app.config["SQLALCHEMY_DATABASE_URI"])
     if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
         return None
-    return FileLock(os.path.abspath(url.database) + ".scheduler.lock")
+    return FileLock(os.path.realpath(url.database) + ".scheduler.lock")
 
 
 def _try_acquire(lock) -> bool:
