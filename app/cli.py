@@ -11,6 +11,7 @@ from flask.cli import AppGroup, FlaskGroup
 from app.common import isoformat
 from app.database import missing_schema, unreachable
 from app.errors import ServiceError
+from app.extensions import db
 from app.services import accounts
 
 accounts_cli = AppGroup("accounts", help="Create and manage accounts.")
@@ -61,7 +62,12 @@ def set_tier(account_id, tier):
         account = accounts.set_tier(account_id, tier)
     except ServiceError as error:
         _fail(error)
-    click.echo(f"{account.id} is now on {account.tier} (limit {accounts.subscription_limit(account)})")
+    limit = accounts.subscription_limit(account)
+    click.echo(f"{account.id} is now on {account.tier} (limit {limit})")
+    live = accounts.live_subscription_count(db.session, account.id)
+    if limit is not None and live > limit:  # a downgrade: said, so that it is not found out from refused creates
+        click.echo(f"note: its {live:,} active and paused subscriptions are over the limit of {limit:,}; they are "
+                   "kept and checked, and new ones are refused until fewer than the limit are live", err=True)
 
 
 checks_cli = AppGroup("checks", help="Run checks in the foreground.")

@@ -112,6 +112,18 @@ def test_set_tier_changes_the_cap_and_ends_the_trial(runner, alice):
     assert account["tier"] == "scale" and account["trial_ends_at"] is None
 
 
+def test_a_downgrade_below_the_live_subscriptions_says_so(runner, alice):
+    """It was silent: the team found out from refused creates (walk)."""
+    assert _invoke(runner, "set-tier", alice.account_id, "growth").exit_code == 0
+    for number in range(101):
+        assert alice.post("/subscriptions", json={"entity_type": "contact", "network_id": f"p-{number}"}) \
+            .status_code == 201
+    result = _invoke(runner, "set-tier", alice.account_id, "starter")
+    assert result.exit_code == 0 and "now on starter (limit 100)" in result.output
+    assert "its 101 active and paused subscriptions are over the limit of 100" in result.output
+    assert "over the limit" not in _invoke(runner, "set-tier", alice.account_id, "growth").output
+
+
 @pytest.mark.parametrize("args", [["set-tier", "acct_nope", "growth"], ["set-tier", "ACCOUNT", "platinum"],
                                   ["set-tier", "ACCOUNT"]])
 def test_set_tier_errors_exit_non_zero_and_change_nothing(runner, alice, args):
