@@ -248,6 +248,22 @@ def test_import_exits_non_zero_when_it_cannot_do_its_job(runner, alice, tmp_path
     assert subscription_count(alice.account_id) == 0
 
 
+@pytest.mark.parametrize("header, extra", [(["url", "url"], []), (["url", "owner", "owner"], ["--metadata", "owner"])])
+def test_a_column_to_import_named_twice_is_refused(runner, alice, tmp_path, header, extra):
+    """Only the last of the two was read, silently (walk)."""
+    path = _write_csv(tmp_path / "twice.csv", header, [["https://www.linkedin.com/in/jane-doe"] + ["x"] * (len(header)
+                                                                                                      - 1)])
+    result = runner.invoke(args=["subscriptions", "import", path, "--account", alice.account_id, *extra])
+    assert result.exit_code != 0 and "columns named" in result.output and "rename all but" in result.output
+    assert subscription_count(alice.account_id) == 0
+
+
+def test_a_column_named_twice_that_is_not_imported_is_no_concern(runner, alice, tmp_path):
+    path = _write_csv(tmp_path / "notes.csv", ["url", "notes", "notes"],
+                      [["https://www.linkedin.com/in/jane-doe", "a", "b"]])
+    assert "created=1" in _ok(runner, "subscriptions", "import", path, "--account", alice.account_id)
+
+
 def test_import_of_a_file_that_is_not_utf8_fails_cleanly(runner, alice, tmp_path):
     path = tmp_path / "latin1.csv"
     path.write_bytes("network_url,owner\nhttps://www.linkedin.com/in/jane,Zoë\n".encode("latin-1"))

@@ -117,8 +117,13 @@ class Plan:
         by_key = {header_key(name): name for name in header}
         found_type = (_find(header, type_column, "entity_type") if type_column
                       else next((by_key[key] for key in TYPE_HEADERS if key in by_key), None))
-        return cls(find_id_column(header, id_column), found_type,
+        plan = cls(find_id_column(header, id_column), found_type,
                    [_find(header, name, "metadata") for name in metadata_columns])
+        for name in (plan.id_column, plan.type_column, *plan.metadata_columns):
+            if name is not None and header.count(name) > 1:  # a row holds one value of the name: the last column's
+                raise ImportRefused(f"The file has {header.count(name)} columns named '{name}', and rows cannot tell "
+                                    "them apart: rename all but the one to import.")
+        return plan
 
 
 def _cell(row: dict, column) -> str:
