@@ -4,6 +4,7 @@ from logging.config import fileConfig
 from flask import current_app
 
 from alembic import context
+from sqlalchemy import text
 
 # this is the Alembic Config object, which provides
 # access to the values within the .ini file in use.
@@ -99,6 +100,10 @@ def run_migrations_online():
         )
 
         with context.begin_transaction():
+            if connection.dialect.name == "postgresql":
+                # Hosts starting at once (each unit runs `db upgrade` first) upgrade one after the other: the
+                # next sees the head and has nothing to do, instead of failing on alembic_version's key (walk)
+                connection.execute(text("SELECT pg_advisory_xact_lock(7305111002)"))
             context.run_migrations()
 
 

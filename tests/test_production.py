@@ -543,6 +543,19 @@ def test_flask_run_serves_with_the_scheduler(service):
 
 
 @pytest.mark.skipif(not os.environ.get("TEST_POSTGRES_URL"), reason="TEST_POSTGRES_URL is not set")
+def test_on_postgresql_hosts_upgrading_the_schema_at_once_all_succeed(service):
+    """Each unit runs `db upgrade` before serving: two at once on a new database, one failed on alembic_version's
+    key with a traceback (walk). They now take turns; the second finds the head."""
+    from tests.conftest import url_with_own_schema
+    service.env["DATABASE_URL"] = url_with_own_schema(f"test_upgrades_{os.environ.get('PYTEST_XDIST_WORKER', 'm')}")
+    upgrades = [subprocess.Popen([str(BIN / "entity-monitor"), "db", "upgrade"], cwd=ROOT, env=service.env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    results = [(upgrade.wait(120), upgrade.stderr.read()) for upgrade in upgrades]
+    assert all(code == 0 for code, _ in results), results
+    service.create_account()  # the schema is whole
+
+
+@pytest.mark.skipif(not os.environ.get("TEST_POSTGRES_URL"), reason="TEST_POSTGRES_URL is not set")
 def test_on_postgresql_several_scheduler_processes_run_side_by_side(service):
     from tests.conftest import url_with_own_schema
     service.env["DATABASE_URL"] = url_with_own_schema("test_two_schedulers")
