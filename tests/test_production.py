@@ -146,7 +146,7 @@ def test_one_off_commands_never_start_a_scheduler(service):
 
 
 def test_a_second_serving_process_on_one_sqlite_database_stands_by_and_takes_over(service):
-    service.create_account()
+    key = service.create_account()
     first_port, second_port = free_port(), free_port()
     standby = {"SCHEDULER_STANDBY_POLL_SECONDS": "1"}
     with running(gunicorn(service, first_port)) as first:
@@ -154,7 +154,12 @@ def test_a_second_serving_process_on_one_sqlite_database_stands_by_and_takes_ove
         service.wait_for(lambda: service.heartbeats() == 1, what="the first scheduler")
         with running(gunicorn(service, second_port, env=standby)) as second:
             wait_until_serving(service, second, second_port)
-            time.sleep(3)
+            for _ in range(3):
+                assert requests.get(f"http://127.0.0.1:{second_port}/api/v1/account", headers={"X-API-Key": key},
+                                    timeout=10).status_code == 200
+            # the standby writes its buffered request counts as it waits (they waited for its next request)
+            service.wait_for(lambda: service.sql("SELECT sum(requests) FROM usage_counters") == [(3,)], seconds=15,
+                             what="the standby's request counts")
             assert service.heartbeats() == 1  # the lock beside the database keeps it to one
             first.send_signal(signal.SIGTERM)
             assert first.wait(STOP_WITHIN_SECONDS) == 0

@@ -98,12 +98,15 @@ class Scheduler:
         log.info("scheduler %s stopped", self.id)
 
     def start_when_lock_is_free(self):
-        """Standby: retry the lock until it is ours (the holder stopped or died), then start."""
+        """Standby: retry the lock until it is ours (the holder stopped or died), then start. Meanwhile the
+        process's buffered request counts are written at each try: it serves requests too, and without a
+        scheduler they waited for its next request (walk: 300 for seven minutes)."""
         poll = self.app.config["SCHEDULER_STANDBY_POLL_SECONDS"]
         while not self.stopping.wait(poll):
             if _try_acquire(self.lock):
                 self.start()
                 return
+            self.run_step(usage.requests.flush)
 
 
 def lock_for(app):
