@@ -372,6 +372,52 @@ def test_a_stopping_scheduler_releases_the_checks_not_started_before_the_calls_o
     assert all(row(subscription_id).claim_token is None for subscription_id in ids)
 
 
+def test_checks_deferred_by_the_budget_are_released_with_their_batch(app, alice, vendor, monkeypatch):
+    """Only a stop releases early: checks deferred by the deadline or a pause go with the batch, after the pause
+    is written (released early, other schedulers could call a throttled vendor before it is: review)."""
+    from app.services import checks
+    vendor.rate_limit, vendor.batch_size = "2/minute", 1
+    ids = [subscribe(alice, f"p{number}") for number in range(3)]
+    make_due(ids)
+    record, recorded = checks.record_outcomes, []
+    monkeypatch.setattr(checks, "record_outcomes", lambda token, outcomes: recorded.append(len(outcomes))
+                        or record(token, outcomes))
+    monkeypatch.setitem(app.config, "CHECK_LEASE_SECONDS", 1)  # the deadline: half of it
+    token = checks.new_claim_token()
+    summary = checks.run_claimed(checks.claim(token, 10), token)
+    assert summary.deferred > 0 and recorded == [3]
+
+
+@pytest.mark.parametrize("stopped_after", [None, 1])
+def test_a_check_that_cannot_be_recorded_counts_as_failed_and_the_others_are_recorded(alice, vendor, monkeypatch,
+                                                                                       stopped_after):
+    """A batch that cannot be written is written one check at a time; one that still cannot be is a failed check,
+    its claim cleared (here every fetched one). A lone fetched check (the others released early by a stop) re-raised instead, and kept its
+    claim for the lease (review)."""
+    from app.services import checks
+    calls = []
+
+    def counted_fetch(entity_type, keys, fetch=vendor.fetch_many):
+        calls.append(keys)
+        return fetch(entity_type, keys)
+    vendor.fetch_many, vendor.batch_size = counted_fetch, 1
+    record = checks.record_outcomes
+
+    def poisoned(token, outcomes):
+        if any(outcome.snapshot is not None for outcome in outcomes):  # every fetched check: never writable
+            raise RuntimeError("poison")
+        return record(token, outcomes)
+    monkeypatch.setattr(checks, "record_outcomes", poisoned)
+    ids = [subscribe(alice, f"p{number}") for number in range(3)]
+    make_due(ids)
+    token = checks.new_claim_token()
+    summary = checks.run_claimed(checks.claim(token, 10), token,
+                                 keep_going=lambda: stopped_after is None or len(calls) < stopped_after)
+    fetched = 1 if stopped_after else 3
+    assert (summary.failed, summary.deferred, summary.checked) == (fetched, 3 - fetched, 0)
+    assert all(row(subscription_id).claim_token is None for subscription_id in ids)
+
+
 # --- concurrency slots shared by every process ----------------------------------------------------------
 
 DIES_HOLDING_A_SLOT = textwrap.dedent("""

@@ -310,9 +310,9 @@ def fetch_all(provider, claimed: list, deadline: float = None, keep_going=always
     then a shared slot, then a call from the shared rate budget (so a call granted is made at once). Once the
     provider is paused (here or by another process), `deadline` (a time.time(); default half the lease)
     passes or `keep_going()` turns false (the scheduler is stopping), the remaining subscriptions are
-    deferred: released untouched, so they keep their place. `release(deferred)`, when given, releases them at
-    once (true when it did), before the calls in flight return: a stopping process may be killed at its graceful
-    timeout while a slow call is out, and they would have waited for the lease."""
+    deferred: released untouched, so they keep their place. When the scheduler is stopping, `release(deferred)`
+    (if given) releases them at once (true when it did), before the calls in flight return: the process may be
+    killed at its graceful timeout while a slow call is out, and they would have waited for the lease."""
     spec = traits(provider)
     calls = _plan_calls(spec, claimed)
     if not calls:
@@ -333,7 +333,8 @@ def fetch_all(provider, claimed: list, deadline: float = None, keep_going=always
             if not (flight.reserve(deadline, go_on) and _may_call(spec, deadline) and go_on()):
                 flight.unreserve()
                 deferred = _deferred(calls[index:])
-                if release and release(deferred):
+                # stopping: released now, not after the calls out (not on a pause: it is written after them)
+                if release and not keep_going() and not stop.is_set() and release(deferred):
                     deferred = []
                 break
             flight.start(pool.submit(_call, provider, call, stop) if pool else _done(_call(provider, call, stop)))
@@ -516,9 +517,7 @@ def run_claimed(claimed: list, token: str, keep_going=always) -> Summary:
     outcomes = fetch_all(current_provider(), claimed, keep_going=keep_going, release=release)
     try:
         return Summary.merged([*released, record_outcomes(token, outcomes)])
-    except Exception:
-        if len(outcomes) < 2:
-            raise
+    except Exception:  # (one alone too: the checks released early may have left it by itself)
         log.exception("recording a batch of %s checks failed; recording them one at a time", len(outcomes))
         return Summary.merged([*released, *(_record_alone(token, outcome) for outcome in outcomes)])
 
