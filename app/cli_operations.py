@@ -141,12 +141,12 @@ class Progress:
 
 
 def _check_writable(path: str) -> None:
-    """Refused before importing: the report of the rows imported must have somewhere to go (a path that could not be
-    written failed after the import, its rejected rows lost: walk)."""
-    existed = os.path.exists(path)
+    """A --rejected path is refused before importing: the report of the rows imported must have somewhere to go (a
+    path that could not be written failed after the import, its rejected rows lost: walk). Opened without blocking
+    (a named pipe without a reader is refused, not waited on); a file it had to create is removed again."""
+    existed = os.path.lexists(path)
     try:
-        with open(path, "a", encoding="utf-8"):
-            pass
+        os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o644))
     except OSError as error:
         raise click.BadParameter(f"{path} cannot be written ({error.strerror})", param_hint="--rejected") from None
     if not existed:
@@ -166,10 +166,11 @@ def _check_writable(path: str) -> None:
 def import_subscriptions(file, account_id, column, type_column, metadata, rejected_path, dry_run):
     """Subscribe to every profile of a CSV exported from a CRM; safe to re-run."""
     _existing_account(account_id)
-    rejected_path = rejected_path or f"{os.path.splitext(file)[0]}.rejected.csv"
-    if os.path.abspath(rejected_path) == os.path.abspath(file):
-        raise click.BadParameter("the rejected rows would be written over the file imported", param_hint="--rejected")
-    _check_writable(rejected_path)
+    if rejected_path:
+        if os.path.abspath(rejected_path) == os.path.abspath(file):
+            raise click.BadParameter("the rejected rows would be written over the file imported",
+                                     param_hint="--rejected")
+        _check_writable(rejected_path)
     try:
         header, rows = importer.read_rows(file)
         plan = importer.Plan.for_header(header, column, type_column,
@@ -183,9 +184,15 @@ def import_subscriptions(file, account_id, column, type_column, metadata, reject
     verb = "would be created" if dry_run else "created"
     click.echo(f"rows={report.rows} {verb}={report.created} already_present={report.present} "
                f"rejected={len(report.refused)}")
+    rejected_path = rejected_path or f"{os.path.splitext(file)[0]}.rejected.csv"
     if report.refused:
-        with open(rejected_path, "w", newline="", encoding="utf-8") as rejected_file:
-            importer.write_outcomes(rejected_file, header, report.refused, ("reason",))
+        try:
+            with open(rejected_path, "w", newline="", encoding="utf-8") as rejected_file:
+                importer.write_outcomes(rejected_file, header, report.refused, ("reason",))
+        except OSError as error:  # beside a file in a folder this user cannot write (a --rejected was checked)
+            raise click.ClickException(f"the rejected rows could not be written to {rejected_path} "
+                                       f"({error.strerror}): import again with --rejected PATH; a second run is "
+                                       "safe (what this one created counts as already present)") from None
         click.echo(f"rejected rows and their reasons: {rejected_path}")
     elif not dry_run and os.path.isfile(rejected_path):  # an earlier run's: its rows would read as rejected now
         os.remove(rejected_path)

@@ -208,6 +208,18 @@ def test_a_rejected_file_that_cannot_be_written_is_refused_before_importing(runn
     assert alice.get("/subscriptions").json["data"] == []
 
 
+def test_the_default_rejected_file_is_needed_only_when_a_row_is_rejected(runner, alice, tmp_path):
+    """A clean import beside a place it cannot write went on (review: refusing it up front stopped imports from
+    read-only folders); one with rejected rows says where they could not go and how to get them."""
+    (tmp_path / "ids.rejected.csv").mkdir()  # the default path, not writable as a file
+    clean = _write_csv(tmp_path / "ids.csv", ["type", "linkedin_id"], [("contact", "jane-doe")])
+    assert "created=1" in _ok(runner, "subscriptions", "import", clean, "--account", alice.account_id)
+    _write_csv(tmp_path / "ids.csv", ["type", "linkedin_id"], [("contact", "john-roe"), ("robot", "r2-d2")])
+    result = runner.invoke(args=["subscriptions", "import", clean, "--account", alice.account_id])
+    assert result.exit_code == 1 and "created=1" in result.output and "Traceback" not in result.output
+    assert "could not be written to" in result.output and "--rejected PATH" in result.output
+
+
 def test_checking_the_rejected_file_leaves_no_file_behind(runner, alice, tmp_path):
     path = _write_csv(tmp_path / "ids.csv", ["type", "linkedin_id"], [("contact", "jane-doe")])
     _ok(runner, "subscriptions", "import", path, "--account", alice.account_id, "--rejected", str(tmp_path / "r.csv"))
