@@ -389,7 +389,7 @@ def _update_endpoint_health(configs, results, now):
 
 # --- the test send ------------------------------------------------------------------------------
 
-_tests_sending = set()  # accounts with a test send on the wire in this process
+_tests_sending = {}  # account id -> when its test send on the wire (in this process) started, time.time()
 _tests_sending_lock = threading.Lock()
 
 
@@ -397,18 +397,20 @@ _tests_sending_lock = threading.Lock()
 def _one_test_at_a_time(account_id: str, timeout: float):
     """A test send holds a server thread for up to the webhook timeout: one account's test sends in parallel could
     take every thread and stall the API for everyone (walk: 6 at once to a slow endpoint held /healthz 8 s). A
-    second one while the first is on the wire is a 429 (in this process; each process has threads of its own)."""
+    second one while the first is on the wire is a 429 whose Retry-After is when the first must have ended (in this
+    process; each process has threads of its own). A concurrency limit of 1, as Stripe answers its own with 429."""
     with _tests_sending_lock:
-        if account_id in _tests_sending:
-            raise RateLimited(1, math.ceil(timeout), time.time() + timeout,
+        started = _tests_sending.get(account_id)
+        if started is not None:
+            raise RateLimited(1, math.ceil(timeout), started + timeout,
                               "A test send of this account is already waiting for the endpoint's answer. Retry when "
                               "it has come back.")
-        _tests_sending.add(account_id)
+        _tests_sending[account_id] = time.time()
     try:
         yield
     finally:
         with _tests_sending_lock:
-            _tests_sending.discard(account_id)
+            del _tests_sending[account_id]
 
 
 def send_test(account_id: str, transport) -> dict:
