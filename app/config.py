@@ -317,7 +317,10 @@ def _validate_database_url(url):
 
 
 def _without_password(url: str) -> str:
-    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+    """A URL that could not be parsed, shown without what may be its user and password: only its scheme when it
+    holds an `@` (a password may hold `/` and `@` unescaped, so where it ends cannot be told)."""
+    scheme, separator, _rest = url.partition("://")
+    return f"{scheme}://…" if "@" in url and separator else url
 
 
 def _validate_ratelimit_storage(name, uri, moving_window=False):
