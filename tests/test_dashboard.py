@@ -589,6 +589,15 @@ def test_a_bad_endpoint_is_refused_and_nothing_saved(browser, alice):
     assert alice.get("/webhooks/configure").status_code == 404
 
 
+def test_clearing_every_event_box_is_refused_not_read_as_every_event(browser, alice):
+    """It saved `*`: who cleared the boxes to send less was sent everything (walk)."""
+    configure(alice, "http://127.0.0.1:9/hook", events_filter=("contact.*",))
+    response = browser.post("/webhook", data={"endpoint_url": "http://127.0.0.1:9/hook", "initial_webhook": "latest",
+                                              "is_active": "on"})
+    assert response.status_code == 400 and "Choose the events to send" in response.get_data(as_text=True)
+    assert alice.get("/webhooks/configure").json["events"] == ["contact.*"]
+
+
 def test_switching_deliveries_off_and_on(browser, alice):
     configure(alice, "http://127.0.0.1:9/hook")
     browser.post("/webhook", data={"endpoint_url": "http://127.0.0.1:9/hook", "events": ["*"],

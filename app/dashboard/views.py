@@ -272,9 +272,12 @@ def webhook_page():
 @bp.post("/webhook")
 def save_webhook():
     form = {"endpoint_url": request.form.get("endpoint_url", "").strip(),
-            "events": request.form.getlist("events") or ["*"],
+            "events": request.form.getlist("events"),
             "initial_webhook": request.form.get("initial_webhook", "latest")}
     try:
+        if not form["events"]:  # read as every event, it sent everything to who cleared the boxes to send less
+            raise ValidationFailed("events", "Choose the events to send (all, a family or single types); to send "
+                                             "none, turn deliveries off.")
         if webhooks.get_or_none(account_id()) is None:
             config, _created = webhooks.configure(account_id(), load(configure_schema, form))
             return _webhook_page(secret=config.secret, status=201)
