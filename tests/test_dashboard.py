@@ -516,6 +516,17 @@ def test_a_page_with_a_notice_is_rendered_from_its_own_reads(browser, alice, mon
     assert "Queued for delivery." not in browser.text("/events")  # shown once
 
 
+@pytest.mark.parametrize("path", ["/events?type=bogus", "/events?status=bogus", "/deliveries?status=bogus",
+                                  "/events?type=contact.position_changed&status=nope"])
+def test_an_unknown_filter_is_refused_not_ignored(browser, alice, path):
+    """The whole list was shown under the unknown filter, where the API answers 400 (walk)."""
+    record_events(alice.account_id, 2)
+    response = browser.get(path)
+    assert response.status_code == 302 and response.headers["Location"] == path.split("?")[0]
+    page = browser.text(path.split("?")[0])
+    assert "Unknown " in page and "choose one of" in page
+
+
 def test_the_event_page_shows_the_body_once_and_each_tries_headers_as_sent(browser, alice):
     with Receiver(Reply(status=500)) as receiver:
         configure(alice, receiver.url)

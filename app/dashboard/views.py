@@ -211,14 +211,27 @@ def edit_metadata(subscription_id):
 
 @bp.get("/events")
 def events_page():
-    event_type = request.args.get("type") if request.args.get("type") in events.EVENT_TYPES else None
-    status = request.args.get("status") if request.args.get("status") in events.DELIVERY_STATUSES else None
+    refused = _unknown_filter({"type": events.EVENT_TYPES, "status": events.DELIVERY_STATUSES})
+    if refused:
+        notify("error", refused)
+        return _back("dashboard.events_page")
+    event_type, status = request.args.get("type") or None, request.args.get("status") or None
     page_number = _page_number()
     rows, total = events.list_page(account_id(), PAGE_SIZE, (page_number - 1) * PAGE_SIZE, event_type,
                                    delivery_status=status)
     return render("events.html", rows=rows, total=total, page=page_number, pages=_page_count(total),
                   event_type=event_type, status=status, event_types=events.EVENT_TYPES,
                   statuses=events.DELIVERY_STATUSES)
+
+
+def _unknown_filter(allowed: dict):
+    """Why a filter of the query is refused (a value it does not know), or None. Ignored, it showed the whole list
+    under the filter's name, which the API refuses with a 400 (walk)."""
+    for name, values in allowed.items():
+        value = request.args.get(name)
+        if value and value not in values:
+            return f"Unknown {name} '{value}': choose one of {', '.join(values)}."
+    return None
 
 
 @bp.get("/events/<event_id>")
@@ -237,7 +250,11 @@ def redeliver(event_id):
 
 @bp.get("/deliveries")
 def deliveries_page():
-    status = request.args.get("status") if request.args.get("status") in ("succeeded", "failed") else None
+    refused = _unknown_filter({"status": ("succeeded", "failed")})
+    if refused:
+        notify("error", refused)
+        return _back("dashboard.deliveries_page")
+    status = request.args.get("status") or None
     page_number = _page_number()
     rows, total = outbox.attempts_page(account_id(), PAGE_SIZE, (page_number - 1) * PAGE_SIZE, status=status)
     return render("deliveries.html", rows=rows, total=total, page=page_number, status=status,
