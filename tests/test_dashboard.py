@@ -337,6 +337,15 @@ def test_an_upload_over_the_size_limit_names_the_limit_and_the_command_that_take
     assert subscription_count(alice.account_id) == 0
 
 
+def test_cells_past_the_header_are_ignored_not_shown_as_a_list(browser, alice):
+    """A row with more cells than the header showed them as a Python list (`['x1', 'x2']`) (walk)."""
+    upload = (io.BytesIO(b"url\nhttps://www.linkedin.com/in/extra1,x1,x2\n"), "crm.csv")
+    page = browser.post("/subscriptions/import", data={"file": upload},
+                        content_type="multipart/form-data").get_data(as_text=True)
+    assert result_rows(page)[1][0] == "created" and "[" not in result_rows(page)[1][1]
+    assert "x1" not in page
+
+
 def test_a_pasted_field_beyond_the_csv_limit_is_refused(browser, alice):
     response = browser.post("/subscriptions/import",
                             data={"rows": 'url,note\nhttps://www.linkedin.com/in/jane,"' + "x" * 200_000 + '"'})

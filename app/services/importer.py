@@ -75,6 +75,7 @@ def _parse(file):
         header = reader.fieldnames or []  # read here: its errors are the header's
         where = "row 1"
         for row in reader:
+            row.pop(None, None)  # cells past the header's columns: no column names them (shown as a list, or lost)
             rows.append(row)
             where = f"row {len(rows) + 1}"
     except csv.Error as error:  # e.g. a field beyond the csv module's 131,072 characters
