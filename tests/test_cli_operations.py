@@ -260,13 +260,15 @@ def test_import_exits_non_zero_when_it_cannot_do_its_job(runner, alice, tmp_path
     assert subscription_count(alice.account_id) == 0
 
 
-@pytest.mark.parametrize("header, extra", [(["url", "url"], []), (["url", "owner", "owner"], ["--metadata", "owner"])])
+@pytest.mark.parametrize("header, extra", [(["url", "url"], []), (["url", "owner", "owner"], ["--metadata", "owner"]),
+                                           (["LinkedIn URL", "linkedin_url"], ["--column", "LinkedIn URL"]),
+                                           (["url", "Type", "type"], [])])
 def test_a_column_to_import_named_twice_is_refused(runner, alice, tmp_path, header, extra):
     """Only the last of the two was read, silently (walk)."""
     path = _write_csv(tmp_path / "twice.csv", header, [["https://www.linkedin.com/in/jane-doe"] + ["x"] * (len(header)
                                                                                                       - 1)])
     result = runner.invoke(args=["subscriptions", "import", path, "--account", alice.account_id, *extra])
-    assert result.exit_code != 0 and "columns named" in result.output and "rename all but" in result.output
+    assert result.exit_code != 0 and "columns named like" in result.output and "rename all but" in result.output
     assert subscription_count(alice.account_id) == 0
 
 

@@ -121,9 +121,10 @@ class Plan:
         plan = cls(find_id_column(header, id_column), found_type,
                    [_find(header, name, "metadata") for name in metadata_columns])
         for name in (plan.id_column, plan.type_column, *plan.metadata_columns):
-            if name is not None and header.count(name) > 1:  # a row holds one value of the name: the last column's
-                raise ImportRefused(f"The file has {header.count(name)} columns named '{name}', and rows cannot tell "
-                                    "them apart: rename all but the one to import.")
+            alike = [other for other in header if name is not None and header_key(other) == header_key(name)]
+            if len(alike) > 1:  # found by `header_key`, the last of them was read (a row holds one value a name)
+                raise ImportRefused(f"The file has {len(alike)} columns named like '{name}' ({', '.join(alike)}): "
+                                    "rename all but the one to import.")
         return plan
 
 
