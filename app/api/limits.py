@@ -1,15 +1,20 @@
 """The four rate-limit classes of contract §8, shared across their endpoints, sized by the caller's tier;
 and the per-address limit of requests refused for want of a valid key."""
 import logging
+import threading
+from functools import lru_cache
 
 from flask import current_app, g
 from limits import RateLimitItemPerSecond, parse
 from limits.errors import StorageError
+from limits.strategies import FixedWindowRateLimiter
 
 from app.errors import RateLimited
 from app.extensions import limit_string, limiter, rate_limit_key
+from app.rate_limit_storage import SweepingMemoryStorage
 
 log = logging.getLogger(__name__)
+_storage_down = threading.Event()
 
 
 def rate_class(name: str):
@@ -39,14 +44,30 @@ def limit_unauthenticated():
     window = config["RATELIMIT_WINDOW_SECONDS"]
     item = RateLimitItemPerSecond(config["RATELIMIT_UNAUTHENTICATED"], window)
     try:
-        if limiter.limiter.hit(item, "unauthenticated", rate_limit_key()):
-            return
-        reset_time = limiter.limiter.get_window_stats(item, "unauthenticated", rate_limit_key()).reset_time
-    except StorageError as error:  # flask-limiter's fallback starts with the next keyed request it checks
-        log.warning("rate limit storage unreachable (%s): a request without a valid key went uncounted", error)
-        return
-    raise RateLimited(item.amount, window, reset_time,
-                      "Too many requests without a valid API key from this address. Retry later.")
+        reset_time = _refused_until(limiter.limiter, item)
+        _storage_down.clear()
+    except StorageError as error:  # counted here meanwhile: guessing keys must stay slow while Redis is down
+        if not _storage_down.is_set():  # once an outage, not once a request
+            _storage_down.set()
+            log.warning("rate limit storage unreachable (%s): requests without a valid key are counted in this "
+                        "process until it answers", error)
+        reset_time = _refused_until(_local_limiter(), item)
+    if reset_time is not None:
+        raise RateLimited(item.amount, window, reset_time,
+                          "Too many requests without a valid API key from this address. Retry later.")
+
+
+def _refused_until(rate_limiter, item):
+    """Counts the request in the address's bucket: None when it is allowed, else when the window resets."""
+    if rate_limiter.hit(item, "unauthenticated", rate_limit_key()):
+        return None
+    return rate_limiter.get_window_stats(item, "unauthenticated", rate_limit_key()).reset_time
+
+
+@lru_cache(maxsize=1)
+def _local_limiter():
+    """This process's own count of requests without a valid key, for while the shared storage is down."""
+    return FixedWindowRateLimiter(SweepingMemoryStorage("memory://"))
 
 
 def _rate_limit_state():
