@@ -4,6 +4,7 @@ import io
 import re
 
 import pytest
+from flask import request
 from sqlalchemy import func, select
 
 from app.extensions import db
@@ -52,6 +53,21 @@ def test_a_path_with_an_empty_segment_is_json_404_not_a_redirect(alice, method, 
                                  json={"entity_type": "contact", "network_id": "jane"})
     _assert_error_shape(response, 404, "NOT_FOUND")
     assert "Location" not in response.headers and _subscription_count() == 0
+
+
+def test_an_error_after_the_view_is_a_json_500_internal_error(app, alice, monkeypatch):
+    """Flask hands an exception of an after-request hook to the HTTP 500 handler, which answered HTTP_ERROR (walk:
+    a rate-limit storage failing there)."""
+    monkeypatch.setitem(app.config, "PROPAGATE_EXCEPTIONS", False)  # as served (TESTING raises them)
+
+    @app.after_request
+    def fail_once(response):
+        if request.path.endswith("/account") and not getattr(fail_once, "failed", False):
+            fail_once.failed = True
+            raise RuntimeError("after the view")
+        return response
+    body = _assert_error_shape(alice.get("/account"), 500, "INTERNAL_ERROR")
+    assert body["message"] == "An unexpected error occurred. Quote the request id to support."
 
 
 @pytest.mark.parametrize("method, path", [("PUT", "/subscriptions"), ("DELETE", "/account"),

@@ -76,6 +76,7 @@ def test_a_failed_statement_never_logs_its_values(alice, app, log_lines):
     assert response.status_code == 500 and response.json["error"] == "INTERNAL_ERROR"
     written = json.dumps(log_lines())
     assert "refused" in written and "whsec_" not in written and live not in written
+    assert "[parameters:" not in written  # (the line's redaction would hide the secrets themselves anyway)
 
 
 def test_a_failed_delivery_to_a_url_holding_credentials_logs_and_keeps_them_redacted(alice, log_lines):

@@ -64,12 +64,12 @@ def _merge(names, previous: dict, current: dict) -> dict:
 
 def _differs(previous, current, name) -> bool:
     before, after = previous.get(name), current.get(name)
-    return not is_unknown(before) and not is_unknown(after) and _trimmed(before) != _trimmed(after)
+    return not is_unknown(before) and not is_unknown(after) and before != after
 
 
 def _trimmed(value):
-    """A text without surrounding white space: the provider's answers are read so (`readable`), and a snapshot stored
-    before that must not make its next check report " Lead" → "Lead"."""
+    """A stored text without surrounding white space: the provider's answers are read so (`readable`), and a
+    snapshot stored before that must neither report " Lead" → "Lead" nor send " Lead" as a previous value."""
     return value.strip() if isinstance(value, str) else value
 
 
@@ -146,7 +146,7 @@ def detect(entity_type: str, stored, current: dict, min_percent: float = 0.0) ->
         present = [change for change in (activity_change(entity_type, item) for item in activities or [])
                    if change]
         return Detection(snapshot, [], present, public_state(current))
-    previous = {name: stored.get(name) for name in names}
+    previous = {name: _trimmed(stored.get(name)) for name in names}
     merged = _merge(names, previous, current)
     changes = _field_changes(entity_type, previous, merged, current, min_percent)
     seen = _seen_keys(stored)

@@ -188,7 +188,7 @@ def _insert_batch(account_id: str, resolved: list, dry_run: Optional[DryRun]) ->
             subscription = _new_subscription(account_id, item["entity_type"], network_id, network_url,
                                              item["custom_metadata"], now)
             session.add(subscription)
-            existing[key] = subscription.id
+            existing[key] = None if dry_run else subscription.id  # a dry run creates no subscription to name
             count += 1
             result.created.append(subscription)
         if dry_run:
