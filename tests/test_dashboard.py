@@ -618,6 +618,20 @@ def test_clearing_every_event_box_is_refused_not_read_as_every_event(browser, al
     assert alice.get("/webhooks/configure").json["events"] == ["contact.*"]
 
 
+def test_recovering_without_a_webhook_says_to_set_one_up(browser, alice):
+    """It was a 404 page telling to `POST /webhooks/configure` (walk)."""
+    response = browser.post("/deliveries/recover", data={"since": "2026-11-01T00:00"})
+    assert response.status_code == 302
+    assert "Set up your webhook first" in browser.text("/deliveries")
+
+
+def test_metadata_naming_a_key_twice_is_refused_and_changes_nothing(browser, alice):
+    subscription = subscribe(alice.account_id)
+    browser.post(f"/subscriptions/{subscription.id}/metadata", data={"custom_metadata": '{"o": "a", "o": "b"}'})
+    assert "names &#39;o&#39; more than once" in browser.text(f"/subscriptions/{subscription.id}")
+    assert alice.get(f"/subscriptions/{subscription.id}").json["custom_metadata"] == {}
+
+
 def test_switching_deliveries_off_and_on(browser, alice):
     configure(alice, "http://127.0.0.1:9/hook")
     browser.post("/webhook", data={"endpoint_url": "http://127.0.0.1:9/hook", "events": ["*"],

@@ -264,6 +264,9 @@ def deliveries_page():
 @bp.post("/deliveries/recover")
 def recover():
     def change():
+        if webhooks.get_or_none(account_id()) is None:  # the service's 404 would be the 404 page, in API terms
+            raise ValidationFailed("webhook", "Set up your webhook first (Webhook page): there is nowhere to send "
+                                              "to yet.")
         # a form sends text: Unix seconds come as digits, which the API takes as a JSON number
         form = {name: int(value) if re.fullmatch(r"[0-9]{1,12}", value) else value
                 for name, value in ((name, request.form.get(name, "")) for name in ("since", "until")) if value}
