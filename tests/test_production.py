@@ -266,7 +266,8 @@ def test_a_scheduler_killed_with_sigkill_leaves_claims_that_return_within_the_co
     ("WEBHOOK_RETRY_SCHEDULE", "5,-1", "WEBHOOK_RETRY_SCHEDULE must list positive seconds"),
     ("DATABASE_URL", "mysql://db/x", "DATABASE_URL names 'mysql'"),
     # three were tracebacks (walk); the password is never shown
-    ("DATABASE_URL", "postgresql://u:s3cret@127.0.0.1:badport/x", "DATABASE_URL='postgresql://…' is not a database URL"),
+    ("DATABASE_URL", "postgresql://u:s3cret@127.0.0.1:badport/x",
+     "DATABASE_URL='postgresql://…' is not a database URL"),
     ("DATABASE_URL", "postgresql://u:s3cret/x@h@h:bad/x", "DATABASE_URL='postgresql://…' is not a database URL"),
     ("DATABASE_URL", "postgresql+nodriver://u:s3cret@h/x",
      "DATABASE_URL='postgresql+nodriver://u:***@h/x' cannot be used (Can't load plugin"),

@@ -392,8 +392,8 @@ def test_checks_deferred_by_the_budget_are_released_with_their_batch(app, alice,
 def test_a_check_that_cannot_be_recorded_counts_as_failed_and_the_others_are_recorded(alice, vendor, monkeypatch,
                                                                                        stopped_after):
     """A batch that cannot be written is written one check at a time; one that still cannot be is a failed check,
-    its claim cleared (here every fetched one). A lone fetched check (the others released early by a stop) re-raised instead, and kept its
-    claim for the lease (review)."""
+    its claim cleared (here every fetched one). A lone fetched check (the others released early by a stop)
+    re-raised instead, and kept its claim for the lease (review)."""
     from app.services import checks
     calls = []
 

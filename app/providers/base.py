@@ -165,9 +165,9 @@ def normalize_snapshot(entity_type: str, raw: dict) -> dict:
 
 def readable(name: str, value):
     """A field of contract §7 as detection and the events use it: the headcount a whole number, every other field
-    text without surrounding white space. A value of another type (a headcount of 1.5 or "1,200", a title of 123, a list) is unknown, as null is:
-    kept, it replaced the last known value without an event and so hid the next real change, and went out in
-    webhook payloads whose fields the interface types as strings."""
+    text without surrounding white space. A value of another type (a headcount of 1.5 or "1,200", a title of 123,
+    a list) is unknown, as null is: kept, it replaced the last known value without an event and so hid the next
+    real change, and went out in webhook payloads whose fields the interface types as strings."""
     if name == "headcount":
         if isinstance(value, float) and value.is_integer() and abs(value) <= 2 ** 53:  # 1200.0, exactly
             return int(value)
