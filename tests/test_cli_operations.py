@@ -262,8 +262,7 @@ def test_import_exits_non_zero_when_it_cannot_do_its_job(runner, alice, tmp_path
 
 
 @pytest.mark.parametrize("header, extra", [(["url", "url"], []), (["url", "owner", "owner"], ["--metadata", "owner"]),
-                                           (["LinkedIn URL", "linkedin_url"], ["--column", "LinkedIn URL"]),
-                                           (["url", "Type", "type"], [])])
+                                           (["LinkedIn URL", "linkedin_url"], []), (["url", "Type", "type"], [])])
 def test_a_column_to_import_named_twice_is_refused(runner, alice, tmp_path, header, extra):
     """Only the last of the two was read, silently (walk)."""
     path = _write_csv(tmp_path / "twice.csv", header, [["https://www.linkedin.com/in/jane-doe"] + ["x"] * (len(header)
@@ -271,6 +270,22 @@ def test_a_column_to_import_named_twice_is_refused(runner, alice, tmp_path, head
     result = runner.invoke(args=["subscriptions", "import", path, "--account", alice.account_id, *extra])
     assert result.exit_code != 0 and "columns named like" in result.output and "rename all but" in result.output
     assert subscription_count(alice.account_id) == 0
+
+
+@pytest.mark.parametrize("header, extra, kept", [
+    (["LinkedIn URL", "linkedin_url"], ["--column", "LinkedIn URL"], "jane-doe"),  # named exactly: that one
+    (["url", "Имя", "Компания"], ["--metadata", "Компания"], "jane-doe"),  # non-Latin headers are distinct
+])
+def test_a_column_named_exactly_is_read_beside_others_alike(runner, alice, tmp_path, header, extra, kept):
+    """Headers read alike by their letters and digits alone: any two in Cyrillic were one, and `--column 'LinkedIn
+    URL'` read `linkedin_url` (review)."""
+    row = ["https://www.linkedin.com/in/jane-doe", "https://www.linkedin.com/in/other", "Acme"][:len(header)]
+    path = _write_csv(tmp_path / "alike.csv", header, [row])
+    assert "created=1" in _ok(runner, "subscriptions", "import", path, "--account", alice.account_id, *extra)
+    [created] = alice.get("/subscriptions").json["data"]
+    assert created["network_id"] == kept
+    if "--metadata" in extra:
+        assert created["custom_metadata"] == {"Компания": "Acme"}
 
 
 def test_a_column_named_twice_that_is_not_imported_is_no_concern(runner, alice, tmp_path):

@@ -27,7 +27,9 @@ class ImportRefused(ServiceError):
 
 
 def header_key(name: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "_", (name or "").strip().lower()).strip("_")
+    """A header as it is compared: lower case, every run of other characters than letters and digits (of any
+    script: 'Компания' stays itself) one underscore."""
+    return re.sub(r"[\W_]+", "_", (name or "").strip().lower()).strip("_")
 
 
 def read_rows(path: str):
@@ -84,6 +86,8 @@ def _parse(file):
 
 
 def _find(header, wanted: str, what: str):
+    if wanted in header:  # as named, before any other header that reads alike
+        return wanted
     by_key = {header_key(name): name for name in header}
     if header_key(wanted) not in by_key:
         raise ImportRefused(f"The file has no {what} column '{wanted}'. Its columns: {', '.join(header)}.")
@@ -120,9 +124,12 @@ class Plan:
                       else next((by_key[key] for key in TYPE_HEADERS if key in by_key), None))
         plan = cls(find_id_column(header, id_column), found_type,
                    [_find(header, name, "metadata") for name in metadata_columns])
+        named = {id_column, type_column, *metadata_columns}
         for name in (plan.id_column, plan.type_column, *plan.metadata_columns):
-            alike = [other for other in header if name is not None and header_key(other) == header_key(name)]
-            if len(alike) > 1:  # found by `header_key`, the last of them was read (a row holds one value a name)
+            # a row holds one value a name (the last column's); a column found by how it reads, the last alike
+            alike = [other for other in header if other == name
+                     or (name not in named and name is not None and header_key(other) == header_key(name))]
+            if len(alike) > 1:
                 raise ImportRefused(f"The file has {len(alike)} columns named like '{name}' ({', '.join(alike)}): "
                                     "rename all but the one to import.")
         return plan
