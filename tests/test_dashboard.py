@@ -618,6 +618,18 @@ def test_clearing_every_event_box_is_refused_not_read_as_every_event(browser, al
     assert alice.get("/webhooks/configure").json["events"] == ["contact.*"]
 
 
+def test_deliveries_switched_off_save_with_every_event_box_cleared(browser, alice):
+    """The form's own advice ("to send none, turn deliveries off") was refused, and its error page ticked
+    "Deliveries on" again (review)."""
+    configure(alice, "http://127.0.0.1:9/hook", events_filter=("contact.*",))
+    response = browser.post("/webhook", data={"endpoint_url": "http://127.0.0.1:9/hook", "initial_webhook": "latest"})
+    assert response.status_code == 302
+    assert alice.get("/webhooks/configure").json["is_active"] is False
+    assert alice.get("/webhooks/configure").json["events"] == ["contact.*"]
+    refused = browser.post("/webhook", data={"endpoint_url": "ftp://x", "events": ["*"], "initial_webhook": "latest"})
+    assert refused.status_code == 400 and 'name="is_active" checked' not in refused.get_data(as_text=True)
+
+
 def test_recovering_without_a_webhook_says_to_set_one_up(browser, alice):
     """It was a 404 page telling to `POST /webhooks/configure` (walk)."""
     response = browser.post("/deliveries/recover", data={"since": "2026-11-01T00:00"})

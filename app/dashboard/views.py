@@ -293,16 +293,20 @@ def webhook_page():
 def save_webhook():
     form = {"endpoint_url": request.form.get("endpoint_url", "").strip(),
             "events": request.form.getlist("events"),
-            "initial_webhook": request.form.get("initial_webhook", "latest")}
+            "initial_webhook": request.form.get("initial_webhook", "latest"),
+            "is_active": request.form.get("is_active") == "on"}
+    config = webhooks.get_or_none(account_id())
+    if not form["events"] and config is not None and not form["is_active"]:
+        form["events"] = config.events  # deliveries off: the events are kept for when they are on again
     try:
         if not form["events"]:  # read as every event, it sent everything to who cleared the boxes to send less
             raise ValidationFailed("events", "Choose the events to send (all, a family or single types); to send "
                                              "none, turn deliveries off.")
-        if webhooks.get_or_none(account_id()) is None:
-            config, _created = webhooks.configure(account_id(), load(configure_schema, form))
+        if config is None:
+            config, _created = webhooks.configure(account_id(), load(configure_schema, {
+                name: value for name, value in form.items() if name != "is_active"}))
             return _webhook_page(secret=config.secret, status=201)
-        webhooks.update_config(account_id(), load(update_schema, {
-            **form, "is_active": request.form.get("is_active") == "on"}))
+        webhooks.update_config(account_id(), load(update_schema, form))
     except ServiceError as error:
         return _webhook_page(error=error.message, form=form, status=error.status)
     notify("success", "Webhook settings saved.")
