@@ -317,26 +317,28 @@ def _validate_database_url(url):
 
 
 def _without_password(url: str) -> str:
-    """A URL that could not be parsed, shown without what may be its user and password: only its scheme when it
-    holds an `@` (a password may hold `/` and `@` unescaped, so where it ends cannot be told)."""
+    """A URL shown in a refusal without what may be its user and password: only its scheme when it holds an `@`
+    (a password may hold `/` and `@` unescaped, so where it ends cannot be told), nothing of it without one."""
+    if "@" not in url:
+        return url
     scheme, separator, _rest = url.partition("://")
-    return f"{scheme}://…" if "@" in url and separator else url
+    return f"{scheme}://…" if separator else "…"
 
 
 def _validate_ratelimit_storage(name, uri, moving_window=False):
     """A `limits` storage URI whose client package is installed; not built here (a cluster client would connect)."""
-    parts = urlsplit(uri)
+    parts, shown = urlsplit(uri), _without_password(uri)
     if parts.scheme not in RATELIMIT_SCHEMES:
-        raise ConfigError(f"{name}={uri!r} is not a limits storage URI: use memory:// or redis://HOST:6379")
+        raise ConfigError(f"{name}={shown!r} is not a limits storage URI: use memory:// or redis://HOST:6379")
     if moving_window and parts.scheme == "memcached":
-        raise ConfigError(f"{name}={uri!r}: memcached keeps no moving window; use redis://HOST:6379")
+        raise ConfigError(f"{name}={shown!r}: memcached keeps no moving window; use redis://HOST:6379")
     try:
         parts.port
     except ValueError:
-        raise ConfigError(f"{name}={uri!r} holds no valid port") from None
+        raise ConfigError(f"{name}={shown!r} holds no valid port") from None
     package = STORAGE_PACKAGES.get(parts.scheme)
     if package and importlib.util.find_spec(package) is None:
-        raise ConfigError(f"{name}={uri!r} needs the {package} package: pip install {package}"
+        raise ConfigError(f"{name}={shown!r} needs the {package} package: pip install {package}"
                           + (" (or 'entity-monitor[redis]')" if package == "redis" else ""))
 
 

@@ -269,6 +269,8 @@ def test_a_scheduler_killed_with_sigkill_leaves_claims_that_return_within_the_co
     ("DATABASE_URL", "postgresql://u:s3cret@127.0.0.1:badport/x",
      "DATABASE_URL='postgresql://…' is not a database URL"),
     ("DATABASE_URL", "postgresql://u:s3cret/x@h@h:bad/x", "DATABASE_URL='postgresql://…' is not a database URL"),
+    ("DATABASE_URL", "user:s3cret@db:5432/app", "DATABASE_URL='…' is not a database URL"),
+    ("RATELIMIT_STORAGE_URI", "redis://:s3cret@h:bad", "RATELIMIT_STORAGE_URI='redis://…' holds no valid port"),
     ("DATABASE_URL", "postgresql+nodriver://u:s3cret@h/x",
      "DATABASE_URL='postgresql+nodriver://u:***@h/x' cannot be used (Can't load plugin"),
     ("DATABASE_URL", "sqlite://user:s3cret@/x", "DATABASE_URL='sqlite://user:***@/x' cannot be used (Invalid SQLite"),
