@@ -192,11 +192,16 @@ def import_subscriptions(file, account_id, column, type_column, metadata, reject
         except OSError as error:  # beside a file in a folder this user cannot write (a --rejected was checked)
             raise click.ClickException(f"the rejected rows could not be written to {rejected_path} "
                                        f"({error.strerror}): import again with --rejected PATH; a second run is "
-                                       "safe (what this one created counts as already present)") from None
+                                       "safe (what is created counts as already present)") from None
         click.echo(f"rejected rows and their reasons: {rejected_path}")
     elif not dry_run and os.path.isfile(rejected_path):  # an earlier run's: its rows would read as rejected now
-        os.remove(rejected_path)
-        click.echo(f"no row rejected: removed the earlier {rejected_path}")
+        try:
+            os.remove(rejected_path)
+        except OSError as error:
+            click.echo(f"no row rejected; the earlier {rejected_path} could not be removed ({error.strerror}) and "
+                       "is out of date")
+        else:
+            click.echo(f"no row rejected: removed the earlier {rejected_path}")
 
 
 @subscriptions_cli.command("export")

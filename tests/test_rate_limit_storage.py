@@ -77,7 +77,7 @@ def test_a_shared_storage_that_is_down_falls_back_to_counting_in_memory(app, ali
     assert last.status_code == 429 and last.json["error"] == "RATE_LIMIT_EXCEEDED"  # still limited
 
 
-def test_requests_without_a_key_stay_limited_while_the_storage_is_down(app, anon, monkeypatch):
+def test_requests_without_a_key_stay_limited_while_the_storage_is_down(app, anon, monkeypatch, request):
     """They were let through uncounted until a keyed request switched flask-limiter to its fallback (review):
     guessing keys must stay slow."""
     def unreachable(*_args):
@@ -85,5 +85,7 @@ def test_requests_without_a_key_stay_limited_while_the_storage_is_down(app, anon
     monkeypatch.setattr(limiter.limiter, "hit", unreachable)
     monkeypatch.setitem(app.config, "RATELIMIT_UNAUTHENTICATED", 3)
     limits_module._local_limiter.cache_clear()  # a count of this process's own, empty for each run
+    request.addfinalizer(limits_module._local_limiter.cache_clear)
+    request.addfinalizer(limits_module._storage_down.clear)
     answers = [anon.get("/account").json["error"] for _ in range(4)]
     assert answers == ["UNAUTHORIZED"] * 3 + ["RATE_LIMIT_EXCEEDED"]

@@ -243,7 +243,7 @@ def test_a_second_test_send_while_one_waits_for_the_endpoint_is_a_429(app, alice
             assert first.result().status_code == 200 and first.result().json["delivered"] is True
         assert second.status_code == 429 and second.json["error"] == "RATE_LIMIT_EXCEEDED"
         # Retry-After: when the first must have ended (the timeout after it started), not a whole timeout from now
-        assert second.json["details"]["limit"] == 1 and 1 <= int(second.headers["Retry-After"]) <= 9
+        assert second.json["details"]["limit"] == 1 and 1 <= int(second.headers["Retry-After"]) <= 10  # 11 from now
         assert others.status_code == 200 and others.json["delivered"] is True
         assert alice.post("/webhooks/test").json["delivered"] is True  # once the first is back
     db.session.rollback()

@@ -402,7 +402,7 @@ def _one_test_at_a_time(account_id: str, timeout: float):
     with _tests_sending_lock:
         started = _tests_sending.get(account_id)
         if started is not None:
-            raise RateLimited(1, math.ceil(timeout), started + timeout,
+            raise RateLimited(1, math.ceil(timeout), started + timeout + 1,  # (+1: recording the first try)
                               "A test send of this account is already waiting for the endpoint's answer. Retry when "
                               "it has come back.")
         _tests_sending[account_id] = time.time()
