@@ -571,7 +571,8 @@ def test_redeliver_to_an_inactive_endpoint_says_why(browser, alice):
     alice.put("/webhooks/configure", json={"is_active": False})
     [event_id] = record_events(alice.account_id)
     browser.post(f"/events/{event_id}/redeliver")
-    assert "inactive" in browser.text(f"/events/{event_id}")
+    page = browser.text(f"/events/{event_id}")  # in the dashboard's words, not the API call to make (walk)
+    assert "Deliveries are switched off: turn them on on the Webhook page first." in page and "PUT /" not in page
 
 
 @pytest.mark.parametrize("since", ["2000-01-01T00:00", "946684800"])  # the README's ISO 8601 or Unix seconds
@@ -635,6 +636,12 @@ def test_recovering_without_a_webhook_says_to_set_one_up(browser, alice):
     response = browser.post("/deliveries/recover", data={"since": "2026-11-01T00:00"})
     assert response.status_code == 302
     assert "Set up your webhook first" in browser.text("/deliveries")
+
+
+def test_signing_in_without_a_key_asks_for_one(app):
+    """It told to send an `X-API-Key header` (walk)."""
+    response = sign_in(app.test_client(), " ")
+    assert "Paste an API key to sign in." in response.get_data(as_text=True)
 
 
 def test_metadata_naming_a_key_twice_is_refused_and_changes_nothing(browser, alice):

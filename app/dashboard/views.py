@@ -10,7 +10,7 @@ from app.api.limits import limit_unauthenticated
 from app.dashboard import (LOGIN_CSRF_COOKIE, SESSION_COOKIE, account_id, bp, check_login_csrf, new_login_csrf,
                            notify, render, safe_next, stream)
 from app.dashboard.presenters import change_rows, events_chart, import_results_href, import_steps, parse_body
-from app.errors import NotFound, ServiceError, Unauthorized, ValidationFailed
+from app.errors import InvalidState, NotFound, ServiceError, Unauthorized, ValidationFailed
 from app.schemas.account import ApiKeyCreateSchema
 from app.schemas.base import MAX_OFFSET
 from app.schemas.subscriptions import (BulkIdsSchema, BulkStatusSchema, MetadataPatchSchema, SubscriptionCreateSchema,
@@ -54,11 +54,23 @@ def _attempt(change, endpoint, **values):
     another account stays the 404 page). Then back to the page it came from."""
     try:
         notify("success", change())
+    except webhooks.ConfigurationMissing:  # a NotFound of this account's own, not of an id in the URL
+        notify("error", NO_WEBHOOK_YET)
     except NotFound:
         raise
     except ServiceError as error:
-        notify("error", error.message)
+        notify("error", _in_dashboard_words(error))
     return _back(endpoint, **values)
+
+
+NO_WEBHOOK_YET = "Set up your webhook first (Webhook page): there is nowhere to send to yet."
+
+
+def _in_dashboard_words(error: ServiceError) -> str:
+    """The service's message, but where it tells an API client which call to make first."""
+    if isinstance(error, InvalidState) and (error.details or {}).get("is_active") is False:
+        return "Deliveries are switched off: turn them on on the Webhook page first."
+    return error.message
 
 
 # --- signing in and out -------------------------------------------------------------------------
@@ -72,7 +84,8 @@ def login():
         token, row = dashboard_sessions.open_session(request.form.get("api_key", "").strip())
     except Unauthorized as error:
         limit_unauthenticated()  # the same per-address budget as API calls without a valid key
-        return _login_page(error=error.message, status=401)
+        message = "Paste an API key to sign in." if error.message == keys.MISSING_MESSAGE else error.message
+        return _login_page(error=message, status=401)
     response = redirect(safe_next(request.args.get("next")))
     response.set_cookie(SESSION_COOKIE, token, max_age=int(dashboard_sessions.LIFETIME.total_seconds()),
                         httponly=True, secure=request.is_secure, samesite="Strict")
@@ -264,9 +277,6 @@ def deliveries_page():
 @bp.post("/deliveries/recover")
 def recover():
     def change():
-        if webhooks.get_or_none(account_id()) is None:  # the service's 404 would be the 404 page, in API terms
-            raise ValidationFailed("webhook", "Set up your webhook first (Webhook page): there is nowhere to send "
-                                              "to yet.")
         # a form sends text: Unix seconds come as digits, which the API takes as a JSON number
         form = {name: int(value) if re.fullmatch(r"[0-9]{1,12}", value) else value
                 for name, value in ((name, request.form.get(name, "")) for name in ("since", "until")) if value}
