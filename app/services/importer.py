@@ -77,12 +77,20 @@ def _parse(file):
         header = reader.fieldnames or []  # read here: its errors are the header's
         where = "row 1"
         for row in reader:
-            row.pop(None, None)  # cells past the header's columns: no column names them (shown as a list, or lost)
-            rows.append(row)
+            rows.append(_Row(row, extra_cells=[cell for cell in row.pop(None, None) or () if cell.strip()]))
             where = f"row {len(rows) + 1}"
     except csv.Error as error:  # e.g. a field beyond the csv module's 131,072 characters
         raise ImportRefused(f"The file cannot be read as CSV at {where}: {error}.") from None
     return header, rows
+
+
+class _Row(dict):
+    """A row's cells by header name, and the filled cells past the header's columns, which no name reads (empty
+    ones, a trailing delimiter, are dropped)."""
+
+    def __init__(self, cells: dict, extra_cells=()):
+        super().__init__(cells)
+        self.extra_cells = list(extra_cells)
 
 
 def _find(header, wanted: str, what: str):
@@ -142,6 +150,10 @@ def _cell(row: dict, column) -> str:
 def item_for_row(row: dict, plan: Plan) -> dict:
     """The bulk-create item a row stands for. A URL without a scheme gets `https://`; the entity type
     comes from the type column, else from the URL's path."""
+    extra = getattr(row, "extra_cells", ())
+    if extra:  # mostly a delimiter inside a value without quotes: its cells, and maybe the id's, are shifted
+        raise ValidationFailed(plan.id_column, f"The row has {len(extra)} more filled cells than the header has "
+                                               "columns: quote a value holding the delimiter.")
     value = _cell(row, plan.id_column)
     if not value:
         raise ValidationFailed(plan.id_column, f"The {plan.id_column} cell is empty.")
