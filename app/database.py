@@ -283,6 +283,13 @@ def read_in_one_snapshot():
         session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
 
 
+def read_in_a_new_snapshot():
+    """`read_in_one_snapshot` for a request: first end any transaction left open (by an earlier request sharing
+    this app context, in tests), which holds an old snapshot at an unknown level."""
+    end_read_transaction()
+    read_in_one_snapshot()
+
+
 def end_read_transaction():
     """Release the snapshot a read took, so no transaction stays open across slow work."""
     db.session.rollback()

@@ -14,7 +14,7 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from app.common import isoformat
 from app.errors import ServiceError
-from app.database import end_read_transaction, read_in_one_snapshot
+from app.database import read_in_a_new_snapshot
 from app.services import accounts, dashboard_sessions
 
 SESSION_COOKIE = "em_session"
@@ -28,8 +28,7 @@ bp = Blueprint("dashboard", __name__, template_folder="templates", static_folder
 @bp.before_request
 def require_session():
     if request.method in ("GET", "HEAD") and request.endpoint not in PUBLIC_ENDPOINTS:  # one snapshot, as the API's
-        end_read_transaction()
-        read_in_one_snapshot()
+        read_in_a_new_snapshot()
     g.dashboard_session = dashboard_sessions.find(request.cookies.get(SESSION_COOKIE))
     if request.endpoint in PUBLIC_ENDPOINTS:
         return None
