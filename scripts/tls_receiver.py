@@ -9,6 +9,7 @@ import socket
 import ssl
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
 from http.server import ThreadingHTTPServer
 from pathlib import Path
@@ -76,13 +77,16 @@ class TLSServer(ThreadingHTTPServer):
 
 class StaticResolver:
     """socket.getaddrinfo answering from a table for some names (None: the name does not resolve) and
-    passing every other name to the real resolver. Install it as socket.getaddrinfo (tests: monkeypatch)."""
+    passing every other name to the real resolver. Install it as socket.getaddrinfo (tests: monkeypatch).
+    `slow[name] = seconds` makes the name's lookups take that long, as a resolver that does not answer."""
 
     def __init__(self, real, table=None):
         self.real = real
         self.table = dict(table or {})
+        self.slow = {}
 
     def __call__(self, host, port, family=0, type=0, proto=0, flags=0):
+        time.sleep(self.slow.get(host, 0))
         if host not in self.table:
             return self.real(host, port, family, type, proto, flags)
         address = self.table[host]

@@ -3,6 +3,7 @@ Retry-After, filters, inactive configurations, auto-disable, the delivery log, r
 the wake-up, and tenant isolation."""
 import contextlib
 import http.client
+import socket
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -22,6 +23,7 @@ from app.services import health, outbox
 from app.services.transport import Outcome, Outgoing, Transport, sign
 from app.worker import deliveries
 from app.worker.deliveries import deliver_due
+from scripts.tls_receiver import StaticResolver
 from tests.conftest import make_tenant
 from tests.webhook_helpers import (LOCAL_RECEIVER_CONFIG, Clock, Dripper, Receiver, Reply,
                                    assert_cut_off_at_the_timeout, configure, drops_every_second_request_of_a_connection,
@@ -310,6 +312,44 @@ def test_a_timeout_waits_at_least_a_minute_and_keeps_the_headers_it_sent(alice, 
     assert attempt.error.startswith("timeout")
     assert attempt.request_headers["X-Webhook-Signature"] == receiver.requests[0].headers["X-Webhook-Signature"]
     assert delay_after(attempt) == 60
+
+
+@pytest.fixture
+def names(monkeypatch):
+    fake = StaticResolver(socket.getaddrinfo, {"hooks.internal": "127.0.0.1", "gone.internal": None})
+    monkeypatch.setattr(socket, "getaddrinfo", fake)
+    return fake
+
+
+def test_an_endpoint_named_by_a_private_name_is_looked_up_within_the_deadline(alice, app, names):
+    """With private addresses allowed nothing pins the address before connecting; the connection looks the name up
+    within the try's deadline itself (a resolver that did not answer held the sender past it)."""
+    app.config["WEBHOOK_TIMEOUT_SECONDS"] = 1.5
+    names.table["stuck.internal"] = "127.0.0.1"
+    with Receiver() as receiver:
+        configure(alice, receiver.url.replace("127.0.0.1", "hooks.internal"))
+        names.slow["hooks.internal"] = 0.3
+        [slow] = record_events(alice.account_id)
+        deliver_due()
+        configure(alice, receiver.url.replace("127.0.0.1", "stuck.internal"))
+        names.slow["stuck.internal"] = 5.0
+        [stuck] = record_events(alice.account_id)
+        deliver_due()
+    assert [attempt.status for attempt in attempts_of(slow)] == ["succeeded"]
+    assert receiver.requests[0].headers["Host"] == f"hooks.internal:{receiver.server.server_address[1]}"
+    [attempt] = attempts_of(stuck)
+    assert attempt.status == "failed" and attempt.error == "timeout: no answer within 1.5 s"
+    assert attempt.duration_ms < 4500 and len(receiver.requests) == 1
+
+
+def test_an_endpoint_name_that_does_not_resolve_is_a_failed_connection(alice, names):
+    configure(alice, "http://gone.internal:9/hook")
+    [event_id] = record_events(alice.account_id)
+    deliver_due()
+    [attempt] = attempts_of(event_id)
+    assert attempt.status == "failed" and attempt.response_status is None
+    assert attempt.error.startswith("connection failed:") and "gone.internal" in attempt.error, attempt.error
+    assert delay_after(attempt) == SCHEDULE[0]
 
 
 def the_attempt_of_one_delivery(tenant, reply: Reply) -> DeliveryAttempt:

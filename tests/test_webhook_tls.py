@@ -208,3 +208,26 @@ def test_a_connection_back_in_its_pool_outlives_the_deadline_of_the_try_that_use
         time.sleep(1.5)
         second = deliver_one(alice.account_id)[1].status
     assert [first, second] == ["succeeded", "succeeded"] and receiver.server.handshakes == 1
+
+
+def test_a_slow_name_lookup_is_waited_for_within_the_deadline(alice, app, certificates, resolver):
+    app.config["WEBHOOK_TIMEOUT_SECONDS"] = 5.0
+    with Receiver(certificates=certificates) as receiver:
+        configure(alice, receiver.url)
+        resolver.slow[RECEIVER_HOST] = 0.3
+        event, attempt = deliver_one(alice.account_id)
+    assert attempt.status == "succeeded" and event.delivery_status == "succeeded"
+    assert receiver.requests[0].headers["Host"] == f"{RECEIVER_HOST}:{receiver.port}"
+
+
+def test_a_name_lookup_past_the_deadline_ends_the_try_at_the_deadline(alice, app, certificates, resolver):
+    """The lookup was outside the try's deadline: a resolver that does not answer held a sender for its own timeouts
+    (seconds a server and try) on top of the try's."""
+    app.config["WEBHOOK_TIMEOUT_SECONDS"] = 0.5
+    with Receiver(certificates=certificates) as receiver:
+        configure(alice, receiver.url)
+        resolver.slow[RECEIVER_HOST] = 5.0
+        event, attempt = deliver_one(alice.account_id)
+    assert_failed_and_retried(event, attempt)
+    assert attempt.error == "timeout: no answer within 0.5 s" and attempt.duration_ms < 4000
+    assert receiver.requests == []

@@ -9,12 +9,18 @@ socket down once the deadline passes, which ends whatever read or write the try 
 The watcher holds a duplicate of the socket's descriptor, so it never acts on a descriptor the try has closed and
 the system has handed to another connection meanwhile; a connection given back to its pool is no longer watched.
 These connections also read past interim answers (`_FinalAnswer`).
+
+A name lookup has no socket to shut: the system's resolver blocks until it gives up (seconds per server and try), so
+a try's lookup runs in a thread of its own and the try waits for it until its deadline (`within_deadline`).
 """
 import http.client
+import ipaddress
 import os
 import socket
 import threading
 import time
+
+import urllib3
 
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
@@ -98,6 +104,42 @@ class Watcher:
                 self.lock.wait(min((deadline.at for deadline in self._deadlines), default=now + 60) - now)
 
 
+def within_deadline(lookup):
+    """`lookup()`'s answer (or its exception), waited for until the current try's deadline at most; past it, a
+    connect timeout and the lookup is left to finish on its own (a daemon thread: it never holds up an exit)."""
+    deadline = getattr(_current, "deadline", None)
+    if deadline is None:
+        return lookup()
+    outcome, done = {}, threading.Event()
+
+    def run():
+        try:
+            outcome["value"] = lookup()
+        except BaseException as error:  # noqa: BLE001 - handed to the waiting try as it is
+            outcome["error"] = error
+        done.set()
+
+    threading.Thread(target=run, name="webhook-lookup", daemon=True).start()
+    if not done.wait(max(0.0, deadline.at - time.monotonic())):
+        raise urllib3.exceptions.ConnectTimeoutError(None, "the name lookup took past the deadline")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def _first_address(host: str, port: int) -> str:
+    family = urllib3.util.connection.allowed_gai_family()
+    return socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)[0][4][0]
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
 def _watch_current(sock, kept: bool) -> None:
     deadline = getattr(_current, "deadline", None)
     if deadline is not None:
@@ -127,9 +169,23 @@ class _WatchedConnection:
     response_class = _FinalAnswer
 
     def _new_conn(self):
-        sock = super()._new_conn()
+        sock = self._connect_within_deadline() if getattr(_current, "deadline", None) else super()._new_conn()
         _watch_current(sock, kept=False)
         return sock
+
+    def _connect_within_deadline(self):
+        """Connected to the first address of the name, looked up within the deadline (where no adapter has pinned
+        the address already: private endpoints allowed); the name is the connection's again for TLS."""
+        name = self._dns_host
+        if not _is_address(name):
+            try:
+                self._dns_host = within_deadline(lambda: _first_address(name, self.port))
+            except socket.gaierror as error:  # as urllib3's own lookup says it
+                raise urllib3.exceptions.NameResolutionError(name, self, error) from error
+        try:
+            return super()._new_conn()
+        finally:
+            self._dns_host = name
 
 
 class _WatchedHTTPConnection(_WatchedConnection, HTTPConnection):

@@ -103,14 +103,16 @@ def is_forbidden_address(address, allow_loopback=False) -> bool:
 class PublicOnlyAdapter(IPFilterAdapter):
     """requests-hardened resolves the host, refuses private addresses and pins the connection to the checked
     address (SNI and certificate checks keep the hostname); this applies our stricter definition of
-    "not public" to that pinned address too, so configure time and send time refuse the same things."""
+    "not public" to that pinned address too, so configure time and send time refuse the same things. The lookup
+    is waited for until the try's deadline at most."""
 
     def __init__(self, is_https_proto: bool, allow_loopback: bool):
         super().__init__(is_https_proto=is_https_proto, allow_loopback=allow_loopback)
         self.allow_loopback = allow_loopback
 
     def build_connection_pool_key_attributes(self, request, verify, cert=None):
-        host_params, pool_kwargs = super().build_connection_pool_key_attributes(request, verify, cert)
+        host_params, pool_kwargs = send_deadline.within_deadline(
+            lambda: super(PublicOnlyAdapter, self).build_connection_pool_key_attributes(request, verify, cert))
         address = ipaddress.ip_address(host_params["host"].strip("[]"))
         if is_forbidden_address(address, self.allow_loopback):
             raise InvalidIPAddress(address)
