@@ -50,6 +50,26 @@ def test_every_page_sends_a_stranger_to_sign_in(anon, path):
     assert response.headers["Location"].startswith("/login?next=")
 
 
+def test_every_dashboard_answer_forbids_framing_and_foreign_scripts_and_the_api_is_left_alone(browser, anon, alice):
+    """No CSP and no X-Frame-Options: the session cookie's SameSite kept a framed page signed out, but nothing
+    stopped an injected script or style from running, nor another site framing the sign-in page (walk)."""
+    upload = (io.BytesIO(b"LinkedIn URL\nhttps://www.linkedin.com/in/jane\n"), "crm.csv")
+    answers = [anon.client.get("/login"), anon.client.get("/assets/dashboard.js"), browser.get("/"),
+               browser.get("/subscriptions/sub_missing"), browser.get("/events?status=nonsense"),
+               browser.post("/subscriptions/import", data={"file": upload}, content_type="multipart/form-data")]
+    for response in answers:
+        response.get_data()
+        policy = response.headers["Content-Security-Policy"]
+        assert "default-src 'none'" in policy and "script-src 'self'" in policy, response.request.path
+        assert "frame-ancestors 'none'" in policy and "form-action 'self'" in policy
+        assert response.headers["X-Frame-Options"] == "DENY"
+        assert response.headers["X-Content-Type-Options"] == "nosniff"
+        assert response.headers["Referrer-Policy"] == "same-origin"
+    assert {response.status_code for response in answers} >= {200, 404}
+    api = alice.get("/account")
+    assert api.status_code == 200 and "Content-Security-Policy" not in api.headers
+
+
 def test_signing_in_sets_a_strict_httponly_cookie_holding_no_key(app, alice):
     client = app.test_client()
     response = sign_in(client, alice.key)

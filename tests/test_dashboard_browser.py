@@ -64,8 +64,12 @@ def page():
         context.set_default_timeout(60_000)
         page = context.new_page()
         page.on("dialog", lambda dialog: dialog.accept())
+        refused = []  # what the pages' Content-Security-Policy blocked: the pages must need nothing it forbids
+        page.on("console", lambda message: refused.append(message.text) if "Content Security Policy" in message.text
+                else None)
         yield page
         browser.close()
+        assert refused == []
 
 
 def shot(page, name):
