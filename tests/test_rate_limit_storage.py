@@ -80,8 +80,9 @@ def test_a_shared_storage_that_is_down_falls_back_to_counting_in_memory(app, ali
 def test_requests_without_a_key_stay_limited_while_the_storage_is_down(app, anon, monkeypatch, request):
     """They were let through uncounted until a keyed request switched flask-limiter to its fallback (review):
     guessing keys must stay slow."""
-    def unreachable(*_args):
+    def unreachable(*_args, **_kwargs):
         raise StorageError(ConnectionError("refused"))
+    monkeypatch.setattr(limiter.limiter, "test", unreachable)
     monkeypatch.setattr(limiter.limiter, "hit", unreachable)
     monkeypatch.setitem(app.config, "RATELIMIT_UNAUTHENTICATED", 3)
     limits_module._local_limiter.cache_clear()  # a count of this process's own, empty for each run

@@ -232,3 +232,55 @@ def test_behind_a_trusted_proxy_the_forwarded_address_is_the_client(app):
     limited = app.test_client().get("/api/v1/subscriptions", headers={"X-Forwarded-For": "9.9.9.1"})
     other = app.test_client().get("/api/v1/subscriptions", headers={"X-Forwarded-For": "9.9.9.2"})
     assert (limited.status_code, other.status_code) == (429, 401)
+
+
+# --- the dashboard: a session a key opened spends that key's limits -----------------------------------------------
+
+def _dashboard(app, tenant):
+    from tests.dashboard_helpers import Browser
+    return Browser(app, tenant.key)  # signing in is not counted; its first page, the overview, is (default)
+
+
+def _refused_page(response):
+    assert response.status_code == 429 and int(response.headers["Retry-After"]) >= 1
+    assert "Too many requests with this API key" in response.get_data(as_text=True)
+
+
+def test_dashboard_actions_and_api_calls_share_the_keys_write_limit(app, alice):
+    """The dashboard was not limited at all: a key whose API budget was spent went on through its pages (walk)."""
+    browser = _dashboard(app, alice)
+    _spend(alice, "POST", "/subscriptions", 2, json={"entity_type": "contact", "network_id": "first"})
+    assert browser.post("/subscriptions", data={"url": "https://www.linkedin.com/in/third"}).status_code == 302
+    _refused_page(browser.post("/subscriptions", data={"url": "https://www.linkedin.com/in/fourth"}))
+    _assert_limited(alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "fifth"}),
+                    LIMITS["write"])
+    assert {item["network_id"] for item in alice.get("/subscriptions").json["data"]} == {"first", "third"}
+
+
+def test_dashboard_pages_spend_the_keys_read_and_default_limits(app, alice):
+    browser = _dashboard(app, alice)  # the overview: one of the default class's 3
+    assert [browser.get("/subscriptions").status_code for _ in range(LIMITS["read"])] == [200] * LIMITS["read"]
+    _refused_page(browser.get("/subscriptions"))
+    _assert_limited(alice.get("/subscriptions"), LIMITS["read"])
+    assert [browser.get("/keys").status_code for _ in range(2)] == [200, 200]
+    _refused_page(browser.get("/events"))
+    assert alice.get("/account").status_code == 429
+    other = make_tenant(app, "Other team")
+    assert other.get("/subscriptions").status_code == 200  # another account's key: its own budget
+
+
+def test_a_dashboard_import_costs_a_bulk_call_per_hundred_rows_and_is_refused_whole(app, alice):
+    browser = _dashboard(app, alice)
+
+    def import_rows(count, first):
+        rows = "".join(f"https://www.linkedin.com/in/person-{number}\n" for number in range(first, first + count))
+        response = browser.post("/subscriptions/import", data={"rows": rows})
+        response.get_data()
+        return response
+
+    _refused_page(import_rows(250, 0))  # three bulk calls' worth of the two there are
+    assert alice.get("/subscriptions").json["pagination"]["total"] == 0
+    assert import_rows(150, 0).status_code == 200  # two
+    assert alice.get("/subscriptions").json["pagination"]["total"] == 100  # the starter tier's cap
+    _refused_page(import_rows(1, 500))
+    _assert_limited(alice.post("/subscriptions/bulk", json=_bulk_body()), LIMITS["bulk"])

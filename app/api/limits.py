@@ -43,25 +43,45 @@ def limit_unauthenticated():
         return
     window = config["RATELIMIT_WINDOW_SECONDS"]
     item = RateLimitItemPerSecond(config["RATELIMIT_UNAUTHENTICATED"], window)
-    try:
-        reset_time = _refused_until(limiter.limiter, item)
-        _storage_down.clear()
-    except StorageError as error:  # counted here meanwhile: guessing keys must stay slow while Redis is down
-        if not _storage_down.is_set():  # once an outage, not once a request
-            _storage_down.set()
-            log.warning("rate limit storage unreachable (%s): requests without a valid key are counted in this "
-                        "process until it answers", error)
-        reset_time = _refused_until(_local_limiter(), item)
+    reset_time = _refused_until(item, 1, "unauthenticated", rate_limit_key())
     if reset_time is not None:
         raise RateLimited(item.amount, window, reset_time,
                           "Too many requests without a valid API key from this address. Retry later.")
 
 
-def _refused_until(rate_limiter, item):
-    """Counts the request in the address's bucket: None when it is allowed, else when the window resets."""
-    if rate_limiter.hit(item, "unauthenticated", rate_limit_key()):
+def spend_as_key(key_id: str, rate_class: str, cost: int = 1) -> None:
+    """Counts `cost` requests of `rate_class` (sized by `g.tier`) in the bucket the key's API requests of that class
+    spend, as flask-limiter's shared limit keys it: the dashboard's pages and actions, made with a session the key
+    opened, share the key's limits. RateLimited, counting nothing, when the window has no room for all of them."""
+    if not current_app.config.get("RATELIMIT_ENABLED", True):
+        return
+    item = parse(limit_string(rate_class))
+    reset_time = _refused_until(item, cost, f"key:{key_id}", rate_class)
+    if reset_time is not None:
+        raise RateLimited(item.amount, current_app.config["RATELIMIT_WINDOW_SECONDS"], reset_time,
+                          "Too many requests with this API key in this window (its pages here and its API calls "
+                          "share one limit). Retry later.")
+
+
+def _refused_until(item, cost: int, *identifiers):
+    """Counts the request in its bucket: None when it is allowed, else when the window resets. While the shared
+    storage is down, counted in this process (guessing keys must stay slow; a tenant stays within its limits)."""
+    try:
+        reset_time = _count(limiter.limiter, item, cost, identifiers)
+        _storage_down.clear()
+        return reset_time
+    except StorageError as error:
+        if not _storage_down.is_set():  # once an outage, not once a request
+            _storage_down.set()
+            log.warning("rate limit storage unreachable (%s): requests it limits are counted in this process until "
+                        "it answers", error)
+        return _count(_local_limiter(), item, cost, identifiers)
+
+
+def _count(rate_limiter, item, cost: int, identifiers):
+    if rate_limiter.test(item, *identifiers, cost=cost) and rate_limiter.hit(item, *identifiers, cost=cost):
         return None
-    return rate_limiter.get_window_stats(item, "unauthenticated", rate_limit_key()).reset_time
+    return rate_limiter.get_window_stats(item, *identifiers).reset_time
 
 
 @lru_cache(maxsize=1)

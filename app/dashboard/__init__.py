@@ -12,6 +12,7 @@ from flask import (Blueprint, Response, abort, current_app, g, make_response, re
 from markupsafe import Markup
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
+from app.api.limits import spend_as_key
 from app.common import isoformat
 from app.errors import ServiceError
 from app.database import read_in_a_new_snapshot
@@ -37,6 +38,10 @@ def require_session():
     if request.method == "POST" and not _same_token(request.form.get("csrf_token"), g.dashboard_session.csrf_token):
         abort(403, "This form is missing its security token or it has expired. Reload the page and try again.")
     g.account = accounts.get_account(g.dashboard_session.account_id)
+    rate_class = getattr(current_app.view_functions.get(request.endpoint), "rate_limit_class", None)
+    if rate_class:  # as the API view doing the same would be: the key's limits are not escaped through here
+        g.tier = g.account.tier
+        spend_as_key(g.dashboard_session.api_key_id, rate_class)
     return None
 
 

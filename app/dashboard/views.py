@@ -6,7 +6,8 @@ import re
 from flask import current_app, g, redirect, request, url_for
 
 from app.api.http import load, parse_json_text
-from app.api.limits import limit_unauthenticated
+from app.api.limits import (bulk_limit, default_limit, limit_unauthenticated, read_limit, spend_as_key,
+                            write_limit)
 from app.dashboard import (LOGIN_CSRF_COOKIE, SESSION_COOKIE, account_id, bp, check_login_csrf, new_login_csrf,
                            notify, render, safe_next, stream)
 from app.dashboard.presenters import change_rows, events_chart, import_results_href, import_steps, parse_body
@@ -111,6 +112,7 @@ def logout():
 # --- overview -----------------------------------------------------------------------------------
 
 @bp.get("/")
+@default_limit
 def overview_page():
     summary = overview.summary(g.account)
     return render("overview.html", summary=summary, chart=events_chart(summary["events_per_day"]))
@@ -119,6 +121,7 @@ def overview_page():
 # --- subscriptions ------------------------------------------------------------------------------
 
 @bp.get("/subscriptions")
+@read_limit
 def subscriptions_page():
     filters = {name: request.args[name] for name in ("search", "status", "entity_type") if request.args.get(name)}
     page_number = _page_number()
@@ -134,6 +137,7 @@ def subscriptions_page():
 
 
 @bp.post("/subscriptions")
+@write_limit
 def add_subscription():
     """One profile by URL (or by id with its type), read like one row of an import."""
     row = {"url": request.form.get("url", "").strip(), "entity_type": request.form.get("entity_type", "")}
@@ -148,6 +152,7 @@ def add_subscription():
 
 
 @bp.post("/subscriptions/bulk")
+@bulk_limit
 def bulk_action():
     ids, action = request.form.getlist("ids"), request.form.get("action")
     if not ids or action not in ("pause", "resume", "cancel"):
@@ -180,6 +185,8 @@ def import_subscriptions():
     except ServiceError as error:
         notify("error", error.message)
         return _back("dashboard.subscriptions_page")
+    g.tier = g.account.tier  # one bulk call of the key's a chunk, as the same rows sent through the API would take
+    spend_as_key(g.dashboard_session.api_key_id, "bulk", cost=max(1, -(-len(rows) // importer.CHUNK_SIZE)))
     report = importer.ImportReport(total=len(rows))
     chunks = importer.import_chunks(account_id(), rows, plan, lambda raw: load(create_schema, raw), report)
     return stream("import_result.html", report=report, steps=import_steps(chunks, IMPORT_ROWS_LISTED),
@@ -187,6 +194,7 @@ def import_subscriptions():
 
 
 @bp.get("/subscriptions/<dashboard_subscription:subscription_id>")
+@read_limit
 def subscription_page(subscription_id):
     subscription = subscriptions.get(account_id(), subscription_id)
     rows, total = events.list_page(account_id(), PAGE_SIZE, 0, subscription_id=subscription.id)
@@ -196,6 +204,7 @@ def subscription_page(subscription_id):
 
 
 @bp.post("/subscriptions/<dashboard_subscription:subscription_id>/<any(pause, resume, cancel):action>")
+@write_limit
 def change_subscription(subscription_id, action):
     def change():
         if action == "cancel":
@@ -207,6 +216,7 @@ def change_subscription(subscription_id, action):
 
 
 @bp.post("/subscriptions/<dashboard_subscription:subscription_id>/metadata")
+@write_limit
 def edit_metadata(subscription_id):
     def change():
         try:
@@ -223,6 +233,7 @@ def edit_metadata(subscription_id):
 # --- events and deliveries ----------------------------------------------------------------------
 
 @bp.get("/events")
+@default_limit
 def events_page():
     refused = _unknown_filter({"type": events.EVENT_TYPES, "status": events.DELIVERY_STATUSES})
     if refused:
@@ -248,12 +259,14 @@ def _unknown_filter(allowed: dict):
 
 
 @bp.get("/events/<event_id>")
+@default_limit
 def event_page(event_id):
     event = events.get(account_id(), event_id)
     return render("event.html", event=event, payload=event.body, attempts=events.attempts_of(event.id))
 
 
 @bp.post("/events/<event_id>/redeliver")
+@default_limit
 def redeliver(event_id):
     def change():
         outbox.redeliver(account_id(), event_id)
@@ -262,6 +275,7 @@ def redeliver(event_id):
 
 
 @bp.get("/deliveries")
+@default_limit
 def deliveries_page():
     refused = _unknown_filter({"status": ("succeeded", "failed")})
     if refused:
@@ -275,6 +289,7 @@ def deliveries_page():
 
 
 @bp.post("/deliveries/recover")
+@default_limit
 def recover():
     def change():
         # a form sends text: Unix seconds come as digits, which the API takes as a JSON number
@@ -295,11 +310,13 @@ def _webhook_page(status=200, **context):
 
 
 @bp.get("/webhook")
+@default_limit
 def webhook_page():
     return _webhook_page()
 
 
 @bp.post("/webhook")
+@default_limit
 def save_webhook():
     form = {"endpoint_url": request.form.get("endpoint_url", "").strip(),
             "events": request.form.getlist("events"),
@@ -324,6 +341,7 @@ def save_webhook():
 
 
 @bp.post("/webhook/test")
+@default_limit
 def send_test():
     try:
         result = outbox.send_test(account_id(), transport_for(current_app._get_current_object()))
@@ -333,6 +351,7 @@ def send_test():
 
 
 @bp.post("/webhook/rotate")
+@default_limit
 def rotate_secret():
     try:
         rotated = webhooks.rotate_secret(account_id())
@@ -349,11 +368,13 @@ def _keys_page(status=200, **context):
 
 
 @bp.get("/keys")
+@default_limit
 def keys_page():
     return _keys_page()
 
 
 @bp.post("/keys")
+@default_limit
 def create_key():
     try:
         body = load(key_create_schema, {"name": request.form.get("name", "").strip()})
@@ -364,6 +385,7 @@ def create_key():
 
 
 @bp.post("/keys/<key_id>/revoke")
+@default_limit
 def revoke_key(key_id):
     def change():
         keys.delete_key(account_id(), key_id)
