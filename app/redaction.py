@@ -7,19 +7,20 @@ import re
 from urllib.parse import unquote_plus
 
 REDACTED = "[redacted]"
-# Our own secret formats, wherever they appear (API keys, webhook secrets)
-SECRET_VALUE = re.compile(r"lwa\.sk_[A-Za-z0-9_]+|whsec_[A-Za-z0-9]+")
+# Our own secret formats, wherever they appear (API keys, webhook secrets), in any case and an API key without its
+# `lwa.` (the rest is the secret)
+SECRET_VALUE = re.compile(r"(?:lwa\.)?sk_(?:live|test)_[A-Za-z0-9_]+|whsec_[A-Za-z0-9]+", re.IGNORECASE)
 # Query parameters that carry credentials by name, whatever their value looks like
 SECRET_NAME = re.compile(r"key|secret|token|passw|signature|auth", re.IGNORECASE)
 _LOGGED_URI_KEYS = ("RAW_URI", "REQUEST_URI")
 
 
-def redact_query(query: str) -> str:
-    """The query string with every credential-like value replaced; the rest kept byte for byte."""
+def redact_query(query: str, every_value: bool = False) -> str:
+    """The query string with every credential-like value (or every value) replaced; the rest kept byte for byte."""
     pairs = []
     for pair in query.split("&"):
         name, separator, value = pair.partition("=")
-        if SECRET_NAME.search(unquote_plus(name)) and value:
+        if value and (every_value or SECRET_NAME.search(unquote_plus(name))):
             value = REDACTED
         pairs.append(name + separator + value)
     return redact_text("&".join(pairs))
@@ -32,9 +33,9 @@ def redact_text(text: str) -> str:
     return SECRET_VALUE.sub(REDACTED, text)
 
 
-def redact_uri(uri: str) -> str:
+def redact_uri(uri: str, every_value: bool = False) -> str:
     path, separator, query = uri.partition("?")
-    return redact_text(path) + separator + (redact_query(query) if separator else "")
+    return redact_text(path) + separator + (redact_query(query, every_value) if separator else "")
 
 
 def redact_environ(environ) -> None:

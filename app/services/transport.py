@@ -159,9 +159,9 @@ def _closed_unanswered(error: BaseException) -> bool:
 
 def _error_text(message: str) -> str:
     """A failure as the attempt keeps it (shown in the API and logged): at most MAX_ERROR_LENGTH characters, and the
-    URL urllib3 names (`… with url: /hook?token=…`) with its credential-like query values redacted, as the access
-    log does."""
-    message = _URL_IN_ERROR.sub(lambda found: found.group(1) + redact_uri(found.group(2)), message)
+    URL urllib3 names (`… with url: /hook?token=…`) with every query value redacted: an endpoint's query carries its
+    credentials under any name (`sig`, `jwt`, `code`…), which a list of names missed (walk)."""
+    message = _URL_IN_ERROR.sub(lambda found: found.group(1) + redact_uri(found.group(2), every_value=True), message)
     return message if len(message) <= MAX_ERROR_LENGTH else message[:MAX_ERROR_LENGTH - 1] + "…"
 
 
