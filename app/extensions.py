@@ -1,4 +1,6 @@
 """Extensions, created once and bound to the app in `create_app`."""
+import ipaddress
+
 from flask import current_app, g, request
 from flask_limiter import Limit, Limiter
 from flask_migrate import Migrate
@@ -26,9 +28,22 @@ migrate = Migrate(render_as_batch=True)
 
 
 def rate_limit_key():
-    """The validated API key id; the client address for requests without a valid key."""
+    """The validated API key id; the client address for requests without a valid key (an IPv6 address by its
+    /64: one host commonly holds a whole /64, and would otherwise have a fresh budget at every address)."""
     key_id = g.get("api_key_id")
-    return f"key:{key_id}" if key_id else f"addr:{request.remote_addr}"
+    return f"key:{key_id}" if key_id else f"addr:{_address_bucket(request.remote_addr)}"
+
+
+def _address_bucket(address):
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:  # no address (a test client, a Unix socket): counted as given
+        return address
+    if ip.version == 4:
+        return address
+    if ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ipaddress.ip_network(f"{ip}/64", strict=False))
 
 
 def limit_string(rate_class: str) -> str:

@@ -174,6 +174,19 @@ def test_unauthenticated_requests_are_limited_per_address(app, alice):
     assert alice.get("/subscriptions").status_code == 200  # a valid key has its own bucket
 
 
+def test_an_ipv6_client_is_limited_by_its_64_not_by_each_address(app):
+    """Each address of a /64 had a fresh budget, so one host guessed keys without limit (security walk)."""
+    def from_address(address):
+        return app.test_client().get("/api/v1/subscriptions", environ_base={"REMOTE_ADDR": address}).status_code
+
+    assert [from_address(f"2001:db8:1:1::{number}") for number in (1, 2, 3)] == [401, 401, 429]
+    assert from_address("2001:db8:1:1:ffff:ffff:ffff:ffff") == 429
+    assert from_address("2001:db8:1:2::1") == 401  # the next /64: another client
+    assert [from_address("::ffff:198.51.100.7"), from_address("198.51.100.7")] == [401, 401]
+    assert from_address("198.51.100.8") == 401  # IPv4 addresses stay one each; a mapped one is its IPv4 address
+    assert from_address("198.51.100.7") == 429
+
+
 def test_made_up_keys_share_the_address_bucket(app):
     for n in range(2):
         Tenant(app.test_client(), None, f"lwa.sk_live_{str(n) * 32}").get("/subscriptions")
