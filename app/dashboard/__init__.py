@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 
 from flask import (Blueprint, Response, abort, current_app, g, make_response, redirect, render_template,
                    request, stream_template, url_for)
+from jinja2 import pass_context
 from markupsafe import Markup
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
@@ -140,8 +141,16 @@ def stream(template, **context):
     return response
 
 
-def notify(kind: str, message: str) -> None:
-    dashboard_sessions.set_notice(g.dashboard_session, kind, message)
+def notify(kind: str, message: str, typed=None) -> None:
+    dashboard_sessions.set_notice(g.dashboard_session, kind, message, typed)
+
+
+@bp.app_template_global()
+@pass_context
+def typed(context, name: str, default: str = "") -> str:
+    """What the refused form had typed in its field `name` (the notice keeps it), shown again to be corrected."""
+    notice = context.get("notice") or {}
+    return (notice.get("typed") or {}).get(name, default)
 
 
 @bp.app_template_global()

@@ -50,9 +50,9 @@ def _back(endpoint, **values):
     return redirect(url_for(endpoint, **values))
 
 
-def _attempt(change, endpoint, **values):
+def _attempt(change, endpoint, typed=None, **values):
     """Run a change, which returns what to tell on success; its refusal becomes an error notice (an id of
-    another account stays the 404 page). Then back to the page it came from."""
+    another account stays the 404 page) with what the form had `typed`. Then back to the page it came from."""
     try:
         notify("success", change())
     except webhooks.ConfigurationMissing:  # a NotFound of this account's own, not of an id in the URL
@@ -60,7 +60,7 @@ def _attempt(change, endpoint, **values):
     except NotFound:
         raise
     except ServiceError as error:
-        notify("error", _in_dashboard_words(error))
+        notify("error", _in_dashboard_words(error), typed)
     return _back(endpoint, **values)
 
 
@@ -145,7 +145,7 @@ def add_subscription():
         item = importer.item_for_row(row, importer.Plan("url", "entity_type"))
         subscription = subscriptions.create(account_id(), load(create_schema, item))
     except ServiceError as error:
-        notify("error", error.message)
+        notify("error", error.message, typed=row)
         return _back("dashboard.subscriptions_page")
     notify("success", f"Subscribed to {row['url']}.")
     return _back("dashboard.subscription_page", subscription_id=subscription.id)
@@ -218,16 +218,19 @@ def change_subscription(subscription_id, action):
 @bp.post("/subscriptions/<dashboard_subscription:subscription_id>/metadata")
 @write_limit
 def edit_metadata(subscription_id):
+    typed = request.form.get("custom_metadata", "")
+
     def change():
         try:
-            value = parse_json_text(request.form.get("custom_metadata") or "{}")
+            value = parse_json_text(typed.strip() or "{}")  # an empty or blank box clears it
         except ValueError:
             raise ValidationFailed("custom_metadata",
                                    'Custom metadata must be a JSON object, e.g. {"owner": "sam"}.')
         body = load(metadata_schema, {"custom_metadata": value})
         subscriptions.update_metadata(account_id(), subscription_id, body["custom_metadata"])
         return "Custom metadata saved."
-    return _attempt(change, "dashboard.subscription_page", subscription_id=subscription_id)
+    return _attempt(change, "dashboard.subscription_page", typed={"custom_metadata": typed},
+                    subscription_id=subscription_id)
 
 
 # --- events and deliveries ----------------------------------------------------------------------

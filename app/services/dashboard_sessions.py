@@ -2,6 +2,7 @@
 keeps only that token (in an HttpOnly cookie), the database only its SHA-256."""
 import secrets
 from datetime import timedelta
+from typing import Optional
 
 from sqlalchemy import delete, select, update
 
@@ -44,9 +45,16 @@ def close(token) -> None:
         session.execute(delete(DashboardSession).where(DashboardSession.token_hash == keys.hash_key(token)))
 
 
-def set_notice(row: DashboardSession, kind: str, message: str) -> None:
-    """A message for the next page the browser shows (after a redirect)."""
-    _write_notice(row, {"kind": kind, "message": message})
+TYPED_KEPT_CHARACTERS = 20_000  # what a refused form had typed is shown again up to this size (a metadata object)
+
+
+def set_notice(row: DashboardSession, kind: str, message: str, typed: Optional[dict] = None) -> None:
+    """A message for the next page the browser shows (after a redirect), and what a refused form had typed, so that
+    page's form shows it again to be corrected rather than retyped."""
+    notice = {"kind": kind, "message": message}
+    if typed and sum(len(value) for value in typed.values()) <= TYPED_KEPT_CHARACTERS:
+        notice["typed"] = typed
+    _write_notice(row, notice)
 
 
 def pop_notice(row: DashboardSession):
