@@ -99,6 +99,10 @@ def run_checks(subscription_id, check_all, due):
         raise click.ClickException(
             f"{totals['deferred']} checks were deferred: the provider is paused or its rate budget is spent "
             "(`providers status` tells); they keep their place and run when it allows.")
+    if totals["failed"] and not (totals["checked"] or totals["unavailable"]):  # so cron sees a vendor outage
+        raise click.ClickException(
+            f"every check failed ({totals['failed']}): the provider answered none of them (the log says why); "
+            "they are checked again when due.")
 
 
 scheduler_cli = AppGroup("scheduler", help="The scheduler as its own process.")

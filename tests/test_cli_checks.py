@@ -112,6 +112,22 @@ def test_checks_run_an_unreachable_entity_has_done_its_job(runner, alice, networ
     assert "checked=1" in result.output and "unavailable=1" in result.output
 
 
+def test_checks_run_exits_non_zero_when_every_check_failed(runner, alice, network, monkeypatch):
+    """It printed `failed=6` and exited 0, so cron could not see a vendor outage (walk)."""
+    from app.providers import ProviderError
+
+    def down(entity_type, network_id):
+        raise ProviderError("HTTP 500")
+    ids = [subscribe(alice, name) for name in ("one", "two")]
+    monkeypatch.setattr(network, "fetch", down)
+    result = run(runner, "--all")
+    assert result.exit_code == 1 and "failed=2" in result.output
+    assert "every check failed (2)" in result.output
+    monkeypatch.undo()
+    make_due(*ids)
+    assert run(runner, "--due").exit_code == 0  # the provider answers again
+
+
 @pytest.mark.parametrize("which", ["paused-one", "cancelled", "unknown"])
 def test_checks_run_a_non_active_id_fails(runner, alice, three, network, which):
     if which == "cancelled":

@@ -17,6 +17,7 @@ shows. Sources (also on the fakes in tests/fake_vendors.py):
 """
 import json
 import math
+import time
 
 import pytest
 import requests
@@ -25,9 +26,10 @@ from app.providers import EntityUnavailable, ProviderError, QuotaExhausted, load
 from app.providers.base import AccessRefused
 from app.providers.coresignal import CoresignalProvider
 from app.providers.crustdata import CrustdataProvider
+from app.providers.http import HttpProvider
 from app.providers.vendor_http import json_body
 from app.worker import checks as worker
-from tests.fake_vendors import FakeCoresignal, FakeCrustdata
+from tests.fake_vendors import FakeCoresignal, FakeCrustdata, JsonHandler, LocalServer
 
 JANE = "https://www.linkedin.com/in/jane-doe"
 ACME = "https://www.linkedin.com/company/acme"
@@ -273,3 +275,134 @@ def test_an_emoji_cut_in_half_by_the_vendor_is_checked_and_recorded(app, alice, 
     assert worker.run_one(response.json["id"]).checked == 1
     [event] = alice.get("/events").json["data"]
     assert "Founder \ufffd" in json.dumps(event, ensure_ascii=False)
+
+
+# --- vendors that misbehave (vendor walk) -------------------------------------------------------------------
+
+class Dripper(LocalServer):
+    """Answers 200 with a long body, then a byte every half second: each read within any timeout, the whole never."""
+
+    def __init__(self):
+        class Handler(JsonHandler):
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", "100000")
+                self.end_headers()
+                try:
+                    for _ in range(40):
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+                        time.sleep(0.5)
+                except OSError:  # the client hung up: what it should do
+                    pass
+
+            do_POST = do_GET
+
+        super().__init__(Handler)
+
+
+@pytest.mark.parametrize("provider_for", [lambda url: CoresignalProvider("k", url, timeout=1.5),
+                                          lambda url: CrustdataProvider("k", url, timeout=1.5),
+                                          lambda url: HttpProvider(url, None, timeout=1.5)])
+def test_an_answer_dripping_past_the_timeout_is_a_transient_failure_at_the_timeout(provider_for):
+    """Each read came within the timeout, so the call never ended: checking stopped, its claims and concurrency
+    slot held past their lease, /healthz 503, until the vendor was killed (walk)."""
+    dripper = Dripper()
+    try:
+        started = time.monotonic()
+        with pytest.raises(ProviderError, match="no complete answer within 1.5 s"):
+            provider_for(dripper.url).fetch("contact", "jane-doe")
+        assert time.monotonic() - started < 10  # the drip would last 20 s
+    finally:
+        dripper.close()
+
+
+def test_coresignal_sends_a_stored_percent_encoded_id_as_it_is(coresignal):
+    """Stored ids are percent-encoded (`jos%c3%a9`): encoding their % again asked for another name, and the vendor's
+    404 became a false `entity.unavailable` (walk)."""
+    coresignal.person("josé")
+    assert core(coresignal).fetch("contact", "jos%c3%a9")["name"] == "Jane Doe"
+    assert coresignal.calls[0][2].lower() == "/cdapi/v2/employee_clean/collect/jos%c3%a9"
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "text/html", "application/json; charset=iso-8859-1",
+                                          "application/octet-stream"])
+def test_a_vendors_json_is_read_as_utf8_whatever_charset_it_names(coresignal, content_type):
+    """requests read a text/* answer as Latin-1: "Café" became "CafÃ©", a false change and another back (walk)."""
+    coresignal.person("jane-doe", headline="Café owner")
+    body = json.dumps(coresignal.records[("person", "jane-doe")], ensure_ascii=False).encode()
+    coresignal.forced.extend([(200, body, {"Content-Type": content_type}),
+                              (200, b"\xef\xbb\xbf" + body, {"Content-Type": content_type})])  # with a BOM
+    provider = core(coresignal)
+    assert [provider.fetch("contact", "jane-doe")["headline"] for _ in range(2)] == ["Café owner"] * 2
+    coresignal.forced.append((200, "{\"full_name\": \"Caf\xe9\"}".encode("latin-1"), {}))  # not UTF-8: not JSON
+    with pytest.raises(ProviderError, match="not JSON"):
+        provider.fetch("contact", "jane-doe")
+
+
+def test_the_current_employer_does_not_depend_on_the_order_of_the_positions(coresignal, crustdata):
+    """Two current positions swapped places between answers: a position change each time (walk)."""
+    coresignal.person("jane-doe")
+    experience = [{"company_name": "Acme", "date_from": "2021-03", "date_to": None},
+                  {"company_name": "Side Project LLC", "date_from": "2021-03", "date_to": None},
+                  {"company_name": "Older Co", "date_from": "2018-01", "date_to": None}]
+    companies = []
+    for order in (experience, experience[::-1], experience[1:] + experience[:1]):
+        coresignal.records[("person", "jane-doe")]["experience"] = order
+        companies.append(core(coresignal).fetch("contact", "jane-doe")["company"])
+    assert companies == ["Acme"] * 3  # the latest started; of two the same month, the first by name
+    crustdata.person(JANE)
+    current = [{"name": "Side Gig", "start_date": "2022-01-01"}, {"name": "Acme", "start_date": "2022-01-01"},
+               {"name": "Newest", "start_date": "2024-05-01"}]
+    employers = []
+    for order in (current, current[::-1]):
+        crustdata.records[("person", JANE)]["experience"]["employment_details"]["current"] = order
+        employers.append(crust(crustdata).fetch("contact", JANE)["company"])
+    assert employers == ["Newest", "Newest"]
+
+
+@pytest.mark.parametrize("credits, shown", [("nan", 7.0), ("inf", 7.0), ("1e999", 7.0), ("-inf", 7.0), ("6", 6.0)])
+def test_a_credit_balance_that_is_no_number_is_not_taken(coresignal, credits, shown):
+    """`nan` made /healthz and /account/usage answer invalid JSON (NaN) (walk)."""
+    coresignal.person("jane-doe")
+    provider = core(coresignal)
+    coresignal.forced.append((200, coresignal.records[("person", "jane-doe")], {"x-credits-remaining": "7"}))
+    provider.fetch("contact", "jane-doe")
+    coresignal.forced.append((200, coresignal.records[("person", "jane-doe")], {"x-credits-remaining": credits}))
+    provider.fetch("contact", "jane-doe")
+    assert provider.credits_remaining == shown
+
+
+@pytest.mark.parametrize("value", ["k\r", "k\nk", "k k", "k\x00", "\tk\x1b"])
+def test_a_vendor_key_with_white_space_or_control_characters_inside_is_refused_at_start_up(value):
+    """A CR in the key made requests refuse the header with the key in its message, logged at every check (walk)."""
+    for settings in ({"PROVIDER": "coresignal", "PROVIDER_CORESIGNAL_API_KEY": f"SECRET{value}SECRET"},
+                     {"PROVIDER": "http", "PROVIDER_HTTP_URL": "https://people.example", "PROVIDER_HTTP_TOKEN":
+                      f"SECRET{value}SECRET", "PROVIDER_HTTP_TIMEOUT_SECONDS": 5}):
+        with pytest.raises(ValueError, match="white space or control characters") as refused:
+            load_provider(settings)
+        assert "SECRET" not in str(refused.value).replace("PROVIDER", "")
+
+
+def test_a_vendor_key_read_from_a_file_with_its_line_end_is_taken_without_it(coresignal):
+    coresignal.person("jane-doe")
+    provider = load_provider({"PROVIDER": "coresignal", "PROVIDER_CORESIGNAL_API_KEY": coresignal.api_key + "\r\n",
+                              "PROVIDER_CORESIGNAL_URL": coresignal.url})
+    assert provider.fetch("contact", "jane-doe")["name"] == "Jane Doe"
+
+
+def test_odd_crustdata_entries_are_not_taken_for_not_found(crustdata):
+    """`matches` of another shape, or a second, empty entry after the real one, were a false `not_found`; an
+    echo of the profile decoded (`/in/josé` for the stored `/in/jos%c3%a9`) never matched (walk)."""
+    crustdata.forced.append((200, [{"matched_on": JANE, "matches": {"confidence_score": 1}}], {}))
+    assert isinstance(crust(crustdata).fetch_many("contact", [JANE])[JANE], ProviderError)
+    crustdata.person(JANE)
+    [entry] = crustdata.serve("POST", "/person/enrich",
+                              json.dumps({"professional_network_profile_urls": [JANE]}).encode())[1]
+    for answer in ([entry, {**entry, "matches": []}], [{**entry, "matches": []}, entry]):
+        crustdata.forced.append((200, answer, {}))
+        assert crust(crustdata).fetch_many("contact", [JANE])[JANE]["name"] == "Jane Doe"
+    stored = "https://www.linkedin.com/in/jos%c3%a9"
+    crustdata.forced.append((200, [{**entry, "matched_on": "https://www.linkedin.com/in/josé"}], {}))
+    assert crust(crustdata).fetch_many("contact", [stored])[stored]["name"] == "Jane Doe"

@@ -126,11 +126,22 @@ def provider_settings(name: str, config, environ=os.environ) -> dict:
     return settings
 
 
+def clean_secret(setting: str, value) -> str:
+    """A key or token as a setting gives it, without the line end of the file it came from; ValueError (which does
+    not repeat the value) when white space or a control character is left inside: sent in a header, requests
+    refused it with the key in its message, logged at every check."""
+    value = (value or "").strip()
+    if not value.isprintable() or " " in value:
+        raise ValueError(f"{setting} holds white space or control characters inside it: give the key alone")
+    return value
+
+
 def api_settings(name: str, config, default_url: str) -> dict:
     """The settings of a vendor reached with an API key: `api_key` (required: ValueError without it, so a
     misconfiguration fails at start-up), `url` and `timeout_seconds`."""
     settings = provider_settings(name, config)
-    if not settings.get("api_key"):
+    api_key = clean_secret(f"PROVIDER_{name.upper()}_API_KEY", settings.get("api_key"))
+    if not api_key:
         raise ValueError(f"PROVIDER={name} needs PROVIDER_{name.upper()}_API_KEY")
     timeout_name = f"PROVIDER_{name.upper()}_TIMEOUT_SECONDS"
     try:
@@ -139,7 +150,7 @@ def api_settings(name: str, config, default_url: str) -> dict:
         raise ValueError(f"{timeout_name}={settings['timeout_seconds']!r} is not a number of seconds") from None
     if not 0 < timeout <= 600:  # NaN and infinity too
         raise ValueError(f"{timeout_name}={timeout} is out of range: give seconds from 0 to 600")
-    return {"api_key": settings["api_key"], "base_url": settings.get("url", default_url), "timeout": timeout}
+    return {"api_key": api_key, "base_url": settings.get("url", default_url), "timeout": timeout}
 
 
 #: bookkeeping the engine stores beside the state; a provider field of this name is not kept
@@ -168,10 +179,10 @@ def readable(name: str, value):
     text without surrounding white space. A value of another type (a headcount of 1.5 or "1,200", a title of 123,
     a list) is unknown, as null is: kept, it replaced the last known value without an event and so hid the next
     real change, and went out in webhook payloads whose fields the interface types as strings."""
-    if name == "headcount":
-        if isinstance(value, float) and value.is_integer() and abs(value) <= 2 ** 53:  # 1200.0, exactly
+    if name == "headcount":  # from 0 to 2**53 (a 400-digit number failed every check at detection's arithmetic)
+        if isinstance(value, float) and value.is_integer() and 0 <= value <= 2 ** 53:  # 1200.0, exactly
             return int(value)
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+        return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 2 ** 53 else None
     return value.strip() if isinstance(value, str) else None  # "Lead " and "Lead" are one title
 
 

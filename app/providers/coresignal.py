@@ -19,6 +19,7 @@ and `date_to` rest on Coresignal's listing of the same data on Datarade
 (https://datarade.ai/data-products/public-resume-data-coresignal), not on its own pages. Posts come from a
 separate Posts API, not called: unknown.
 """
+import math
 from urllib.parse import quote
 
 from app.providers.base import Answers, BaseProvider, EntityUnavailable, ProviderError, api_settings, fetch_each
@@ -30,10 +31,15 @@ COLLECT_CREDITS = 1.0
 
 
 def _current_company(experience):
+    """The company of the current entry (no `date_to`); of several, the latest started (then the first by name), so
+    the same entries in another order name the same company (they were a position change each time, walk)."""
     if not isinstance(experience, list):
         return None
     current = [entry for entry in experience if isinstance(entry, dict) and entry.get("date_to") is None]
-    return current[0].get("company_name") if current else None
+    ordered = sorted(current, key=lambda entry: str(entry.get("company_name")))
+    ordered.sort(key=lambda entry: entry.get("date_from") if isinstance(entry.get("date_from"), str) else "",
+                 reverse=True)  # a stable sort: of entries started the same month, the first by name
+    return ordered[0].get("company_name") if ordered else None
 
 
 def employee_snapshot(shorthand: str, record: dict) -> dict:
@@ -62,7 +68,8 @@ class CoresignalProvider(BaseProvider):
         self.session = pooled_session(self.concurrency, {"apikey": api_key, "accept": "application/json"})
 
     def fetch(self, entity_type: str, shorthand: str) -> dict:
-        response = send(self.session, "GET", self.base_url + PATHS[entity_type] + quote(shorthand, safe=""),
+        # Stored ids are already percent-encoded (`jos%c3%a9`): encoding their % again asked for another name.
+        response = send(self.session, "GET", self.base_url + PATHS[entity_type] + quote(shorthand, safe="%"),
                         self.timeout)
         self._note_credits(response)
         if response.status_code == 404:
@@ -87,9 +94,11 @@ class CoresignalProvider(BaseProvider):
         remaining = response.headers.get("x-credits-remaining")
         if remaining is not None:
             try:
-                self.credits_remaining = float(remaining)
+                credits = float(remaining)
             except ValueError:
-                pass
+                return
+            if math.isfinite(credits):  # NaN or infinity made /healthz and /account/usage invalid JSON
+                self.credits_remaining = credits
 
 
 def create(config) -> CoresignalProvider:

@@ -21,7 +21,7 @@ description, industries[0], website and headcount.total. Posts are not in the en
 from the separate, per-account-enabled and per-post-billed /social_post/search, not called here, so a
 person's and a company's posts stay unknown (None, never a change).
 """
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from app.providers.base import Answers, BaseProvider, EntityUnavailable, ProviderError, api_settings
 from app.providers.vendor_http import json_body, pooled_session, raise_for_limits, send
@@ -33,9 +33,10 @@ ENDPOINTS = {"contact": ("/person/enrich", "person_data", ["basic_profile", "exp
 
 
 def _same_url(url: str) -> str:
-    """Compare profile URLs without scheme, `www.`, case or a trailing slash (the vendor may echo either)."""
+    """Compare profile URLs without scheme, `www.`, case, a trailing slash or percent-encoding (the vendor may echo
+    either: `/in/josé` for the stored `/in/jos%c3%a9`, which otherwise never matched: a check failed for ever)."""
     parts = urlsplit(url if "//" in url else f"https://{url}")
-    return (parts.netloc.lower().removeprefix("www.") + parts.path.rstrip("/")).lower()
+    return (parts.netloc.lower().removeprefix("www.") + unquote(parts.path).rstrip("/")).lower()
 
 
 def _slug(url: str) -> str:
@@ -49,7 +50,13 @@ def _current_employer(experience):
     positions = [entry for entry in current if isinstance(entry, dict)] if isinstance(current, list) else []
     if not positions:
         return None
-    return next((entry for entry in positions if entry.get("is_default") is True), positions[0]).get("name")
+    # the default one; else the latest started, then the first by name: the same positions in another order name
+    # the same employer (they were a position change each time, walk)
+    positions.sort(key=lambda entry: str(entry.get("name")))
+    positions.sort(key=lambda entry: (entry.get("is_default") is True,
+                                      entry.get("start_date") if isinstance(entry.get("start_date"), str) else ""),
+                   reverse=True)
+    return positions[0].get("name")
 
 
 def person_snapshot(url: str, data: dict) -> dict:
@@ -96,8 +103,12 @@ class CrustdataProvider(BaseProvider):
         raise_for_limits(response, wait_header="x-ratelimit-reset")
         if response.status_code != 200:
             raise ProviderError(f"crustdata answered HTTP {response.status_code}")
-        entries = {_same_url(entry["matched_on"]): entry for entry in json_body(response, list)
-                   if isinstance(entry, dict) and isinstance(entry.get("matched_on"), str)}
+        entries = {}
+        for entry in json_body(response, list):
+            if isinstance(entry, dict) and isinstance(entry.get("matched_on"), str):
+                # one with matches wins over an empty one for the same profile, in either order
+                entries.setdefault(_same_url(entry["matched_on"]), []).append(entry)
+        entries = {url: max(found, key=lambda entry: bool(entry.get("matches"))) for url, found in entries.items()}
         snapshot = person_snapshot if entity_type == "contact" else company_snapshot
         return Answers({url: self._answer(entries.get(_same_url(url)), url, section, snapshot) for url in urls})
 
@@ -105,6 +116,8 @@ class CrustdataProvider(BaseProvider):
     def _answer(entry, url, section, snapshot):
         if entry is None:
             return ProviderError("crustdata's answer has no entry for this profile")
+        if not isinstance(entry.get("matches") or [], list):  # an answer of another shape: not "not found"
+            return ProviderError("crustdata's entry has matches that are not a list")
         matches = [match for match in entry.get("matches") or [] if isinstance(match, dict)]
         if not matches:
             return EntityUnavailable("not_found")

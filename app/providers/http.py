@@ -7,7 +7,7 @@ for every fetch.
 """
 from urllib.parse import urlsplit
 
-from app.providers.base import BaseProvider, EntityUnavailable, ProviderError
+from app.providers.base import BaseProvider, EntityUnavailable, ProviderError, clean_secret
 from app.providers.vendor_http import json_body, pooled_session, raise_for_limits, send
 
 PATHS = {"contact": "contacts", "company": "companies"}
@@ -26,6 +26,7 @@ class HttpProvider(BaseProvider):
         self.timeout = timeout
         self.concurrency = concurrency
         headers = {"Accept": "application/json"}
+        token = clean_secret("PROVIDER_HTTP_TOKEN", token)
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self.session = pooled_session(concurrency, headers)

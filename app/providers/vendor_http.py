@@ -1,23 +1,30 @@
 """What HTTP vendors share: a pooled session, and their throttling, quota and key answers read from
 status and headers."""
+import json
 import math
 import re
 from datetime import datetime
 from typing import Optional
 
 import requests
+import urllib3
 from requests.adapters import HTTPAdapter
 
 from app.common import USER_AGENT, utcnow
 from app.providers.base import AccessRefused, ProviderError, QuotaExhausted
 from app.retry_after import parse_retry_after
+from app.services import send_deadline
 
 DEFAULT_THROTTLE_SECONDS = 60.0  # a 429 that does not say how long to wait
+
+
+_deadlines = send_deadline.Watcher()  # every vendor call's, in this process
 
 
 def pooled_session(pool_size: int, headers: dict) -> requests.Session:
     session = requests.Session()
     adapter = HTTPAdapter(pool_connections=1, pool_maxsize=max(1, pool_size))
+    adapter.poolmanager.pool_classes_by_scheme = send_deadline.WATCHED_POOLS
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     session.headers["User-Agent"] = USER_AGENT
@@ -26,23 +33,33 @@ def pooled_session(pool_size: int, headers: dict) -> requests.Session:
 
 
 def send(session, method: str, url: str, timeout: float, **kwargs) -> requests.Response:
-    """One request; a network failure is transient. Redirects are not followed (an API never needs one)."""
+    """One request, its answer read whole within `timeout` (the socket timeout bounds each read: an answer dripping
+    a byte a second held the checks, their claims and a concurrency slot for as long as it dripped, walk); a network
+    failure or an answer not complete in time is transient. Redirects are not followed (an API never needs one)."""
+    deadline = _deadlines.start(timeout)
     try:
         return session.request(method, url, timeout=timeout, allow_redirects=False, **kwargs)
-    except requests.RequestException as error:
+    except (requests.RequestException, urllib3.exceptions.HTTPError) as error:
+        if deadline.expired:
+            raise ProviderError(f"no complete answer within {timeout:g} s") from error
         raise ProviderError(f"{type(error).__name__}: {error}") from error
+    finally:
+        _deadlines.end(deadline)
 
 
 def json_body(response, expected_type):
     """The answer's JSON, which must be of `expected_type`; anything else is transient.
 
+    Read as UTF-8 whatever charset the answer names (JSON between systems is UTF-8, RFC 8259; requests reads a
+    `text/*` answer as Latin-1: "Café" became "CafÃ©", a false change and another back), a byte order mark allowed.
     Read so that what is stored and sent on stays JSON text: NaN, Infinity and numbers beyond a double are
     unknown (None), and a lone surrogate escape (`"\\ud83d"`: an emoji cut in half, common in scraped text) becomes
     U+FFFD. Kept as it was, one such value failed every check batch holding its subscription, at the encoding of
     the event body."""
     try:
-        body = response.json(parse_constant=lambda _name: None, parse_float=_finite_or_none)
-    except ValueError as error:
+        body = json.loads(response.content.decode("utf-8-sig"), parse_constant=lambda _name: None,
+                          parse_float=_finite_or_none)
+    except ValueError as error:  # UnicodeDecodeError too
         raise ProviderError("provider answer is not JSON") from error
     if not isinstance(body, expected_type):
         raise ProviderError(f"provider answer is not a JSON {expected_type.__name__}")

@@ -1,4 +1,5 @@
-"""The whole of a webhook try within WEBHOOK_TIMEOUT_SECONDS (contract §5: "a 2xx within 10 seconds").
+"""The whole of a webhook try within WEBHOOK_TIMEOUT_SECONDS (contract §5: "a 2xx within 10 seconds"), and of a
+vendor call within its provider's timeout (`app/providers/vendor_http.py`).
 
 The socket timeout urllib3 sets bounds each read, not the try: an endpoint that sends a byte of its status line or
 headers every few seconds held a sender for as long as it liked, and eight such tries stopped every account's
