@@ -23,7 +23,7 @@ import pytest
 import requests
 
 from app.providers import EntityUnavailable, ProviderError, QuotaExhausted, load_provider
-from app.providers.base import AccessRefused
+from app.providers.base import MAX_TEXT_LENGTH, AccessRefused, normalize_snapshot
 from app.providers.coresignal import CoresignalProvider
 from app.providers.crustdata import CrustdataProvider
 from app.providers.http import HttpProvider
@@ -110,6 +110,7 @@ def test_crustdata_echoing_a_url_with_a_trailing_slash_still_matches(crustdata):
     ((401, {"message": "Invalid API key in request"}, {}), AccessRefused, None),
     ((402, {"error": {"type": "insufficient_credits", "message": "x", "metadata": {}}}, {}), QuotaExhausted, None),
     ((429, {}, {"x-ratelimit-reset": "37"}), ProviderError, 37.0),
+    ((429, {}, {"x-ratelimit-reset": "soon", "Retry-After": "5"}), ProviderError, 5.0),  # was a minute: walk
     ((500, {"message": "oops"}, {}), ProviderError, None),
     ((502, b"<html>bad gateway</html>", {}), ProviderError, None),
     ((200, b"{not json", {}), ProviderError, None),
@@ -203,8 +204,11 @@ def test_coresignal_402_when_credits_are_spent(coresignal):
     ((429, {"detail": "Rate limit exceeded"}, {"Retry-After": "-5"}), ProviderError, 60.0),
     ((429, {"detail": "Rate limit exceeded"}, {"Retry-After": "1_000"}), ProviderError, 60.0),
     ((429, {"detail": "Rate limit exceeded"}, {"Retry-After": "9" * 400}), ProviderError, math.inf),
-    ((503, {"detail": "Too many requests"}, {"Retry-After": "1e3"}), ProviderError, None),
-    ((503, {"detail": "Too many requests"}, {}), ProviderError, None),
+    # its documented 503 "too many requests" pauses as a 429 does (it failed each check instead: walk)
+    ((503, {"detail": "Too many requests"}, {"Retry-After": "1e3"}), ProviderError, 60.0),
+    ((503, {"detail": "Too many requests"}, {}), ProviderError, 60.0),
+    ((503, {"detail": "Too many requests"}, {"Retry-After": "7"}), ProviderError, 7.0),
+    ((500, {"detail": "Oops"}, {}), ProviderError, None),
     ((200, b"[1, 2", {}), ProviderError, None),
     ((200, [1, 2], {}), ProviderError, None),
 ])
@@ -406,3 +410,10 @@ def test_odd_crustdata_entries_are_not_taken_for_not_found(crustdata):
     stored = "https://www.linkedin.com/in/jos%c3%a9"
     crustdata.forced.append((200, [{**entry, "matched_on": "https://www.linkedin.com/in/josé"}], {}))
     assert crust(crustdata).fetch_many("contact", [stored])[stored]["name"] == "Jane Doe"
+
+
+def test_vendor_text_is_cut_to_the_longest_the_network_holds(coresignal):
+    """A 2 MB headline went out in events receivers refused as too large, retried until failed (walk)."""
+    coresignal.person("jane-doe", headline="x" * 2_000_000 + " end")
+    snapshot = normalize_snapshot("contact", core(coresignal).fetch("contact", "jane-doe"))
+    assert snapshot["headline"] == "x" * MAX_TEXT_LENGTH

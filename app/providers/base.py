@@ -12,6 +12,9 @@ from typing import Optional, Protocol
 CONTACT_FIELDS = ("network_id", "name", "headline", "company", "title", "location")
 COMPANY_FIELDS = ("network_id", "name", "headcount", "description", "industry", "website")
 ACTIVITY_FIELDS = ("id", "kind", "url", "text", "created_at", "target_url", "reaction_type")
+# A text field is cut to this: the network's longest (a post, an about text) are a few thousand characters, and a
+# 2 MB headline from a vendor went out in events that receivers refused as too large, retried until failed (walk).
+MAX_TEXT_LENGTH = 10_000
 
 
 class ProviderError(Exception):
@@ -178,12 +181,13 @@ def readable(name: str, value):
     """A field of contract §7 as detection and the events use it: the headcount a whole number, every other field
     text without surrounding white space. A value of another type (a headcount of 1.5 or "1,200", a title of 123,
     a list) is unknown, as null is: kept, it replaced the last known value without an event and so hid the next
-    real change, and went out in webhook payloads whose fields the interface types as strings."""
+    real change, and went out in webhook payloads whose fields the interface types as strings. Text is cut to
+    MAX_TEXT_LENGTH characters."""
     if name == "headcount":  # from 0 to 2**53 (a 400-digit number failed every check at detection's arithmetic)
         if isinstance(value, float) and value.is_integer() and 0 <= value <= 2 ** 53:  # 1200.0, exactly
             return int(value)
         return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 2 ** 53 else None
-    return value.strip() if isinstance(value, str) else None  # "Lead " and "Lead" are one title
+    return value.strip()[:MAX_TEXT_LENGTH] if isinstance(value, str) else None  # "Lead " and "Lead" are one title
 
 
 def _has_usable_id(item) -> bool:

@@ -74,7 +74,7 @@ class CoresignalProvider(BaseProvider):
         self._note_credits(response)
         if response.status_code == 404:
             raise EntityUnavailable("not_found")
-        raise_for_limits(response)
+        raise_for_limits(response, throttled=(429, 503))  # its 503 is "too many requests" (Response codes page)
         if response.status_code != 200:
             raise ProviderError(f"coresignal answered HTTP {response.status_code}")
         record = json_body(response, dict)

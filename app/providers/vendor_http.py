@@ -87,18 +87,23 @@ def _without_lone_surrogates(value):
     return value
 
 
-def raise_for_limits(response, wait_header: str = "Retry-After", resets_at: Optional[datetime] = None) -> None:
-    """401 raises AccessRefused, 402 QuotaExhausted; 429, or a 5xx carrying the wait header, raises a
-    ProviderError that pauses the provider for the time the vendor asked (a minute when it did not say)."""
+def raise_for_limits(response, wait_header: str = "Retry-After", resets_at: Optional[datetime] = None,
+                     throttled=(429,)) -> None:
+    """401 raises AccessRefused, 402 QuotaExhausted; a `throttled` status (429, and whatever else the vendor
+    documents as "too many requests"), or a 5xx carrying the wait header, raises a ProviderError that pauses the
+    provider for the time the vendor asked (a minute when it did not say; `Retry-After` when the vendor's own wait
+    header cannot be read)."""
     status = response.status_code
     if status == 401:
         raise AccessRefused("provider refused the API key (HTTP 401)")
     if status == 402:
         raise QuotaExhausted(f"provider answered HTTP 402 at {utcnow().isoformat(timespec='seconds')}Z",
                              resets_at=resets_at)
-    wait = parse_retry_after(response.headers.get(wait_header) or response.headers.get("Retry-After"))
-    if status == 429:
-        raise ProviderError("provider answered HTTP 429",
+    wait = parse_retry_after(response.headers.get(wait_header))
+    if wait is None:
+        wait = parse_retry_after(response.headers.get("Retry-After"))
+    if status in throttled:
+        raise ProviderError(f"provider answered HTTP {status}",
                             retry_after=DEFAULT_THROTTLE_SECONDS if wait is None else wait)
     if status >= 500 and wait is not None:
         raise ProviderError(f"provider answered HTTP {status}", retry_after=wait)
