@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from app.providers.base import normalize_snapshot
+from app.providers.base import MAX_TEXT_LENGTH, normalize_snapshot
 from app.services.detection import SEEN_ACTIVITIES_KEPT, SEEN_KEY, activity_key, detect, is_unknown
 
 
@@ -260,6 +260,12 @@ def test_a_snapshot_stored_with_white_space_reports_no_change_for_it():
     assert detect("contact", stored, contact(title="Engineer")).changes == []
     [change] = detect("contact", stored, contact(title="CTO")).changes
     assert change.data["changes"]["previous_title"] == "Engineer"  # not sent with the stored space
+
+
+def test_a_snapshot_stored_with_a_text_longer_than_is_now_read_reports_no_change_for_it():
+    stored = detect("company", None, company()).snapshot
+    stored["description"] = "x" * (MAX_TEXT_LENGTH + 500)  # as stored before answers were cut
+    assert detect("company", stored, company(description="x" * (MAX_TEXT_LENGTH + 900))).changes == []
 
 
 def test_activity_fields_of_another_type_are_null():
