@@ -262,6 +262,17 @@ def test_a_snapshot_stored_with_white_space_reports_no_change_for_it():
     assert change.data["changes"]["previous_title"] == "Engineer"  # not sent with the stored space
 
 
+def test_the_same_text_composed_or_decomposed_is_no_change():
+    """A scraped "Café" comes decomposed (NFD) as often as composed: an event whose two values look the same
+    (vendor walk). Read and compared in the composed form, stored snapshots too."""
+    composed, decomposed = "Caf\u00e9 owner", "Cafe\u0301 owner"
+    assert run("contact", contact(headline=composed), contact(headline=decomposed)) == [[]]
+    assert contact(headline=decomposed)["headline"] == composed
+    stored = detect("contact", None, contact()).snapshot
+    stored["headline"] = decomposed  # as stored before
+    assert detect("contact", stored, contact(headline=composed)).changes == []
+
+
 def test_a_snapshot_stored_with_a_text_longer_than_is_now_read_reports_no_change_for_it():
     stored = detect("company", None, company()).snapshot
     stored["description"] = "x" * (MAX_TEXT_LENGTH + 500)  # as stored before answers were cut

@@ -1,6 +1,7 @@
 """Property-based tests (hypothesis) of the pure rules: identity canonicalisation, change detection,
 webhook signatures and retry delays. Each property holds for every input, not only the examples we thought of."""
 import re
+import unicodedata
 from urllib.parse import quote, urlsplit
 
 import pytest
@@ -99,7 +100,8 @@ def test_a_url_is_accepted_only_on_the_network_host(scheme, host, kind, raw):
 
 UNKNOWN = st.sampled_from([None, "unknown", "Unknown", " UNKNOWN "])
 KNOWN_TEXT = st.text(st.characters(categories=["L", "N"]), min_size=1, max_size=20).filter(
-    lambda value: value.strip().lower() != "unknown")
+    lambda value: value.strip().lower() != "unknown").map(  # as answers are read (`clean_text`): composed
+    lambda value: unicodedata.normalize("NFC", value))
 CONTACT_FIELDS = ("company", "title", "headline")
 
 

@@ -6,6 +6,7 @@ everyone) or `QuotaExhausted` (credits spent; checking pauses until `resets_at` 
 `fetch_many` returns those answers as values, so a batch never raises for one bad id.
 """
 import os
+import unicodedata
 from datetime import datetime
 from typing import Optional, Protocol
 
@@ -181,13 +182,22 @@ def readable(name: str, value):
     """A field of contract §7 as detection and the events use it: the headcount a whole number, every other field
     text without surrounding white space. A value of another type (a headcount of 1.5 or "1,200", a title of 123,
     a list) is unknown, as null is: kept, it replaced the last known value without an event and so hid the next
-    real change, and went out in webhook payloads whose fields the interface types as strings. Text is cut to
-    MAX_TEXT_LENGTH characters."""
+    real change, and went out in webhook payloads whose fields the interface types as strings. Text is read by
+    `clean_text`."""
     if name == "headcount":  # from 0 to 2**53 (a 400-digit number failed every check at detection's arithmetic)
         if isinstance(value, float) and value.is_integer() and 0 <= value <= 2 ** 53:  # 1200.0, exactly
             return int(value)
         return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 2 ** 53 else None
-    return value.strip()[:MAX_TEXT_LENGTH] if isinstance(value, str) else None  # "Lead " and "Lead" are one title
+    return clean_text(value) if isinstance(value, str) else None
+
+
+def clean_text(text: str) -> str:
+    """Text as detection compares it: in Unicode's composed form (a scraped "Café" comes decomposed as often as not:
+    the same text, which was a change event), without surrounding white space ("Lead " and "Lead" are one title),
+    cut to MAX_TEXT_LENGTH characters."""
+    if not unicodedata.is_normalized("NFC", text):
+        text = unicodedata.normalize("NFC", text)
+    return text.strip()[:MAX_TEXT_LENGTH]
 
 
 def _has_usable_id(item) -> bool:

@@ -19,7 +19,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from app.providers.base import COMPANY_FIELDS, CONTACT_FIELDS, MAX_TEXT_LENGTH
+from app.providers.base import COMPANY_FIELDS, CONTACT_FIELDS, clean_text
 
 SEEN_ACTIVITIES_KEPT = 32
 SEEN_KEY = "seen_activities"
@@ -68,9 +68,9 @@ def _differs(previous, current, name) -> bool:
 
 
 def _trimmed(value):
-    """A stored text as the provider's answers are now read (`readable`: without surrounding white space, cut to
-    MAX_TEXT_LENGTH): a snapshot stored before must neither report " Lead" → "Lead" nor send " Lead" on."""
-    return value.strip()[:MAX_TEXT_LENGTH] if isinstance(value, str) else value
+    """A stored text as the provider's answers are now read (`clean_text`): a snapshot stored before must neither
+    report " Lead" → "Lead" nor send " Lead" on."""
+    return clean_text(value) if isinstance(value, str) else value
 
 
 def _headcount(value):
