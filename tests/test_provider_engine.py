@@ -346,29 +346,35 @@ def test_no_call_starts_past_the_deadline_however_free_the_provider(alice, vendo
     assert (summary.checked, summary.deferred) == (len(starts), 12 - len(starts)) and len(starts) < 12
 
 
+@pytest.mark.parametrize("concurrency", [1, 2])
 def test_a_stopping_scheduler_releases_the_checks_not_started_before_the_calls_out_return(alice, vendor,
-                                                                                        monkeypatch):
+                                                                                        monkeypatch, concurrency):
     """They were released with the batch, after its slow calls: a process killed at its graceful timeout while a
-    call was out left them claimed until the lease ran out (walk: 150 checks waited two minutes)."""
+    call was out left them claimed until the lease ran out (walk: 150 checks waited two minutes). Then only once a
+    call returned, and never with one call at a time (Crustdata's), made by the loop itself (vendor walk)."""
     from app.services import checks
-    out, stopping, recorded = [], threading.Event(), []
+    out, stopping, recorded, returned, returned_by_then = [], threading.Event(), [], [], []
 
     def slow_fetch(entity_type, keys, fetch=vendor.fetch_many):
         out.append(keys)
-        stopping.set()  # SIGTERM while the first calls are out
+        if len(out) == concurrency:
+            stopping.set()  # SIGTERM while every worker has a call out
         time.sleep(0.5)
         out.remove(keys)
+        returned.append(keys)
         return fetch(entity_type, keys)
-    vendor.fetch_many, vendor.batch_size, vendor.concurrency = slow_fetch, 1, 2
+    vendor.fetch_many, vendor.batch_size, vendor.concurrency = slow_fetch, 1, concurrency
     record = checks.record_outcomes
-    monkeypatch.setattr(checks, "record_outcomes", lambda token, outcomes: recorded.append(
-        (len(out), sorted(outcome.claimed.id for outcome in outcomes))) or record(token, outcomes))
+    monkeypatch.setattr(checks, "record_outcomes", lambda token, outcomes: returned_by_then.append(len(returned))
+                        or recorded.append((len(out), sorted(outcome.claimed.id for outcome in outcomes)))
+                        or record(token, outcomes))
     ids = [subscribe(alice, f"p{number}") for number in range(6)]
     make_due(ids)
     token = checks.new_claim_token()
     summary = checks.run_claimed(checks.claim(token, 10), token, keep_going=lambda: not stopping.is_set())
     (calls_out, released), (_, fetched) = recorded
-    assert calls_out > 0 and summary.deferred == len(released) > 0 and len(fetched) == 6 - len(released)
+    assert calls_out > 0 and returned_by_then[0] == 0  # released while the calls were out, before any returned
+    assert summary.deferred == len(released) > 0 and len(fetched) == 6 - len(released)
     assert all(row(subscription_id).claim_token is None for subscription_id in ids)
 
 

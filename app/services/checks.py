@@ -211,13 +211,6 @@ def _call(provider, call: _Call, stop: threading.Event) -> list:
     return outcomes
 
 
-def _done(result) -> Future:
-    """A call made inline (concurrency 1) as a finished future, so both paths read alike."""
-    future = Future()
-    future.set_result(result)
-    return future
-
-
 def _deferred(calls: list) -> list:
     return [Outcome(item, deferred=True) for call in calls for items in call.targets.values() for item in items]
 
@@ -264,8 +257,10 @@ class _Flight:
         (perhaps by this process's own finished calls) it settles finished calls and asks again; False once
         `go_on()` turns false or the deadline would pass first."""
         self.settle(timeout=0)  # the calls that have returned give their slots back now
-        while len(self.running) >= self.spec.concurrency:
-            self.settle()
+        while len(self.running) >= self.spec.concurrency:  # a stop is seen while they are out, not after them
+            if not go_on():
+                return False
+            self.settle(SLOT_POLL_SECONDS)
         if self.spec.local:
             return go_on()
         while go_on():
@@ -323,7 +318,7 @@ def fetch_all(provider, claimed: list, deadline: float = None, keep_going=always
     deadline = deadline or time.time() + lease / 2
     stop, deferred = threading.Event(), []
     flight = _Flight(spec, timedelta(seconds=lease))
-    pool = ThreadPoolExecutor(max_workers=spec.concurrency) if spec.concurrency > 1 else None
+    pool = ThreadPoolExecutor(max_workers=spec.concurrency)  # one call too: this thread watches for a stop meanwhile
     try:
         def go_on() -> bool:  # the deadline too: a call started past it could outlive the claim's lease
             return not stop.is_set() and keep_going() and time.time() < deadline
@@ -337,10 +332,9 @@ def fetch_all(provider, claimed: list, deadline: float = None, keep_going=always
                 if release and not keep_going() and not stop.is_set() and release(deferred):
                     deferred = []
                 break
-            flight.start(pool.submit(_call, provider, call, stop) if pool else _done(_call(provider, call, stop)))
+            flight.start(pool.submit(_call, provider, call, stop))
     finally:
-        if pool:
-            pool.shutdown(wait=True)
+        pool.shutdown(wait=True)
     flight.settle_all()
     outcomes = flight.outcomes + deferred
     pauses = [outcome.pause for outcome in outcomes if outcome.pause is not None]
