@@ -252,6 +252,11 @@ def test_coresignal_through_the_engine_counts_credits_in_usage(app, alice, cores
     usage = alice.get("/account/usage").json
     assert (usage["day"]["provider_calls"], usage["day"]["provider_credits"]) == (1, 1.0)
     assert usage["provider_status"]["credits_remaining"] == 99
+    # another process (a web worker while `scheduler run` checks) shows the balance too: it lived in the memory of
+    # the process that made the calls (vendor walk)
+    app.extensions["provider"] = core(coresignal)
+    assert alice.get("/account/usage").json["provider_status"]["credits_remaining"] == 99
+    assert app.test_client().get("/healthz").json["provider"]["credits_remaining"] == 99
 
 
 # --- what a vendor's JSON may hold -----------------------------------------------------------------------

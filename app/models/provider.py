@@ -1,14 +1,14 @@
 from datetime import datetime
 from typing import Optional
 
-from sqlalchemy import DateTime, Integer, String
+from sqlalchemy import DateTime, Float, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.extensions import db
 
 
 class ProviderState(db.Model):
-    """One row per provider that has ever been paused: a pause applies to every scheduler process."""
+    """One row per provider that has ever been paused or reported its credits: what every process shares."""
     __tablename__ = "provider_states"
 
     provider: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -16,6 +16,9 @@ class ProviderState(db.Model):
     paused_at: Mapped[Optional[datetime]]
     paused_until: Mapped[Optional[datetime]]  # None with a reason: until an operator resumes
     detail: Mapped[Optional[str]] = mapped_column(String(200))
+    # the vendor's balance as it last reported it, to any process
+    credits_remaining: Mapped[Optional[float]] = mapped_column(Float)
+    credits_reported_at: Mapped[Optional[datetime]]
 
 
 class ProviderBudget(db.Model):

@@ -224,6 +224,25 @@ def current_pause(provider: str):
     return None
 
 
+_CREDITS = PreparedSelect(select(ProviderState.credits_remaining).where(ProviderState.provider == bindparam("provider")))
+
+
+def note_credits(provider: str, remaining: float) -> None:
+    """The vendor's balance as a call just reported it, for every process to show."""
+    with write_transaction() as session:
+        session.execute(upsert(session, ProviderState).values(provider=provider, credits_remaining=remaining,
+                                                              credits_reported_at=utcnow())
+                        .on_conflict_do_update(index_elements=["provider"],
+                                               set_={"credits_remaining": remaining, "credits_reported_at": utcnow()}))
+
+
+def reported_credits(provider: str) -> Optional[float]:
+    """The balance the vendor last reported to any process; None before it ever did."""
+    row = _CREDITS.first({"provider": provider})
+    end_read_transaction()
+    return row.credits_remaining if row else None
+
+
 def resume(provider: str) -> bool:
     """An operator lifts the pause now; False when there was none."""
     with write_transaction() as session:

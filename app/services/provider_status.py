@@ -5,7 +5,8 @@ from app.services import provider_limits
 
 def provider_status() -> dict:
     """{provider, state: active|paused, reason, paused_at, paused_until (None: until an operator resumes),
-    detail, rate_limit, batch_size, concurrency, credits_remaining (when the vendor reports it)}."""
+    detail, rate_limit, batch_size, concurrency, credits_remaining (the balance the vendor last reported to any
+    process, when it reports one)}."""
     provider = current_provider()
     spec = traits(provider)
     pause = provider_limits.current_pause(spec.name)
@@ -16,7 +17,7 @@ def provider_status() -> dict:
             "detail": pause.detail if pause else None,
             "rate_limit": str(spec.rate) if spec.rate else None,
             "batch_size": spec.batch_size, "concurrency": spec.concurrency,
-            "credits_remaining": getattr(provider, "credits_remaining", None)}
+            "credits_remaining": provider_limits.reported_credits(spec.name)}
 
 
 def resume_provider() -> bool:
