@@ -243,6 +243,26 @@ def test_a_refused_add_says_why_and_creates_nothing(browser, alice):
     assert 'value="https://example.com/nothing"' not in browser.text("/subscriptions")  # once, with its notice
 
 
+def test_pasted_rows_and_a_file_together_are_refused_not_half_imported(browser, alice):
+    """The pasted rows were ignored without a word when a file was chosen too (walk)."""
+    upload = (io.BytesIO(b"url\nhttps://www.linkedin.com/in/from-file\n"), "crm.csv")
+    response = browser.post("/subscriptions/import", data={"file": upload, "rows": "linkedin.com/in/pasted"},
+                            content_type="multipart/form-data")
+    assert response.status_code == 302 and subscription_count(alice.account_id) == 0
+    page = browser.text("/subscriptions")
+    assert "Paste a list or choose a file, not both" in page and ">linkedin.com/in/pasted</textarea>" in page
+
+
+def test_a_refused_add_says_why_in_the_forms_words(browser, alice):
+    """It spoke of the importer's cells and columns ("A bare id needs an entity_type column"): walk."""
+    browser.post("/subscriptions", data={"url": "jane-doe", "entity_type": ""})
+    assert "An id alone needs its type: choose contact or company under Type." in browser.text("/subscriptions")
+    browser.post("/subscriptions", data={"url": "  ", "entity_type": ""})
+    assert "Enter a profile URL, or an id with its type." in browser.text("/subscriptions")
+    browser.post("/subscriptions", data={"url": "jane-doe", "entity_type": "contact"})
+    assert subscription_count(alice.account_id) == 1
+
+
 def test_search_filters_and_pages(browser, alice):
     for index in range(55):
         subscribe(alice.account_id, f"person-{index:02d}")

@@ -142,13 +142,20 @@ def add_subscription():
     """One profile by URL (or by id with its type), read like one row of an import."""
     row = {"url": request.form.get("url", "").strip(), "entity_type": request.form.get("entity_type", "")}
     try:
-        item = importer.item_for_row(row, importer.Plan("url", "entity_type"))
+        try:
+            item = importer.item_for_row(row, importer.Plan("url", "entity_type"))
+        except ValidationFailed as error:  # told in this form's words, not an import's cells and columns
+            raise ValidationFailed(error.field, ADD_ONE_WORDS.get(error.field, error.message)) from error
         subscription = subscriptions.create(account_id(), load(create_schema, item))
     except ServiceError as error:
         notify("error", error.message, typed=row)
         return _back("dashboard.subscriptions_page")
     notify("success", f"Subscribed to {row['url']}.")
     return _back("dashboard.subscription_page", subscription_id=subscription.id)
+
+
+ADD_ONE_WORDS = {"url": "Enter a profile URL, or an id with its type.",
+                 "entity_type": "An id alone needs its type: choose contact or company under Type."}
 
 
 @bp.post("/subscriptions/bulk")
@@ -178,6 +185,10 @@ def bulk_action():
 def import_subscriptions():
     """The result page streams: each chunk's rows and the progress show as soon as the chunk is done."""
     upload = request.files.get("file")
+    if upload and upload.filename and request.form.get("rows", "").strip():  # the pasted rows were ignored
+        notify("error", "Paste a list or choose a file, not both: import them one after the other.",
+               typed={"rows": request.form["rows"]})
+        return _back("dashboard.subscriptions_page")
     try:
         text = importer.text_of_upload(upload.read()) if upload and upload.filename else ""
         header, rows = importer.rows_from_text(text or request.form.get("rows", ""))
