@@ -683,6 +683,18 @@ def test_deliveries_switched_off_save_with_every_event_box_cleared(browser, alic
     assert refused.status_code == 400 and 'name="is_active" checked' not in refused.get_data(as_text=True)
 
 
+def test_a_webhook_set_by_the_api_to_test_events_only_shows_that_box_ticked(browser, alice):
+    """No box was ticked (the form lists no `test` box), so saving the form as shown was refused (walk)."""
+    configure(alice, "http://127.0.0.1:9/hook", events_filter=("test",))
+    page = browser.text("/webhook")
+    assert 'name="events" value="test" checked' in page
+    saved = browser.post("/webhook", data={"endpoint_url": "http://127.0.0.1:9/hook", "events": ["test"],
+                                           "initial_webhook": "latest", "is_active": "on"})  # the form as shown
+    assert saved.status_code == 302 and alice.get("/webhooks/configure").json["events"] == ["test"]
+    configure(alice, "http://127.0.0.1:9/hook", events_filter=("contact.*",))
+    assert 'value="test"' not in browser.text("/webhook")  # otherwise not offered: the test send is its own button
+
+
 def test_recovering_without_a_webhook_says_to_set_one_up(browser, alice):
     """It was a 404 page telling to `POST /webhooks/configure` (walk)."""
     response = browser.post("/deliveries/recover", data={"since": "2026-11-01T00:00"})
