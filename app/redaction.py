@@ -7,9 +7,11 @@ import re
 from urllib.parse import unquote_plus
 
 REDACTED = "[redacted]"
-# Our own secret formats, wherever they appear (API keys, webhook secrets), in any case and an API key without its
-# `lwa.` (the rest is the secret)
-SECRET_VALUE = re.compile(r"(?:lwa\.)?sk_(?:live|test)_[A-Za-z0-9_]+|whsec_[A-Za-z0-9]+", re.IGNORECASE)
+# Our own secret formats, wherever they appear (API keys, webhook secrets), in any case; an API key without its
+# `lwa.` (the rest is the secret) only whole, with its 32 characters, so that words such as "Risk_Test_Co" in a
+# search are left alone (this also rewrites the query string the app reads)
+SECRET_VALUE = re.compile(r"lwa\.sk_[A-Za-z0-9_]+|(?<![A-Za-z0-9])sk_(?:live|test)_[A-Za-z0-9]{32}(?![A-Za-z0-9])"
+                          r"|whsec_[A-Za-z0-9]+", re.IGNORECASE)
 # Query parameters that carry credentials by name, whatever their value looks like
 SECRET_NAME = re.compile(r"key|secret|token|passw|signature|auth", re.IGNORECASE)
 _LOGGED_URI_KEYS = ("RAW_URI", "REQUEST_URI")

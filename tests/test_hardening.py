@@ -257,9 +257,24 @@ def test_keys_in_the_query_string_never_reach_the_logged_request_line(app, alice
     ("/hooks/whsec_" + "b" * 32 + "/x", f"/hooks/{REDACTED}/x"),
     ("/a?q=lwa.sk%5Flive%5F" + "A" * 32, f"/a?q={REDACTED}"),
     ("/a?search=acme&limit=5", "/a?search=acme&limit=5"),
+    # words that hold sk_live_/sk_test_ are not keys, nor is a key's prefix alone (review: a search for
+    # "Risk_Test_Co" reached the app as "Ri[redacted]", and "a%26b" was decoded into two parameters)
+    ("/a?search=Risk_Test_Co&note=a%26b", "/a?search=Risk_Test_Co&note=a%26b"),
+    ("/a?q=task_live_" + "A" * 32, "/a?q=task_live_" + "A" * 32),
+    ("/a?q=sk_live_" + "A" * 31, "/a?q=sk_live_" + "A" * 31),
+    ("/a?q=SK_LIVE_" + "A" * 32 + "&b=2", f"/a?q={REDACTED}&b=2"),
+    ("/a?q=LWA.SK_LIVE_" + "A" * 32, f"/a?q={REDACTED}"),
 ])
 def test_redaction_of_request_lines(uri, expected):
     assert redact_uri(uri) == expected
+
+
+def test_a_search_holding_a_keys_prefix_reaches_the_app_as_sent(alice):
+    """The request line's redaction rewrites the query string the app reads: a search for "Risk_Test_Co" reached
+    the list as "Ri[redacted]" (review)."""
+    alice.post("/subscriptions", json={"entity_type": "company", "network_id": "risk_test_co"})
+    found = alice.get("/subscriptions?search=Risk_Test_Co").json
+    assert [item["network_id"] for item in found["data"]] == ["risk_test_co"]
 
 
 @pytest.mark.parametrize("path,body", [
