@@ -76,9 +76,10 @@ class TLSServer(ThreadingHTTPServer):
 
 
 class StaticResolver:
-    """socket.getaddrinfo answering from a table for some names (None: the name does not resolve) and
-    passing every other name to the real resolver. Install it as socket.getaddrinfo (tests: monkeypatch).
-    `slow[name] = seconds` makes the name's lookups take that long, as a resolver that does not answer."""
+    """socket.getaddrinfo answering from a table for some names (None: the name does not resolve; a list: several
+    addresses, in order) and passing every other name to the real resolver. Install it as socket.getaddrinfo
+    (tests: monkeypatch). `slow[name] = seconds` makes the name's lookups take that long, as a resolver that does
+    not answer."""
 
     def __init__(self, real, table=None):
         self.real = real
@@ -89,9 +90,9 @@ class StaticResolver:
         time.sleep(self.slow.get(host, 0))
         if host not in self.table:
             return self.real(host, port, family, type, proto, flags)
-        address = self.table[host]
-        if address is None:
+        addresses = self.table[host]
+        if addresses is None:
             raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-        if ":" in address:
-            return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", (address, port or 443, 0, 0))]
-        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port or 443))]
+        return [(socket.AF_INET6, socket.SOCK_STREAM, 6, "", (address, port or 443, 0, 0)) if ":" in address
+                else (socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port or 443))
+                for address in ([addresses] if isinstance(addresses, str) else addresses)]

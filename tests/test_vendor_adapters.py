@@ -289,15 +289,20 @@ def test_an_emoji_cut_in_half_by_the_vendor_is_checked_and_recorded(app, alice, 
 # --- vendors that misbehave (vendor walk) -------------------------------------------------------------------
 
 class Dripper(LocalServer):
-    """Answers 200 with a long body, then a byte every half second: each read within any timeout, the whole never."""
+    """Answers 200 with a long body, then a byte every half second: each read within any timeout, the whole never.
+    Without `length` the body runs to the connection's close, as an HTTP/1.0 answer's."""
 
-    def __init__(self):
+    def __init__(self, length=True):
         class Handler(JsonHandler):
             def do_GET(self):
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", "100000")
+                if length:
+                    self.send_header("Content-Length", "100000")
+                else:
+                    self.send_header("Connection", "close")
                 self.end_headers()
+                self.wfile.write(b"{}")
                 try:
                     for _ in range(40):
                         self.wfile.write(b" ")
@@ -323,6 +328,31 @@ def test_an_answer_dripping_past_the_timeout_is_a_transient_failure_at_the_timeo
         with pytest.raises(ProviderError, match="no complete answer within 1.5 s"):
             provider_for(dripper.url).fetch("contact", "jane-doe")
         assert time.monotonic() - started < 10  # the drip would last 20 s
+    finally:
+        dripper.close()
+
+
+def test_an_answer_read_to_its_close_and_cut_at_the_deadline_is_not_taken_for_complete():
+    """It came back as an ordinary answer, its body cut short (review)."""
+    dripper = Dripper(length=False)
+    try:
+        with pytest.raises(ProviderError, match="no complete answer within 1.5 s"):
+            HttpProvider(dripper.url, None, timeout=1.5).fetch("contact", "jane-doe")
+    finally:
+        dripper.close()
+
+
+def test_the_deadline_holds_through_a_proxy_from_the_environment(monkeypatch):
+    """Through an HTTP proxy requests made its connections in pools the watcher did not know (review)."""
+    dripper = Dripper()
+    monkeypatch.setenv("HTTP_PROXY", dripper.url)  # the dripper answers as the proxy would relay a dripping vendor
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    try:
+        started = time.monotonic()
+        with pytest.raises(ProviderError, match="no complete answer within 1.5 s"):
+            HttpProvider("http://vendor.example", None, timeout=1.5).fetch("contact", "jane-doe")
+        assert time.monotonic() - started < 10
     finally:
         dripper.close()
 

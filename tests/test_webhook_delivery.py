@@ -342,6 +342,60 @@ def test_an_endpoint_named_by_a_private_name_is_looked_up_within_the_deadline(al
     assert attempt.duration_ms < 4500 and len(receiver.requests) == 1
 
 
+@contextlib.contextmanager
+def unanswered_port():
+    """A port whose connects hang (its listen queue is full: the SYNs are dropped), as a host that drops them."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    fillers = []
+    try:
+        for _ in range(8):
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex(listener.getsockname())
+            fillers.append(filler)
+        yield listener.getsockname()[1]
+    finally:
+        for filler in fillers:
+            filler.close()
+        listener.close()
+
+
+def test_the_connect_after_a_slow_lookup_gets_only_the_time_left(alice, app, names):
+    """The connect had its full timeout after the lookup: a try took the lookup's time and a whole timeout more
+    (review: 1.9 s at a 1 s timeout)."""
+    app.config["WEBHOOK_TIMEOUT_SECONDS"] = 1.5
+    names.table["blackhole.internal"] = "127.0.0.1"
+    with unanswered_port() as port:
+        configure(alice, f"http://blackhole.internal:{port}/hook")
+        names.slow["blackhole.internal"] = 1.2
+        [event_id] = record_events(alice.account_id)
+        deliver_due()
+    [attempt] = attempts_of(event_id)
+    assert attempt.status == "failed" and attempt.error == "timeout: no answer within 1.5 s"
+    assert attempt.duration_ms < 2400  # the lookup's 1.2 s and a whole 1.5 s more before
+
+
+def test_every_address_of_a_name_is_tried_in_turn(alice, app, names):
+    """Only the first was, once the lookup was bounded: a name with one dead address failed every new connection
+    (review)."""
+    with Receiver() as receiver:
+        names.table["two.internal"] = ["127.0.0.2", "127.0.0.1"]  # nothing listens on the first
+        configure(alice, receiver.url.replace("127.0.0.1", "two.internal"))
+        [event_id] = record_events(alice.account_id)
+        deliver_due()
+    assert [attempt.status for attempt in attempts_of(event_id)] == ["succeeded"]
+
+
+def test_an_endpoint_name_with_a_label_too_long_is_a_failed_connection(alice, app):
+    configure(alice, f"http://{'a' * 64}.example/hook")
+    [event_id] = record_events(alice.account_id)
+    deliver_due()
+    [attempt] = attempts_of(event_id)
+    assert attempt.status == "failed" and attempt.error.startswith("connection failed:"), attempt.error
+
+
 def test_an_endpoint_name_that_does_not_resolve_is_a_failed_connection(alice, names):
     configure(alice, "http://gone.internal:9/hook")
     [event_id] = record_events(alice.account_id)

@@ -21,10 +21,24 @@ DEFAULT_THROTTLE_SECONDS = 60.0  # a 429 that does not say how long to wait
 _deadlines = send_deadline.Watcher()  # every vendor call's, in this process
 
 
+class _WatchedAdapter(HTTPAdapter):
+    """Connections whose call's deadline is watched, direct or through an HTTP proxy from the environment (a
+    SOCKS proxy's connections are its own, and unwatched)."""
+
+    def init_poolmanager(self, *args, **kwargs):
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = send_deadline.WATCHED_POOLS
+
+    def proxy_manager_for(self, proxy, **proxy_kwargs):
+        manager = super().proxy_manager_for(proxy, **proxy_kwargs)
+        if not proxy.lower().startswith("socks"):
+            manager.pool_classes_by_scheme = send_deadline.WATCHED_POOLS
+        return manager
+
+
 def pooled_session(pool_size: int, headers: dict) -> requests.Session:
     session = requests.Session()
-    adapter = HTTPAdapter(pool_connections=1, pool_maxsize=max(1, pool_size))
-    adapter.poolmanager.pool_classes_by_scheme = send_deadline.WATCHED_POOLS
+    adapter = _WatchedAdapter(pool_connections=1, pool_maxsize=max(1, pool_size))
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     session.headers["User-Agent"] = USER_AGENT
@@ -38,13 +52,16 @@ def send(session, method: str, url: str, timeout: float, **kwargs) -> requests.R
     failure or an answer not complete in time is transient. Redirects are not followed (an API never needs one)."""
     deadline = _deadlines.start(timeout)
     try:
-        return session.request(method, url, timeout=timeout, allow_redirects=False, **kwargs)
+        response = session.request(method, url, timeout=timeout, allow_redirects=False, **kwargs)
     except (requests.RequestException, urllib3.exceptions.HTTPError) as error:
         if deadline.expired:
             raise ProviderError(f"no complete answer within {timeout:g} s") from error
         raise ProviderError(f"{type(error).__name__}: {error}") from error
     finally:
         _deadlines.end(deadline)
+    if deadline.expired:  # an answer read to its close: cut at the deadline, it looks complete
+        raise ProviderError(f"no complete answer within {timeout:g} s")
+    return response
 
 
 def json_body(response, expected_type):

@@ -111,6 +111,7 @@ def within_deadline(lookup):
     deadline = getattr(_current, "deadline", None)
     if deadline is None:
         return lookup()
+    left = _time_left(deadline)
     outcome, done = {}, threading.Event()
 
     def run():
@@ -120,20 +121,29 @@ def within_deadline(lookup):
             outcome["error"] = error
         done.set()
 
-    threading.Thread(target=run, name="webhook-lookup", daemon=True).start()
-    if not done.wait(max(0.0, deadline.at - time.monotonic())):
+    threading.Thread(target=run, name="name-lookup", daemon=True).start()
+    if not done.wait(left):
         raise urllib3.exceptions.ConnectTimeoutError(None, "the name lookup took past the deadline")
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]
 
 
-def _first_address(host: str, port: int) -> str:
+def _time_left(deadline: Deadline) -> float:
+    left = deadline.at - time.monotonic()
+    if left <= 0:
+        raise urllib3.exceptions.ConnectTimeoutError(None, "the deadline passed before connecting")
+    return left
+
+
+def _addresses(host: str, port: int) -> list:
+    """Every address of `host`, in the resolver's order, as urllib3 would try them."""
     family = urllib3.util.connection.allowed_gai_family()
-    return socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)[0][4][0]
+    found = [info[4][0] for info in socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)]
+    return list(dict.fromkeys(found))
 
 
-def _is_address(host: str) -> bool:
+def is_address(host: str) -> bool:
     try:
         ipaddress.ip_address(host.strip("[]"))
     except ValueError:
@@ -170,23 +180,35 @@ class _WatchedConnection:
     response_class = _FinalAnswer
 
     def _new_conn(self):
-        sock = self._connect_within_deadline() if getattr(_current, "deadline", None) else super()._new_conn()
+        deadline = getattr(_current, "deadline", None)
+        sock = super()._new_conn() if deadline is None else self._connect_within(deadline)
         _watch_current(sock, kept=False)
         return sock
 
-    def _connect_within_deadline(self):
-        """Connected to the first address of the name, looked up within the deadline (where no adapter has pinned
-        the address already: private endpoints allowed); the name is the connection's again for TLS."""
-        name = self._dns_host
-        if not _is_address(name):
-            try:
-                self._dns_host = within_deadline(lambda: _first_address(name, self.port))
-            except socket.gaierror as error:  # as urllib3's own lookup says it
-                raise urllib3.exceptions.NameResolutionError(name, self, error) from error
+    def _connect_within(self, deadline: Deadline):
+        """Connected within the deadline: the name looked up within it (unless an adapter pinned an address
+        already), then each of its addresses tried in turn as urllib3 does, each connect given the time left; the
+        name and timeout are the connection's again afterwards (TLS checks the name)."""
+        name, timeout = self._dns_host, self.timeout
+        addresses = [name] if is_address(name) else self._look_up(name)
         try:
-            return super()._new_conn()
+            for number, address in enumerate(addresses, start=1):
+                left = _time_left(deadline)
+                self._dns_host = address
+                self.timeout = left if not isinstance(timeout, (int, float)) else min(timeout, left)
+                try:
+                    return super()._new_conn()
+                except urllib3.exceptions.NewConnectionError:  # refused, unreachable: the next address, if any
+                    if number == len(addresses):
+                        raise
         finally:
-            self._dns_host = name
+            self._dns_host, self.timeout = name, timeout
+
+    def _look_up(self, name: str) -> list:
+        try:
+            return within_deadline(lambda: _addresses(name, self.port))
+        except (socket.gaierror, UnicodeError) as error:  # as urllib3's own lookup says it (an over-long label too)
+            raise urllib3.exceptions.NameResolutionError(name, self, error) from error
 
 
 class _WatchedHTTPConnection(_WatchedConnection, HTTPConnection):

@@ -111,8 +111,10 @@ class PublicOnlyAdapter(IPFilterAdapter):
         self.allow_loopback = allow_loopback
 
     def build_connection_pool_key_attributes(self, request, verify, cert=None):
-        host_params, pool_kwargs = send_deadline.within_deadline(
-            lambda: super(PublicOnlyAdapter, self).build_connection_pool_key_attributes(request, verify, cert))
+        def resolved():
+            return super(PublicOnlyAdapter, self).build_connection_pool_key_attributes(request, verify, cert)
+        address = send_deadline.is_address(parse_url(request.url).host or "")
+        host_params, pool_kwargs = resolved() if address else send_deadline.within_deadline(resolved)
         address = ipaddress.ip_address(host_params["host"].strip("[]"))
         if is_forbidden_address(address, self.allow_loopback):
             raise InvalidIPAddress(address)
