@@ -56,11 +56,17 @@ def spend_as_key(key_id: str, rate_class: str, cost: int = 1) -> None:
     if not current_app.config.get("RATELIMIT_ENABLED", True):
         return
     item = parse(limit_string(rate_class))
-    reset_time = _refused_until(item, cost, f"key:{key_id}", rate_class)
+    prefix = current_app.config.get("RATELIMIT_KEY_PREFIX")  # flask-limiter puts it first when set
+    reset_time = _refused_until(item, cost, *([prefix] if prefix else []), f"key:{key_id}", rate_class)
     if reset_time is not None:
         raise RateLimited(item.amount, current_app.config["RATELIMIT_WINDOW_SECONDS"], reset_time,
                           "Too many requests with this API key in this window (its pages here and its API calls "
                           "share one limit). Retry later.")
+
+
+def class_size(rate_class: str) -> int:
+    """How many requests of `rate_class` the caller's tier (`g.tier`) allows in a window."""
+    return parse(limit_string(rate_class)).amount
 
 
 def _refused_until(item, cost: int, *identifiers):

@@ -6,8 +6,8 @@ import re
 from flask import current_app, g, redirect, request, url_for
 
 from app.api.http import load, parse_json_text
-from app.api.limits import (bulk_limit, default_limit, limit_unauthenticated, read_limit, spend_as_key,
-                            write_limit)
+from app.api.limits import (bulk_limit, class_size, default_limit, limit_unauthenticated, read_limit,
+                            spend_as_key, write_limit)
 from app.dashboard import (LOGIN_CSRF_COOKIE, SESSION_COOKIE, account_id, bp, check_login_csrf, new_login_csrf,
                            notify, render, safe_next, stream)
 from app.dashboard.presenters import change_rows, events_chart, import_results_href, import_steps, parse_body
@@ -182,6 +182,7 @@ def bulk_action():
 
 
 @bp.post("/subscriptions/import")
+@bulk_limit
 def import_subscriptions():
     """The result page streams: each chunk's rows and the progress show as soon as the chunk is done."""
     upload = request.files.get("file")
@@ -196,8 +197,15 @@ def import_subscriptions():
     except ServiceError as error:
         notify("error", error.message)
         return _back("dashboard.subscriptions_page")
-    g.tier = g.account.tier  # one bulk call of the key's a chunk, as the same rows sent through the API would take
-    spend_as_key(g.dashboard_session.api_key_id, "bulk", cost=max(1, -(-len(rows) // importer.CHUNK_SIZE)))
+    calls, allowed = -(-len(rows) // importer.CHUNK_SIZE), class_size("bulk")
+    if calls > allowed:  # no window would ever have room for it
+        notify("error", f"{len(rows):,} rows take {calls:,} bulk calls, and this key may make {allowed:,} in "
+                        f"{current_app.config['RATELIMIT_WINDOW_SECONDS'] / 60:g} minutes: import at most "
+                        f"{allowed * importer.CHUNK_SIZE:,} rows at a time here, or the whole file with "
+                        "entity-monitor subscriptions import.")
+        return _back("dashboard.subscriptions_page")
+    if calls > 1:  # one bulk call of the key's a chunk, as the same rows sent through the API would take
+        spend_as_key(g.dashboard_session.api_key_id, "bulk", cost=calls - 1)  # (the first was spent coming in)
     report = importer.ImportReport(total=len(rows))
     chunks = importer.import_chunks(account_id(), rows, plan, lambda raw: load(create_schema, raw), report)
     return stream("import_result.html", report=report, steps=import_steps(chunks, IMPORT_ROWS_LISTED),
