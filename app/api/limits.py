@@ -56,7 +56,7 @@ def spend_as_key(key_id: str, rate_class: str, cost: int = 1) -> None:
     if not current_app.config.get("RATELIMIT_ENABLED", True):
         return
     item = parse(limit_string(rate_class))
-    prefix = current_app.config.get("RATELIMIT_KEY_PREFIX")  # flask-limiter puts it first when set
+    prefix = limiter._key_prefix  # flask-limiter puts RATELIMIT_KEY_PREFIX first when set (kept across init_app)
     reset_time = _refused_until(item, cost, *([prefix] if prefix else []), f"key:{key_id}", rate_class)
     if reset_time is not None:
         raise RateLimited(item.amount, current_app.config["RATELIMIT_WINDOW_SECONDS"], reset_time,

@@ -518,21 +518,19 @@ def run_claimed(claimed: list, token: str, keep_going=always) -> Summary:
         return Summary.merged([*released, *(_record_alone(token, outcome) for outcome in outcomes)])
 
 
-_credits_shared = {}  # provider name -> the balance this process last wrote for every process to show
-
-
 def _share_credits(provider) -> None:
     """The balance the vendor reported to this batch's calls, written where every process reads it (`/healthz` of
     a web process whose checks run in `scheduler run`), when it changed; a failure to write it is only logged."""
     name, remaining = traits(provider).name, getattr(provider, "credits_remaining", None)
-    if remaining is None or _credits_shared.get(name) == remaining:
+    shared = current_app.extensions.setdefault("provider_credits_shared", {})  # name -> the balance last written
+    if remaining is None or shared.get(name) == remaining:
         return
     try:
         provider_limits.note_credits(name, remaining)
     except Exception:  # noqa: BLE001 - the batch's outcomes are what must be recorded
         log.exception("the provider's credit balance could not be written")
         return
-    _credits_shared[name] = remaining
+    shared[name] = remaining
 
 
 def _record_alone(token: str, outcome: Outcome) -> Summary:

@@ -24,6 +24,7 @@ from sqlalchemy import bindparam, delete, func, or_, select, update
 
 from app.common import utcnow
 from app.database import PreparedSelect, end_read_transaction, upsert, write_transaction
+from app.extensions import db
 from app.models import ProviderBudget, ProviderSlot, ProviderState
 
 log = logging.getLogger(__name__)
@@ -224,9 +225,6 @@ def current_pause(provider: str):
     return None
 
 
-_CREDITS = PreparedSelect(select(ProviderState.credits_remaining).where(ProviderState.provider == bindparam("provider")))
-
-
 def note_credits(provider: str, remaining: float) -> None:
     """The vendor's balance as a call just reported it, for every process to show."""
     with write_transaction() as session:
@@ -238,9 +236,9 @@ def note_credits(provider: str, remaining: float) -> None:
 
 def reported_credits(provider: str) -> Optional[float]:
     """The balance the vendor last reported to any process; None before it ever did."""
-    row = _CREDITS.first({"provider": provider})
+    remaining = db.session.scalar(select(ProviderState.credits_remaining).where(ProviderState.provider == provider))
     end_read_transaction()
-    return row.credits_remaining if row else None
+    return remaining
 
 
 def resume(provider: str) -> bool:
