@@ -6,6 +6,7 @@ writes them to files there and a scrape of any web worker adds up all processes,
 Without it (one process), they are read from this process's registry. Gauges that describe the
 database (outbox, subscriptions, the scheduler's last tick) are read from the database at scrape time,
 so every process answers the same."""
+import logging
 import os
 from collections import Counter as Tally
 from functools import lru_cache
@@ -18,6 +19,7 @@ from app.exits import APP_LOAD_ERROR, stop
 from app.extensions import db
 
 PREFIX = "entity_monitor"
+log = logging.getLogger(__name__)
 
 
 def _refuse_a_missing_multiprocess_directory():
@@ -95,15 +97,23 @@ def _request_histogram(route: str):
 # --- the scrape -----------------------------------------------------------------------------------
 
 class DatabaseCollector:
-    """Gauges read from the database at scrape time (the same answer from every process)."""
+    """Gauges read from the database at scrape time (the same answer from every process), and whether it answered:
+    while it does not, the scrape still exports every counter (it was a 500, and the alerts on failing checks and
+    5xx answers went blind for the outage) with `database_up` 0 and these gauges left out."""
 
     def collect(self):
         from app.services import health, subscription_counts  # the heartbeat, backlog and counter readers
         try:
             backlog, heartbeat = health.outbox_backlog(), health.scheduler_heartbeat()
             by_status = subscription_counts.by_status(db.session)
+        except Exception as error:  # noqa: BLE001 - whatever the driver raised: the database did not answer
+            log.warning("metrics: the database did not answer (%s); its gauges are left out of this scrape",
+                        type(error).__name__)
+            yield _gauge("database_up", DATABASE_UP, 0)
+            return
         finally:
-            db.session.rollback()
+            _end_quietly(db.session)
+        yield _gauge("database_up", DATABASE_UP, 1)
         yield _gauge("outbox_pending", "Deliveries owed (due or waiting for a retry).", backlog["pending"])
         yield _gauge("outbox_oldest_pending_seconds", "Age of the oldest delivery still owed (0: none).",
                      backlog["oldest_pending_seconds"] or 0)
@@ -114,6 +124,16 @@ class DatabaseCollector:
         last_tick = heartbeat["last_tick_at"]
         yield _gauge("scheduler_last_tick_timestamp_seconds", "Unix time of the newest scheduler tick (0: never).",
                      unix_seconds(last_tick) if last_tick else 0)
+
+
+DATABASE_UP = "1 when the database answered this scrape; 0 when not, and its gauges are left out."
+
+
+def _end_quietly(session) -> None:
+    try:
+        session.rollback()
+    except Exception:  # noqa: BLE001 - a connection the outage broke: the pool replaces it
+        pass
 
 
 def _gauge(name, documentation, value):

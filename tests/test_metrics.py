@@ -66,6 +66,24 @@ def test_metrics_need_no_key_and_name_every_required_family(anon):
         assert f"# TYPE {name.removesuffix('_total')}" in text, name
 
 
+def test_while_the_database_does_not_answer_the_counters_are_still_exported(alice, monkeypatch):
+    """A scrape was a 500 while the database was down: every counter disappeared, and the alerts on failing checks
+    and 5xx answers could not fire for the outage (fault walk)."""
+    from sqlalchemy.exc import OperationalError
+    from app.services import health
+
+    alice.get("/account")
+    assert value(scrape(alice.client), "entity_monitor_database_up") == 1
+
+    def down():
+        raise OperationalError("SELECT 1", {}, ConnectionRefusedError("refused"))
+    monkeypatch.setattr(health, "outbox_backlog", down)
+    samples = scrape(alice.client)
+    assert value(samples, "entity_monitor_database_up") == 0
+    assert value(samples, "entity_monitor_http_requests_total", route="/api/v1/account", status="200") >= 1
+    assert not any(name == "entity_monitor_outbox_pending" for name, _labels in samples)
+
+
 def test_a_receiver_outage_is_counted_and_the_outbox_gauges_show_it(alice):
     before = scrape(alice.client)
     with Receiver(Reply(status=503)) as receiver:
