@@ -93,7 +93,19 @@ def _engine_options(config):
     options = {"pool_pre_ping": not database_url.startswith("sqlite"), "hide_parameters": True}
     if not _in_memory_sqlite(database_url):
         options["pool_size"] = config["DATABASE_POOL_SIZE"]
+    url = make_url(database_url)
+    if url.get_backend_name() == "postgresql":  # what the URL's own query sets is kept
+        options["connect_args"] = {name: value for name, value in POSTGRESQL_CONNECTION.items()
+                                   if name not in url.query}
     return options
+
+
+# libpq's settings: a connect to a server that does not answer gives up after 10 s (the system's default is minutes),
+# and a connection whose server vanished (a partition, a host gone) is found dead within about a minute, by TCP
+# keepalives while it waits for an answer and by tcp_user_timeout while what it sent is unacknowledged: every
+# serving thread used to wait on such a connection for as long as the outage lasted, /healthz included (fault walk).
+POSTGRESQL_CONNECTION = {"connect_timeout": 10, "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
+                         "keepalives_count": 3, "tcp_user_timeout": 30_000}
 
 
 def _in_memory_sqlite(database_url) -> bool:

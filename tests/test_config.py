@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from app import POSTGRESQL_CONNECTION, create_app
 from app.config import LONGEST_DELAY_SECONDS, ConfigError, settings_from_environment, validate
 
 
@@ -170,3 +171,18 @@ def test_a_whole_number_that_is_not_seconds_is_not_told_to_be_written_as_seconds
     from app.serving import check_serve_settings
     with pytest.raises(ConfigError, match=r"GUNICORN_THREADS='x' is not a whole number \(digits only, e.g. 30\)$"):
         check_serve_settings({"GUNICORN_THREADS": "x"})
+
+
+@pytest.mark.parametrize("url, expected", [
+    ("postgresql://monitor@db.internal/monitor", POSTGRESQL_CONNECTION),
+    ("postgresql+psycopg://monitor@db.internal/monitor?connect_timeout=3&keepalives_idle=5",
+     {name: value for name, value in POSTGRESQL_CONNECTION.items() if name not in ("connect_timeout",
+                                                                                  "keepalives_idle")}),
+])
+def test_postgresql_connections_give_up_on_a_server_that_does_not_answer(tmp_path, monkeypatch, url, expected):
+    """Nothing bounded a connect or a wait on a server that vanished: every serving thread, /healthz's too, waited
+    for as long as the outage lasted (fault walk). What the URL's own query sets is kept (libpq reads it)."""
+    monkeypatch.setenv("INSTANCE_PATH", str(tmp_path))
+    app = create_app({"SQLALCHEMY_DATABASE_URI": url})
+    assert app.config["SQLALCHEMY_ENGINE_OPTIONS"]["connect_args"] == expected
+    assert POSTGRESQL_CONNECTION["connect_timeout"] <= 10 and POSTGRESQL_CONNECTION["keepalives"] == 1
