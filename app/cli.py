@@ -1,7 +1,9 @@
 """Operator commands (contract §9, §10): the `entity-monitor` console script, or `flask --app wsgi …` in a
 checkout: accounts|checks|deliveries|scheduler|db …, and `serve`."""
+import contextlib
 import json
 import os
+import signal
 import sys
 
 import click
@@ -83,18 +85,24 @@ def run_checks(subscription_id, check_all, due):
     from app.worker import checks as check_worker
     if sum(bool(choice) for choice in (subscription_id, check_all, due)) > 1:
         raise click.UsageError("Give one of --all, --due or a SUBSCRIPTION_ID.")
-    if subscription_id:
-        summary = check_worker.run_one(subscription_id)
-        if summary is None:
-            raise click.ClickException(f"{subscription_id} is not an active subscription (or is being checked).")
-        summaries = [summary]
-    elif check_all:
-        summaries = list(check_worker.run_all())
-    else:
-        summaries = check_worker.run_due()
+    with _stopped_by_signals() as stopped:
+        def keep_going():
+            return not stopped
+        if subscription_id:
+            summary = check_worker.run_one(subscription_id, keep_going)
+            if summary is None:
+                raise click.ClickException(f"{subscription_id} is not an active subscription (or is being checked).")
+            summaries = [summary]
+        elif check_all:
+            summaries = list(check_worker.run_all(keep_going))
+        else:
+            summaries = check_worker.run_due(keep_going=keep_going)
     total = Summary.merged(summaries)
     totals = {name: getattr(total, name) for name in Summary.COUNTS if name != "held" or check_all}
     click.echo(" ".join(f"{name}={count}" for name, count in totals.items()))
+    if stopped:
+        raise click.ClickException(f"stopped by {stopped[0]}: the checks not started ({totals['deferred']}) were "
+                                   "released for the scheduler, with their place kept.")
     if totals["deferred"]:
         raise click.ClickException(
             f"{totals['deferred']} checks were deferred: the provider is paused or its rate budget is spent "
@@ -103,6 +111,21 @@ def run_checks(subscription_id, check_all, due):
         raise click.ClickException(
             f"every check failed ({totals['failed']}): the provider answered none of them (the log says why); "
             "they are checked again when due.")
+
+
+@contextlib.contextmanager
+def _stopped_by_signals():
+    """A list that holds the name of the first SIGTERM or SIGINT received meanwhile: the checks then finish the
+    calls out, release what they have not started and stop (a SIGTERM killed the command at once, its claims left
+    for the lease, and a Ctrl-C was ignored until half the lease ran out: fault walk)."""
+    stopped = []
+    handlers = {signum: signal.signal(signum, lambda number, _frame: stopped.append(signal.Signals(number).name))
+                for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield stopped
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
 
 
 scheduler_cli = AppGroup("scheduler", help="The scheduler as its own process.")

@@ -107,7 +107,7 @@ def test_each_claim_searches_an_index_and_sorts_nothing(app, tenants, claiming):
     claim = {"due": lambda token: checks.claim(token, 10),
              "page": lambda token: checks.claim_page(token, 10),
              "page after an id": lambda token: checks.claim_page(token, 10, first_id),
-             "one": lambda token: checks.claim_one(token, first_id)}[claiming]
+             "one": lambda token: checks.claim_ids(token, [first_id])}[claiming]
     with write_transaction():  # the claim above is given back
         db.session.execute(update(Subscription).values(claim_token=None, claimed_until=None))
     with Statements() as claiming_statements:
@@ -165,7 +165,7 @@ def test_each_claim_reads_an_index_in_its_order_on_postgres(app, claiming, index
     claim = {"due": lambda token: checks.claim(token, 10),
              "page": lambda token: checks.claim_page(token, 10),
              "page after an id": lambda token: checks.claim_page(token, 10, first_id),
-             "one": lambda token: checks.claim_one(token, first_id)}[claiming]
+             "one": lambda token: checks.claim_ids(token, [first_id])}[claiming]
     with Statements() as claiming_statements:
         claim(checks.new_claim_token())
     plans = []

@@ -1,10 +1,12 @@
 """`flask checks run [--all | --due | SUBSCRIPTION_ID]` and `flask scheduler run` (contract §9)."""
+import os
 import signal
+import time
 from types import SimpleNamespace
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 
 from app.common import utcnow
 from app.database import write_transaction
@@ -110,6 +112,44 @@ def test_checks_run_an_unreachable_entity_has_done_its_job(runner, alice, networ
     result = run(runner, subscription_id)
     assert result.exit_code == 0
     assert "checked=1" in result.output and "unavailable=1" in result.output
+
+
+def test_checks_run_all_checks_every_one_even_when_half_the_lease_runs_out(runner, app, alice, network,
+                                                                           monkeypatch):
+    """A page's checks past half the lease were deferred and passed by for good: `--all` said `deferred=150`,
+    exited 1 and blamed the provider, which was not paused (fault walk)."""
+    ids = [subscribe(alice, f"person-{number}") for number in range(8)]
+    app.config["CHECK_LEASE_SECONDS"] = 1.2  # half of it: about two of these calls
+    fetch = network.fetch
+    monkeypatch.setattr(network, "fetch", lambda *args: time.sleep(0.25) or fetch(*args))
+    result = run(runner, "--all")
+    assert result.exit_code == 0, result.output
+    assert result.output.strip().startswith("checked=8 ") and "deferred=0" in result.output
+    assert set(check_counts().values()) == {1} and len(check_counts()) == len(ids)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_checks_run_stops_on_a_signal_and_releases_what_it_has_not_started(runner, app, alice, network,
+                                                                          monkeypatch, signum):
+    """SIGTERM killed it at once, its claims left for the lease (two minutes); SIGINT was ignored until half the
+    lease ran out, and then the provider was blamed (fault walk)."""
+    ids = [subscribe(alice, f"person-{number}") for number in range(6)]
+    fetch, calls = network.fetch, []
+
+    def slow(*args):
+        calls.append(args)
+        if len(calls) == 1:
+            os.kill(os.getpid(), signum)  # as the operator's signal arrives while the first call is out
+        time.sleep(0.2)
+        return fetch(*args)
+    monkeypatch.setattr(network, "fetch", slow)
+    result = run(runner, "--all")
+    assert result.exit_code == 1, result.output
+    assert f"stopped by {signal.Signals(signum).name}" in result.output
+    assert len(calls) < len(ids)  # it stopped starting calls
+    db.session.rollback()
+    assert db.session.scalar(select(func.count()).where(Subscription.claim_token.is_not(None))) == 0
+    assert signal.getsignal(signum) not in (None, signal.SIG_IGN)  # the test process's own handler is back
 
 
 def test_checks_run_exits_non_zero_when_every_check_failed(runner, alice, network, monkeypatch):

@@ -224,7 +224,7 @@ def _first_check_answered(account_id):
     event."""
     subscription = subscribe(account_id)
     token = checks.new_claim_token()
-    [claimed] = checks.claim_one(token, subscription.id)
+    [claimed] = checks.claim_ids(token, [subscription.id])
     answer = {"network_id": subscription.network_id, "name": "Jane Doe", "title": "Engineer", "activities": []}
     return token, checks.Outcome(claimed, snapshot=normalize_snapshot("contact", answer), called=True)
 

@@ -12,7 +12,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from flask import current_app
@@ -64,6 +64,7 @@ class Summary:
     held: int = 0  # active, but another checker held them (`checks run --all` passes them by)
     deliveries_queued: bool = False
     events: int = 0  # events recorded (a count: `checks run` over a busy table emits millions)
+    deferred_ids: list = field(default_factory=list)  # `checks run --all` checks them again
     COUNTS = ("checked", "changes", "unavailable", "failed", "skipped", "deferred", "held")  # no annotation: no field
 
     @property
@@ -78,6 +79,7 @@ class Summary:
                 setattr(merged, name, getattr(merged, name) + getattr(summary, name))
             merged.deliveries_queued |= summary.deliveries_queued
             merged.events += summary.events
+            merged.deferred_ids += summary.deferred_ids
         return merged
 
 
@@ -115,11 +117,11 @@ def claim(token: str, limit: int) -> list:
         return _claim_rows(session, token, now, session.scalars(due).all())
 
 
-def claim_one(token: str, subscription_id: str) -> list:
-    """Claim one subscription by id, due or not, when it is active and unclaimed."""
+def claim_ids(token: str, subscription_ids: list) -> list:
+    """Claim subscriptions by id, due or not, those that are active and unclaimed."""
     now = utcnow()
     with write_transaction() as session:
-        return _claim_rows(session, token, now, [subscription_id], Subscription.status == "active",
+        return _claim_rows(session, token, now, sorted(subscription_ids), Subscription.status == "active",
                            _unclaimed(now))
 
 
@@ -402,6 +404,7 @@ def _apply(built, subscription, outcome, config, tier, now, summary):
     subscription.claimed_until = None
     if outcome.deferred:
         summary.deferred += 1
+        summary.deferred_ids.append(subscription.id)
         return False
     detection = None
     if outcome.error is None and outcome.unavailable is None:
@@ -545,11 +548,15 @@ def _record_alone(token: str, outcome: Outcome) -> Summary:
                                                called=outcome.called, credits=outcome.credits)])
 
 
+def provider_paused() -> bool:
+    return provider_limits.current_pause(traits(current_provider()).name) is not None
+
+
 def due_batch_size(seconds: float) -> int:
     """How many due subscriptions to claim: none while the provider is paused, and no more than the rate
     budget lets one process check within `seconds` (claims are not held waiting for budget)."""
     spec = traits(current_provider())
-    if provider_limits.current_pause(spec.name) is not None:
+    if provider_paused():
         return 0
     budgeted = provider_limits.calls_per_claim(spec.rate, spec.batch_size, seconds)
     return min(current_app.config["CHECK_BATCH_SIZE"], budgeted or current_app.config["CHECK_BATCH_SIZE"])

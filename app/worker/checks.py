@@ -46,23 +46,32 @@ def run_due_checks(keep_going=always) -> bool:
     return bool(run_due(STEP_BUDGET_SECONDS, keep_going))
 
 
-def run_all():
+def run_all(keep_going=always):
     """Check every active subscription once, now, in id order; yields one summary per batch, and one counting
-    the active subscriptions of a page that another checker held (they are being checked: passed by)."""
+    the active subscriptions of a page that another checker held (they are being checked: passed by). A page's
+    checks deferred by half the lease running out (slow answers) are claimed and checked again before the next
+    page, for as long as each round gets some done; those a pause deferred stay deferred (they were skipped for
+    good and blamed on the provider: fault walk)."""
     after = None
-    while True:
+    while keep_going():
         token = checks.new_claim_token()
         claimed, after, held = checks.claim_page(token, current_app.config["CHECK_BATCH_SIZE"], after)
         if after is None:
             return
-        if claimed:
-            yield _run_counted(claimed, token)
+        while claimed:
+            summary = _run_counted(claimed, token, keep_going)
+            again = summary.deferred_ids if summary.did_work and keep_going() and not checks.provider_paused() else []
+            summary.deferred -= len(again)  # not deferred: checked in the next round
+            summary.deferred_ids = []  # (a whole run's summaries are kept: counts only)
+            yield summary
+            token = checks.new_claim_token()
+            claimed = checks.claim_ids(token, again) if again else []
         if held:
             yield checks.Summary(held=held)
 
 
-def run_one(subscription_id: str):
+def run_one(subscription_id: str, keep_going=always):
     """Check one subscription now; None when it is not active (or another checker holds it)."""
     token = checks.new_claim_token()
-    claimed = checks.claim_one(token, subscription_id)
-    return _run_counted(claimed, token) if claimed else None
+    claimed = checks.claim_ids(token, [subscription_id])
+    return _run_counted(claimed, token, keep_going) if claimed else None
