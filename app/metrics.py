@@ -8,9 +8,11 @@ database (outbox, subscriptions, the scheduler's last tick) are read from the da
 so every process answers the same."""
 import logging
 import os
+import threading
 from collections import Counter as Tally
 from functools import lru_cache
 
+from flask import current_app
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 from prometheus_client.core import GaugeMetricFamily
 
@@ -97,22 +99,18 @@ def _request_histogram(route: str):
 # --- the scrape -----------------------------------------------------------------------------------
 
 class DatabaseCollector:
-    """Gauges read from the database at scrape time (the same answer from every process), and whether it answered:
-    while it does not, the scrape still exports every counter (it was a 500, and the alerts on failing checks and
-    5xx answers went blind for the outage) with `database_up` 0 and these gauges left out."""
+    """Gauges read from the database at scrape time (the same answer from every process), and whether it answered
+    within DATABASE_SCRAPE_SECONDS: while it does not, the scrape still exports every counter in time (it was a 500,
+    or waited as long as the connect did, past Prometheus's scrape timeout, and the alerts went blind for the
+    outage: fault walk, review) with `database_up` 0 and these gauges left out."""
 
     def collect(self):
-        from app.services import health, subscription_counts  # the heartbeat, backlog and counter readers
-        try:
-            backlog, heartbeat = health.outbox_backlog(), health.scheduler_heartbeat()
-            by_status = subscription_counts.by_status(db.session)
-        except Exception as error:  # noqa: BLE001 - whatever the driver raised: the database did not answer
-            log.warning("metrics: the database did not answer (%s); its gauges are left out of this scrape",
-                        type(error).__name__)
+        app = current_app._get_current_object()
+        read = app.extensions.setdefault("metrics_database_gauges", _DatabaseGauges()).read(app)
+        if read is None:
             yield _gauge("database_up", DATABASE_UP, 0)
             return
-        finally:
-            _end_quietly(db.session)
+        backlog, heartbeat, by_status = read
         yield _gauge("database_up", DATABASE_UP, 1)
         yield _gauge("outbox_pending", "Deliveries owed (due or waiting for a retry).", backlog["pending"])
         yield _gauge("outbox_oldest_pending_seconds", "Age of the oldest delivery still owed (0: none).",
@@ -127,6 +125,45 @@ class DatabaseCollector:
 
 
 DATABASE_UP = "1 when the database answered this scrape; 0 when not, and its gauges are left out."
+DATABASE_SCRAPE_SECONDS = 3.0  # well within Prometheus's default scrape timeout of 10 s
+
+
+class _DatabaseGauges:
+    """The database's figures, read in a thread of their own so a scrape waits DATABASE_SCRAPE_SECONDS at most; one
+    read at a time (a scrape while one is out waits for that one), so a database that never answers holds one
+    thread, not one a scrape."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._thread, self._answer = None, None
+
+    def read(self, app):
+        """(backlog, heartbeat, subscriptions by status), or None when the database did not answer in time."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._answer = {}
+                self._thread = threading.Thread(target=self._read, args=(app, self._answer), daemon=True,
+                                                name="metrics-database")
+                self._thread.start()
+            thread, answer = self._thread, self._answer
+        thread.join(DATABASE_SCRAPE_SECONDS)
+        if "value" not in answer:
+            log.warning("metrics: the database did not answer within %g s (%s); its gauges are left out of this "
+                        "scrape", DATABASE_SCRAPE_SECONDS, answer.get("error", "still waiting"))
+        return answer.get("value")
+
+    @staticmethod
+    def _read(app, answer):
+        from app.services import health, subscription_counts  # the heartbeat, backlog and counter readers
+        with app.app_context():
+            try:
+                answer["value"] = (health.outbox_backlog(), health.scheduler_heartbeat(),
+                                   subscription_counts.by_status(db.session))
+            except Exception as error:  # noqa: BLE001 - whatever the driver raised: the database did not answer
+                answer["error"] = type(error).__name__
+            finally:
+                _end_quietly(db.session)
+
 
 
 def _end_quietly(session) -> None:

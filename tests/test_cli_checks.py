@@ -128,6 +128,21 @@ def test_checks_run_all_checks_every_one_even_when_half_the_lease_runs_out(runne
     assert set(check_counts().values()) == {1} and len(check_counts()) == len(ids)
 
 
+def test_checks_run_all_counts_the_cut_off_checks_another_checker_took_meanwhile_as_held(runner, app, alice,
+                                                                                         network, monkeypatch):
+    """They were counted nowhere (neither deferred nor held), and the run looked complete (review)."""
+    from app.services import checks
+    for number in range(8):
+        subscribe(alice, f"person-{number}")
+    app.config["CHECK_LEASE_SECONDS"] = 1.2
+    fetch = network.fetch
+    monkeypatch.setattr(network, "fetch", lambda *args: time.sleep(0.25) or fetch(*args))
+    monkeypatch.setattr(checks, "claim_ids", lambda token, ids: [])  # as the scheduler's claim takes them first
+    result = run(runner, "--all")
+    counts = dict(pair.split("=") for pair in result.output.split("\n")[0].split())
+    assert int(counts["checked"]) + int(counts["held"]) == 8 and int(counts["held"]) > 0, result.output
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_checks_run_stops_on_a_signal_and_releases_what_it_has_not_started(runner, app, alice, network,
                                                                           monkeypatch, signum):

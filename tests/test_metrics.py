@@ -5,6 +5,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import types
 
@@ -82,6 +83,31 @@ def test_while_the_database_does_not_answer_the_counters_are_still_exported(alic
     assert value(samples, "entity_monitor_database_up") == 0
     assert value(samples, "entity_monitor_http_requests_total", route="/api/v1/account", status="200") >= 1
     assert not any(name == "entity_monitor_outbox_pending" for name, _labels in samples)
+
+
+def test_a_database_that_does_not_answer_in_time_is_down_for_the_scrape_which_answers_in_time(alice, monkeypatch):
+    """A scrape waited as long as the connect did (10 s), past Prometheus's default scrape timeout, so the scrape
+    failed and `database_up` never reached 0 (review). One read at a time: a database that never answers holds one
+    thread, not one a scrape."""
+    from app import metrics
+    from app.services import health
+
+    reads, answered = [], threading.Event()
+
+    def hanging():
+        reads.append(1)
+        answered.wait(10)
+        return {"pending": 0, "oldest_pending_seconds": None}
+    monkeypatch.setattr(metrics, "DATABASE_SCRAPE_SECONDS", 0.3)
+    monkeypatch.setattr(health, "outbox_backlog", hanging)
+    try:
+        started = time.monotonic()
+        first, second = scrape(alice.client), scrape(alice.client)
+        assert time.monotonic() - started < 5
+        assert value(first, "entity_monitor_database_up") == value(second, "entity_monitor_database_up") == 0
+        assert len(reads) == 1
+    finally:
+        answered.set()
 
 
 def test_a_receiver_outage_is_counted_and_the_outbox_gauges_show_it(alice):

@@ -277,6 +277,13 @@ def _tiers_with_a_key_prefix():
 
 
 @pytest.mark.parametrize("app_config", [_tiers_with_a_key_prefix()])
+def test_with_a_key_prefix_unknown_routes_report_the_default_class_as_spent(alice):
+    """Their headers came from a bucket without the prefix, which nothing spends: always full (review)."""
+    alice.get("/account")
+    assert alice.get("/nope").headers["X-RateLimit-Remaining"] == str(LIMITS["default"] - 1)
+
+
+@pytest.mark.parametrize("app_config", [_tiers_with_a_key_prefix()])
 def test_with_a_key_prefix_the_dashboard_and_the_api_still_share_one_bucket(app, alice):
     """flask-limiter puts RATELIMIT_KEY_PREFIX first in its keys: without it the dashboard had a budget of its own
     (review)."""
@@ -325,6 +332,16 @@ def test_a_dashboard_import_no_window_could_take_is_refused_with_what_to_do(app,
     imported.get_data()  # call refused for its size does: this is the window's second and last
     assert imported.status_code == 200 and alice.get("/subscriptions").json["pagination"]["total"] == 50
     _refused_page(browser.post("/subscriptions/import", data={"rows": rows}))
+
+
+def test_with_rate_limiting_off_a_large_dashboard_import_is_not_refused(app, alice):
+    """It was refused for more bulk calls than the window holds, with no limit on (review)."""
+    app.config["RATELIMIT_ENABLED"] = False
+    browser = _dashboard(app, alice)
+    rows = "".join(f"https://www.linkedin.com/in/person-{number}\n" for number in range(250))
+    response = browser.post("/subscriptions/import", data={"rows": rows})
+    response.get_data()
+    assert response.status_code == 200 and alice.get("/subscriptions").json["pagination"]["total"] == 100
 
 
 def test_a_dashboard_import_refused_for_its_content_spends_a_bulk_call(app, alice):

@@ -56,12 +56,18 @@ def spend_as_key(key_id: str, rate_class: str, cost: int = 1) -> None:
     if not current_app.config.get("RATELIMIT_ENABLED", True):
         return
     item = parse(limit_string(rate_class))
-    prefix = limiter._key_prefix  # flask-limiter puts RATELIMIT_KEY_PREFIX first when set (kept across init_app)
-    reset_time = _refused_until(item, cost, *([prefix] if prefix else []), f"key:{key_id}", rate_class)
+    reset_time = _refused_until(item, cost, *_class_bucket(f"key:{key_id}", rate_class))
     if reset_time is not None:
         raise RateLimited(item.amount, current_app.config["RATELIMIT_WINDOW_SECONDS"], reset_time,
                           "Too many requests with this API key in this window (its pages here and its API calls "
                           "share one limit). Retry later.")
+
+
+def _class_bucket(key: str, rate_class: str) -> tuple:
+    """The identifiers of a class's bucket as flask-limiter's shared limit keys it: RATELIMIT_KEY_PREFIX first when
+    set (flask-limiter keeps it across init_app), then the key, then the class."""
+    prefix = limiter._key_prefix
+    return (prefix, key, rate_class) if prefix else (key, rate_class)
 
 
 def class_size(rate_class: str) -> int:
@@ -103,7 +109,7 @@ def _rate_limit_state():
         return current.limit.amount, current.remaining, current.reset_at
     # no limited view ran (an unknown route, a wrong method): report the default class, unspent
     item = parse(limit_string("default"))
-    reset_time, remaining = limiter.limiter.get_window_stats(item, rate_limit_key(), "default")
+    reset_time, remaining = limiter.limiter.get_window_stats(item, *_class_bucket(rate_limit_key(), "default"))
     return item.amount, remaining, int(reset_time + 1)
 
 

@@ -61,11 +61,12 @@ def run_all(keep_going=always):
         while claimed:
             summary = _run_counted(claimed, token, keep_going)
             again = summary.deferred_ids if summary.did_work and keep_going() and not checks.provider_paused() else []
-            summary.deferred -= len(again)  # not deferred: checked in the next round
-            summary.deferred_ids = []  # (a whole run's summaries are kept: counts only)
-            yield summary
             token = checks.new_claim_token()
             claimed = checks.claim_ids(token, again) if again else []
+            summary.deferred -= len(again)  # checked in the next round, but for those another checker took meanwhile
+            summary.held += len(again) - len(claimed)
+            summary.deferred_ids = []  # (a whole run's summaries are kept: counts only)
+            yield summary
         if held:
             yield checks.Summary(held=held)
 
