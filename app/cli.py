@@ -117,10 +117,18 @@ def run_checks(subscription_id, check_all, due):
 def _stopped_by_signals():
     """A list that holds the name of the first SIGTERM or SIGINT received meanwhile: the checks then finish the
     calls out, release what they have not started and stop (a SIGTERM killed the command at once, its claims left
-    for the lease, and a Ctrl-C was ignored until half the lease ran out: fault walk)."""
+    for the lease, and a Ctrl-C was ignored until half the lease ran out: fault walk). A second one ends the
+    process at once, the calls out with it (a vendor's timeout may be minutes)."""
     stopped = []
-    handlers = {signum: signal.signal(signum, lambda number, _frame: stopped.append(signal.Signals(number).name))
-                for signum in (signal.SIGTERM, signal.SIGINT)}
+
+    def stop(number, _frame):
+        name = signal.Signals(number).name
+        if stopped:
+            click.echo(f"stopped at once by a second {name}: the checks under way keep their claims until their "
+                       "lease ends.", err=True)
+            os._exit(128 + number)
+        stopped.append(name)
+    handlers = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield stopped
     finally:

@@ -576,3 +576,28 @@ def test_on_postgresql_several_scheduler_processes_run_side_by_side(service):
             assert process.poll() is None  # neither was refused
             process.send_signal(signal.SIGTERM)
             assert process.wait(STOP_WITHIN_SECONDS) == 0
+
+
+def test_a_second_signal_stops_checks_run_at_once(service, tmp_path):
+    """The first one lets the calls out finish, which may take a vendor's whole timeout (minutes): a second one, as
+    an operator presses Ctrl-C again, ends it at once (review)."""
+    service.command("db", "upgrade")
+    account = json.loads(service.command("accounts", "create", "--name", "Ops", "--json").stdout)["account_id"]
+    rows = tmp_path / "rows.csv"
+    rows.write_text("url\n" + "".join(f"https://www.linkedin.com/in/person-{number}\n" for number in range(6)))
+    service.command("subscriptions", "import", str(rows), "--account", account)
+    process = service.start(str(BIN / "entity-monitor"), "checks", "run", "--all",
+                            env={"SIMULATED_LATENCY_MS": "20000"})
+    try:
+        claimed = "SELECT count(*) FROM subscriptions WHERE claim_token IS NOT NULL"
+        service.wait_for(lambda: service.sql(claimed)[0][0], what="the checks to be claimed")
+        time.sleep(0.5)  # the calls under way
+        process.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        started = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        returncode = process.wait(timeout=10)
+    finally:
+        process.kill()
+    assert returncode == 128 + signal.SIGTERM and time.monotonic() - started < 10
+    assert "stopped at once by a second SIGTERM" in process.stderr.read()
