@@ -231,3 +231,26 @@ def test_a_name_lookup_past_the_deadline_ends_the_try_at_the_deadline(alice, app
     assert_failed_and_retried(event, attempt)
     assert attempt.error == "timeout: no answer within 0.5 s" and attempt.duration_ms < 4000
     assert receiver.requests == []
+
+
+def test_a_names_checked_address_serves_the_tries_of_a_few_seconds_then_is_looked_up_again(alice, app, certificates,
+                                                                                          resolver, monkeypatch):
+    """A lookup, in a thread of its own, for every try cost the sender a third of its rate (bench_deliveries): the
+    checked address serves CHECKED_ADDRESS_SECONDS of tries; then the name is looked up, and checked, again."""
+    from app.services import transport
+    lookups = []
+    real = resolver.__call__
+    monkeypatch.setattr(socket, "getaddrinfo",
+                        lambda host, *args, **kwargs: lookups.append(host) or real(host, *args, **kwargs))
+    with Receiver(certificates=certificates) as receiver:
+        configure(alice, receiver.url)
+        lookups.clear()
+        outcomes = [deliver_one(alice.account_id)[1].status for _ in range(3)]
+        assert outcomes == ["succeeded"] * 3 and lookups.count(RECEIVER_HOST) == 1
+        for session in transport.transport_for(app)._sessions.values():  # its time is up
+            for adapter in session.adapters.values():
+                adapter._checked = {key: (0, *rest) for key, (_until, *rest) in adapter._checked.items()}
+        resolver.table[RECEIVER_HOST] = "10.0.0.7"  # and the name now points at a private address
+        event, attempt = deliver_one(alice.account_id)
+    assert_failed_and_retried(event, attempt)
+    assert "10.0.0.7 is not a public address" in attempt.error

@@ -21,6 +21,7 @@ from typing import Optional
 import requests
 import urllib3
 from requests.adapters import HTTPAdapter
+from requests.structures import CaseInsensitiveDict
 from requests_hardened import Config, HTTPSession
 from requests_hardened.ip_filter import EXTRA_BLOCKED_NET_RANGES, InvalidIPAddress
 from requests_hardened.ip_filter_adapter import IPFilterAdapter
@@ -35,6 +36,9 @@ from app.services import send_deadline
 log = logging.getLogger(__name__)
 
 MAX_SESSIONS = 256
+# How long a name's checked address is used for the tries to it before it is looked up again: shorter than the
+# names' TTLs commonly are, and never an address that was not checked (a rebinding takes effect after it, refused)
+CHECKED_ADDRESS_SECONDS = 10
 MAX_ERROR_LENGTH = 500
 # What a request on a kept connection meets when the endpoint closed it as the request went out.
 CLOSED_UNANSWERED = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ssl.SSLEOFError)
@@ -109,15 +113,30 @@ class PublicOnlyAdapter(IPFilterAdapter):
     def __init__(self, is_https_proto: bool, allow_loopback: bool):
         super().__init__(is_https_proto=is_https_proto, allow_loopback=allow_loopback)
         self.allow_loopback = allow_loopback
+        self._checked = {}  # (url's host and port, verify, cert) -> (good until, host params, pool kwargs, Host)
 
     def build_connection_pool_key_attributes(self, request, verify, cert=None):
+        """The pinned, checked address and the pool's TLS settings; a name's for CHECKED_ADDRESS_SECONDS, so a try
+        looks it up (in a thread of its own, within its deadline) only as often: a lookup thread for every try cost
+        the sender a third of its rate."""
+        url = parse_url(request.url)
+        key = (url.scheme, url.host, url.port, str(verify), str(cert))
+        checked = self._checked.get(key)
+        if checked is not None and checked[0] > time.monotonic():
+            request.headers = CaseInsensitiveDict(request.headers)  # copied, as requests-hardened does
+            request.headers["Host"] = checked[3]
+            return dict(checked[1]), dict(checked[2])
+
         def resolved():
             return super(PublicOnlyAdapter, self).build_connection_pool_key_attributes(request, verify, cert)
-        address = send_deadline.is_address(parse_url(request.url).host or "")
-        host_params, pool_kwargs = resolved() if address else send_deadline.within_deadline(resolved)
+        is_address = send_deadline.is_address(url.host or "")
+        host_params, pool_kwargs = resolved() if is_address else send_deadline.within_deadline(resolved)
         address = ipaddress.ip_address(host_params["host"].strip("[]"))
         if is_forbidden_address(address, self.allow_loopback):
             raise InvalidIPAddress(address)
+        if not is_address:
+            self._checked[key] = (time.monotonic() + CHECKED_ADDRESS_SECONDS, dict(host_params), dict(pool_kwargs),
+                                  request.headers["Host"])
         return host_params, pool_kwargs
 
 
