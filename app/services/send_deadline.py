@@ -22,7 +22,6 @@ import threading
 import time
 
 import urllib3
-
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
