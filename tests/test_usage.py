@@ -71,3 +71,25 @@ def test_a_failing_flush_never_fails_the_request(alice, monkeypatch):
     monkeypatch.setattr(usage, "FLUSH_EVERY_SECONDS", 0)
     response = alice.get("/account")
     assert response.status_code == 200
+
+
+def test_counts_are_written_within_the_interval_without_another_request(alice, monkeypatch):
+    """A web worker without a scheduler wrote its counts only at its next request: one that went quiet kept them
+    (API walk, scale-out layout)."""
+    import time
+    from sqlalchemy import select
+    from app.extensions import db
+    from app.models import UsageCounter
+
+    monkeypatch.setattr(usage, "FLUSH_EVERY_SECONDS", 0.3)
+    usage.requests.flush()  # the last write: now
+    alice.get("/account")
+
+    def written():
+        db.session.rollback()
+        return db.session.scalar(select(UsageCounter.requests).where(UsageCounter.account_id == alice.account_id))
+    assert not written()  # buffered
+    deadline = time.monotonic() + 10
+    while not written() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert written() == 1

@@ -6,6 +6,7 @@ import time
 from collections import Counter
 from datetime import date
 
+from flask import current_app
 from sqlalchemy import func, select
 
 from app.common import utcnow
@@ -32,25 +33,49 @@ def add_counts(session, rows):
 
 
 class RequestCounter:
+    """Request counts buffered in this process, written by the request that finds the last write FLUSH_EVERY_SECONDS
+    old, by the scheduler's step, or by a timer the first count after a write starts: a web worker without a
+    scheduler that goes quiet used to keep its counts until its next request (API walk: /account/usage lagged)."""
+
     def __init__(self):
         self._pending = Counter()
         self._lock = threading.Lock()
         self._last_flush = time.monotonic()
+        self._timer = None
 
     def add(self, account_id: str) -> None:
         with self._lock:
             self._pending[(account_id, utcnow().date())] += 1
             due = time.monotonic() - self._last_flush >= FLUSH_EVERY_SECONDS
+            timer = None
+            if not due and self._timer is None:
+                timer = self._timer = threading.Timer(FLUSH_EVERY_SECONDS, self._flush_later,
+                                                      args=(current_app._get_current_object(),))
+                timer.daemon = True
         if due:
-            try:
-                self.flush()
-            except Exception:  # noqa: BLE001 - bookkeeping must never fail the request it counts
-                log.exception("flushing request counts failed; those counts are lost")
+            self._flush_logged()
+        elif timer is not None:
+            timer.start()
+
+    def _flush_later(self, app) -> None:
+        with self._lock:
+            self._timer = None
+        with app.app_context():
+            self._flush_logged()
+
+    def _flush_logged(self) -> None:
+        try:
+            self.flush()
+        except Exception:  # noqa: BLE001 - bookkeeping must never fail the request it counts
+            log.exception("flushing request counts failed; those counts are lost")
 
     def flush(self) -> None:
         with self._lock:
             pending, self._pending = self._pending, Counter()
             self._last_flush = time.monotonic()
+            if self._timer is not None:  # written now: the timer has nothing left to write
+                self._timer.cancel()
+                self._timer = None
         if pending:
             with write_transaction() as session:
                 # Counts of an account that is gone (or, in one process serving several apps, that lives
