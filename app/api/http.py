@@ -32,6 +32,16 @@ def is_api_request() -> bool:
     return request.path.startswith(("/api/", "/v1/"))
 
 
+def answer_options_with_no_content(response):
+    """The API's OPTIONS answer (Flask's, with `Allow`) is a 204 without a body: it was a 200 whose empty body was
+    typed text/html (API walk), where every other answer of the API is JSON."""
+    if request.method == "OPTIONS" and response.status_code == 200 and is_api_request():
+        response.status_code = 204
+        response.headers.pop("Content-Type", None)
+        response.set_data(b"")
+    return response
+
+
 def refuse_nul_in_query_and_form():
     """A 400 for NUL in a query or form parameter, on every database alike: PostgreSQL cannot compare or store
     it in text. The form is read only when the body is one (reading it otherwise builds an empty parser), and
