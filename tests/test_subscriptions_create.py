@@ -410,3 +410,17 @@ def test_the_duplicate_check_looks_the_entity_up_in_the_live_unique_index(app, a
 
     assert alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "jane-doe"}).status_code == 201
     assert plans and all("USING INDEX uq_subscriptions_live_entity" in str(plan) for plan in plans), plans
+
+
+def test_an_id_written_composed_or_decomposed_is_one_entity(alice):
+    """`renée` with a precomposed é and with e + a combining accent look the same and were two subscriptions,
+    both counted against the cap (API walk). Ids are read in Unicode's composed form (NFC), searches too."""
+    first = alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "ren\u00e9e-x"})
+    assert first.status_code == 201 and first.json["network_id"] == "ren%c3%a9e-x"
+    second = alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "rene\u0301e-x"})
+    assert second.status_code == 409 and second.json["error"] == "DUPLICATE_SUBSCRIPTION"
+    by_url = alice.post("/subscriptions", json={"entity_type": "contact",
+                                                "network_url": "https://www.linkedin.com/in/rene%CC%81e-x"})
+    assert by_url.status_code == 409
+    found = alice.get("/subscriptions", query_string={"search": "rene\u0301e"}).json
+    assert [item["id"] for item in found["data"]] == [first.json["id"]]

@@ -21,6 +21,7 @@ description, industries[0], website and headcount.total. Posts are not in the en
 from the separate, per-account-enabled and per-post-billed /social_post/search, not called here, so a
 person's and a company's posts stay unknown (None, never a change).
 """
+import unicodedata
 from urllib.parse import unquote, urlsplit
 
 from app.providers.base import Answers, BaseProvider, EntityUnavailable, ProviderError, api_settings
@@ -36,7 +37,8 @@ def _same_url(url: str) -> str:
     """Compare profile URLs without scheme, `www.`, case, a trailing slash or percent-encoding (the vendor may echo
     either: `/in/josé` for the stored `/in/jos%c3%a9`, which otherwise never matched: a check failed for ever)."""
     parts = urlsplit(url if "//" in url else f"https://{url}")
-    return (parts.netloc.lower().removeprefix("www.") + unquote(parts.path).rstrip("/")).lower()
+    path = unicodedata.normalize("NFC", unquote(parts.path))  # the stored id's form
+    return (parts.netloc.lower().removeprefix("www.") + path.rstrip("/")).lower()
 
 
 def _slug(url: str) -> str:

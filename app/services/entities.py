@@ -1,6 +1,7 @@
 """Entity identity: network ids, network URLs and their canonical forms (contract §3)."""
 import re
 import string
+import unicodedata
 from urllib.parse import quote, unquote, urlsplit
 
 from app.errors import ValidationFailed
@@ -21,7 +22,8 @@ def _percent_encode(text: str) -> str:
 
 def normalize_network_id(raw: str, field="network_id") -> str:
     """The canonical id: percent-escapes decoded, lower-cased (Unicode-aware, so `JOSÉ` and `josé` are one
-    entity), then every non-ASCII character percent-encoded again as UTF-8 with lower-case hex.
+    entity) in Unicode's composed form (NFC: `josé` written with a combining accent is the same entity, not a
+    second subscription), then every non-ASCII character percent-encoded again as UTF-8 with lower-case hex.
     Anything that is not letters, digits, '-', '_' or (percent-encoded) UTF-8 is refused."""
     encoded = _percent_encode(raw)
     if not _ID_PATTERN.match(encoded):
@@ -33,15 +35,19 @@ def normalize_network_id(raw: str, field="network_id") -> str:
     if not all(ch in _PLAIN or (not ch.isascii() and ch.isprintable() and not ch.isspace()) for ch in decoded):
         # a percent-escape may stand for a non-ASCII character only: `%2e` is a '.', refused like a raw one
         raise ValidationFailed(field, ALLOWED_CHARACTERS, raw)
-    canonical = "".join(ch if ch in _PLAIN else quote(ch, safe="") for ch in decoded.lower()).lower()
+    canonical = "".join(ch if ch in _PLAIN else quote(ch, safe="") for ch in _composed(decoded.lower())).lower()
     if not MIN_ID <= len(canonical) <= MAX_ID:
         raise ValidationFailed(field, f"network_id must be {MIN_ID}-{MAX_ID} characters long.", raw)
     return canonical
 
 
 def search_form(text: str) -> str:
-    """A search needle in the stored form: lower-case, non-ASCII percent-encoded (lower-case hex)."""
-    return _percent_encode(text.lower()).lower()
+    """A search needle in the stored form: lower-case, composed, non-ASCII percent-encoded (lower-case hex)."""
+    return _percent_encode(_composed(text.lower())).lower()
+
+
+def _composed(text: str) -> str:
+    return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
 
 
 def canonical_url(domain: str, entity_type: str, network_id: str) -> str:
