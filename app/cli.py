@@ -123,9 +123,9 @@ def _stopped_by_signals():
 
     def stop(number, _frame):
         name = signal.Signals(number).name
-        if stopped:
-            click.echo(f"stopped at once by a second {name}: the checks under way keep their claims until their "
-                       "lease ends.", err=True)
+        if stopped:  # written straight to the descriptor: a handler must not re-enter a stream the program uses
+            os.write(2, f"stopped at once by a second {name}: the checks under way keep their claims until their "
+                        "lease ends.\n".encode())
             os._exit(128 + number)
         stopped.append(name)
     handlers = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGINT)}

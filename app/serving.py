@@ -68,7 +68,7 @@ def _stop_in_one_line(error: DBAPIError):
 def _write_buffered_usage_counts(app):
     """Request counts wait in memory for a few seconds (app/services/usage.py): a stopping server writes them."""
     with app.app_context():
-        usage.requests.flush()
+        usage.flush_request_counts()
 
 
 def check_serve_settings(environ=os.environ) -> None:

@@ -424,3 +424,11 @@ def test_an_id_written_composed_or_decomposed_is_one_entity(alice):
     assert by_url.status_code == 409
     found = alice.get("/subscriptions", query_string={"search": "rene\u0301e"}).json
     assert [item["id"] for item in found["data"]] == [first.json["id"]]
+
+
+@pytest.mark.parametrize("character", ["\u037e", "\u1fef"])
+def test_a_character_whose_composed_form_is_ascii_punctuation_is_refused(alice, character):
+    """U+037E composes into ';' and U+1FEF into '`': they were stored as %3b and %60, ids the service itself refused
+    when sent back (review)."""
+    response = alice.post("/subscriptions", json={"entity_type": "contact", "network_id": f"ab{character}"})
+    assert response.status_code == 400 and response.json["error"] == "VALIDATION_ERROR"

@@ -57,7 +57,8 @@ def test_subscription_counts_by_status(alice):
 
 def test_pending_counts_of_unknown_accounts_do_not_break_the_flush(alice):
     """Counts buffered for an account that no longer exists are dropped, not a 500 for everyone."""
-    usage.requests._pending[("acct_gone", usage.utcnow().date())] += 5
+    with alice.client.application.app_context():
+        usage.request_counts()._pending[("acct_gone", usage.utcnow().date())] += 5
     alice.get("/account")
     body = _usage(alice)
     assert body["day"]["requests"] == 1
@@ -67,7 +68,8 @@ def test_a_failing_flush_never_fails_the_request(alice, monkeypatch):
     def broken():
         raise RuntimeError("database unavailable")
 
-    monkeypatch.setattr(usage.requests, "flush", broken)
+    with alice.client.application.app_context():
+        monkeypatch.setattr(usage.request_counts(), "flush", broken)
     monkeypatch.setattr(usage, "FLUSH_EVERY_SECONDS", 0)
     response = alice.get("/account")
     assert response.status_code == 200
@@ -82,7 +84,7 @@ def test_counts_are_written_within_the_interval_without_another_request(alice, m
     from app.models import UsageCounter
 
     monkeypatch.setattr(usage, "FLUSH_EVERY_SECONDS", 0.3)
-    usage.requests.flush()  # the last write: now
+    usage.flush_request_counts()  # the last write: now
     alice.get("/account")
 
     def written():

@@ -57,7 +57,7 @@ def require_api_key():
 
 def count_request(response):
     if g.get("account_id"):
-        usage.requests.add(g.account_id)
+        usage.request_counts().add(g.account_id)
     return response
 
 

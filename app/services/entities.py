@@ -29,13 +29,13 @@ def normalize_network_id(raw: str, field="network_id") -> str:
     if not _ID_PATTERN.match(encoded):
         raise ValidationFailed(field, ALLOWED_CHARACTERS, raw)
     try:
-        decoded = unquote(encoded, errors="strict")
+        decoded = _composed(unquote(encoded, errors="strict").lower())  # checked composed: U+037E is a ';'
     except UnicodeDecodeError:
         raise ValidationFailed(field, "network_id holds a percent-escape that is not UTF-8.", raw)
     if not all(ch in _PLAIN or (not ch.isascii() and ch.isprintable() and not ch.isspace()) for ch in decoded):
         # a percent-escape may stand for a non-ASCII character only: `%2e` is a '.', refused like a raw one
         raise ValidationFailed(field, ALLOWED_CHARACTERS, raw)
-    canonical = "".join(ch if ch in _PLAIN else quote(ch, safe="") for ch in _composed(decoded.lower())).lower()
+    canonical = "".join(ch if ch in _PLAIN else quote(ch, safe="") for ch in decoded).lower()
     if not MIN_ID <= len(canonical) <= MAX_ID:
         raise ValidationFailed(field, f"network_id must be {MIN_ID}-{MAX_ID} characters long.", raw)
     return canonical

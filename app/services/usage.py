@@ -33,9 +33,9 @@ def add_counts(session, rows):
 
 
 class RequestCounter:
-    """Request counts buffered in this process, written by the request that finds the last write FLUSH_EVERY_SECONDS
-    old, by the scheduler's step, or by a timer the first count after a write starts: a web worker without a
-    scheduler that goes quiet used to keep its counts until its next request (API walk: /account/usage lagged)."""
+    """Request counts buffered in this process for one app, written by the request that finds the last write
+    FLUSH_EVERY_SECONDS old, by the scheduler's step, or by a timer the first count after a write starts: a web
+    worker without a scheduler that goes quiet used to keep its counts until its next request (API walk)."""
 
     def __init__(self):
         self._pending = Counter()
@@ -85,7 +85,15 @@ class RequestCounter:
                 add_counts(session, {key: {"requests": n} for key, n in pending.items() if key[0] in known})
 
 
-requests = RequestCounter()
+def request_counts() -> RequestCounter:
+    """This app's buffered request counts: one counter an app, so a write (the timer's too) goes to the database of
+    the app whose requests were counted (one counter for the process wrote another app's counts where their
+    accounts did not exist, and dropped them: review)."""
+    return current_app.extensions.setdefault("request_counts", RequestCounter())
+
+
+def flush_request_counts() -> None:
+    request_counts().flush()
 
 
 def _period_counts(account_id: str, start: date) -> dict:
@@ -101,7 +109,7 @@ def _period_counts(account_id: str, start: date) -> dict:
 
 
 def report(account) -> dict:
-    requests.flush()
+    flush_request_counts()
     today = utcnow().date()
     by_status = subscription_counts.by_status(db.session, account.id)
     return {

@@ -47,7 +47,7 @@ class Scheduler:
 
     def steps(self):
         """(job id, seconds between runs, step). Each step does one round of work and returns."""
-        return [("flush-usage", usage.FLUSH_EVERY_SECONDS, usage.requests.flush),
+        return [("flush-usage", usage.FLUSH_EVERY_SECONDS, usage.flush_request_counts),
                 ("checks", self.app.config["SCHEDULER_CHECK_POLL_SECONDS"], self.tick_and_check),
                 ("retention", retention.INTERVAL_SECONDS, retention.run_retention)]
 
@@ -106,7 +106,7 @@ class Scheduler:
             if _try_acquire(self.lock):
                 self.start()
                 return
-            self.run_step(usage.requests.flush)
+            self.run_step(usage.flush_request_counts)
 
 
 def lock_for(app):
