@@ -84,6 +84,38 @@ def test_an_unreachable_database_is_503_with_the_error_shape(anon, monkeypatch, 
     assert body["error"] == "UNAVAILABLE" and body["message"] == "The database is not reachable."
 
 
+def test_while_a_read_waits_on_a_frozen_database_the_next_reports_say_so_at_once(app, anon, monkeypatch, ticking):
+    """A frozen server (its host still acknowledging TCP) held every /healthz as long as it lasted, and it then
+    answered 200 (fault walk). The first read still waits; the ones after it answer 503 at once."""
+    import threading
+    import time
+
+    frozen, waiting = threading.Event(), []
+    real = health.scheduler_heartbeat
+
+    def hanging():
+        waiting.append(1)
+        frozen.wait(10)
+        return real()
+    monkeypatch.setattr(health, "STUCK_READ_SECONDS", 0.2)
+    monkeypatch.setattr(health, "scheduler_heartbeat", hanging)
+    first = threading.Thread(target=lambda: app.test_client().get("/healthz"))
+    first.start()
+    try:
+        while not waiting:
+            time.sleep(0.01)
+        time.sleep(0.3)
+        started = time.monotonic()
+        status, body = get_health(anon.client)
+        assert time.monotonic() - started < 2 and len(waiting) == 1  # answered without a read of its own
+        assert status == 503 and body["database"] == "unreachable"
+        assert body["message"].startswith("The database has not answered a read for ")
+    finally:
+        frozen.set()
+        first.join(10)
+    assert get_health(anon.client)[0] == 200  # it answers again
+
+
 def test_health_needs_no_key_and_carries_no_rate_limit_headers(anon, ticking):
     response = anon.client.get("/healthz")
     assert response.status_code == 200

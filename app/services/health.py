@@ -1,6 +1,7 @@
 """Liveness the operator can see (contract §10): the schedulers' heartbeats and the outbox backlog."""
-import socket
 import os
+import socket
+import time
 from datetime import timedelta
 
 from sqlalchemy import delete, func, select
@@ -50,14 +51,26 @@ def outbox_backlog() -> dict:
     return {"pending": pending, "oldest_pending_seconds": None if oldest is None else _seconds_since(oldest)}
 
 
+# When a read of this process has waited on the database this long, the next reports say "not answering" at once
+# instead of waiting too: a frozen server (its host still acknowledging TCP) held every /healthz for as long as it
+# lasted, and answered 200 afterwards (fault walk). The first read still waits; a load balancer's probe times out.
+STUCK_READ_SECONDS = 3.0
+_reads_out = {}  # a report being read -> when it began (time.monotonic())
+
+
 def report(max_scheduler_lag_seconds: float) -> dict:
     """The health document; `problems` lists why it is unhealthy (empty: healthy). Never raises."""
+    waited = max((time.monotonic() - began for began in list(_reads_out.values())), default=0.0)
+    if waited > STUCK_READ_SECONDS:
+        return _database_down(f"The database has not answered a read for {waited:.0f} s.")
+    reading = object()
+    _reads_out[reading] = time.monotonic()
     try:
         scheduler, outbox, provider = scheduler_heartbeat(), outbox_backlog(), provider_status()
     except Exception:  # noqa: BLE001 - any database failure means "not healthy", whatever the driver raised
-        return {"database": "unreachable", "scheduler": None, "outbox": None, "provider": None,
-                "problems": ["The database is not reachable."]}
+        return _database_down("The database is not reachable.")
     finally:
+        _reads_out.pop(reading, None)
         db.session.rollback()
     problems = []
     if scheduler["lag_seconds"] is None:
@@ -66,6 +79,10 @@ def report(max_scheduler_lag_seconds: float) -> dict:
         problems.append(f"No scheduler has ticked for {scheduler['lag_seconds']:.0f} s "
                         f"(allowed: {max_scheduler_lag_seconds:g} s): checks and deliveries are not running.")
     return {"database": "ok", "scheduler": scheduler, "outbox": outbox, "provider": provider, "problems": problems}
+
+
+def _database_down(problem: str) -> dict:
+    return {"database": "unreachable", "scheduler": None, "outbox": None, "provider": None, "problems": [problem]}
 
 
 def _seconds_since(moment) -> float:
