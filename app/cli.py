@@ -101,8 +101,9 @@ def run_checks(subscription_id, check_all, due):
     totals = {name: getattr(total, name) for name in Summary.COUNTS if name != "held" or check_all}
     click.echo(" ".join(f"{name}={count}" for name, count in totals.items()))
     if stopped:
-        raise click.ClickException(f"stopped by {stopped[0]}: the checks not started ({totals['deferred']}) were "
-                                   "released for the scheduler, with their place kept.")
+        raise click.ClickException(f"stopped by {stopped[0]}: the claimed checks not started ({totals['deferred']}) "
+                                   "were released for the scheduler with their place kept; the rest of the run was "
+                                   "not made.")
     if totals["deferred"]:
         raise click.ClickException(
             f"{totals['deferred']} checks were deferred: the provider is paused or its rate budget is spent "
