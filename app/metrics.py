@@ -165,7 +165,6 @@ class _DatabaseGauges:
                 _end_quietly(db.session)
 
 
-
 def _end_quietly(session) -> None:
     try:
         session.rollback()
