@@ -3,6 +3,7 @@ import re
 import secrets
 import string
 import time
+import unicodedata
 from datetime import datetime, timezone
 
 from app.version import VERSION
@@ -20,6 +21,12 @@ NAME_RULE = ("must not be blank or contain control characters (U+0000-U+001F, U+
              "U+202A-U+202E, U+2066-U+2069)")
 # JSON Schema's statement of `is_plain_name`: one character that is not a space, none that is a control
 PLAIN_NAME_PATTERN = f"^[^{CONTROL_CLASS}]*[^\\s{CONTROL_CLASS}][^{CONTROL_CLASS}]*$"
+
+
+def composed(text: str) -> str:
+    """`text` in Unicode's composed form (NFC): a letter with its accent written as one character or as two is the
+    same text (ids, searches and provider text are compared so)."""
+    return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
 
 
 def new_id(prefix: str) -> str:

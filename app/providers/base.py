@@ -6,9 +6,10 @@ everyone) or `QuotaExhausted` (credits spent; checking pauses until `resets_at` 
 `fetch_many` returns those answers as values, so a batch never raises for one bad id.
 """
 import os
-import unicodedata
 from datetime import datetime
 from typing import Optional, Protocol
+
+from app.common import composed
 
 CONTACT_FIELDS = ("network_id", "name", "headline", "company", "title", "location")
 COMPANY_FIELDS = ("network_id", "name", "headcount", "description", "industry", "website")
@@ -130,6 +131,17 @@ def provider_settings(name: str, config, environ=os.environ) -> dict:
     return settings
 
 
+def current_position(positions: list, name: str, started: str, preferred=lambda _position: False):
+    """Of several current positions (dicts), the `preferred` one, else the latest `started` (ISO date text), then the
+    first by `name`: the same positions in another order name the same employer (they were a position change each
+    time: vendor walk). None for none."""
+    ordered = sorted(positions, key=lambda position: str(position.get(name)))
+    ordered.sort(key=lambda position: (preferred(position), position.get(started)
+                                       if isinstance(position.get(started), str) else ""),
+                 reverse=True)  # stable: of positions alike so far, the first by name
+    return ordered[0] if ordered else None
+
+
 def clean_secret(setting: str, value) -> str:
     """A key or token as a setting gives it, without the line end of the file it came from; ValueError (which does
     not repeat the value) when white space or a control character is left inside: sent in a header, requests
@@ -195,9 +207,7 @@ def clean_text(text: str) -> str:
     """Text as detection compares it: in Unicode's composed form (a scraped "Café" comes decomposed as often as not:
     the same text, which was a change event), without surrounding white space ("Lead " and "Lead" are one title),
     cut to MAX_TEXT_LENGTH characters."""
-    if not unicodedata.is_normalized("NFC", text):
-        text = unicodedata.normalize("NFC", text)
-    return text.strip()[:MAX_TEXT_LENGTH]
+    return composed(text).strip()[:MAX_TEXT_LENGTH]
 
 
 def _has_usable_id(item) -> bool:

@@ -22,7 +22,8 @@ separate Posts API, not called: unknown.
 import math
 from urllib.parse import quote
 
-from app.providers.base import Answers, BaseProvider, EntityUnavailable, ProviderError, api_settings, fetch_each
+from app.providers.base import (Answers, BaseProvider, EntityUnavailable, ProviderError, api_settings,
+                                current_position, fetch_each)
 from app.providers.vendor_http import json_body, pooled_session, raise_for_limits, send
 
 DEFAULT_URL = "https://api.coresignal.com"
@@ -36,10 +37,8 @@ def _current_company(experience):
     if not isinstance(experience, list):
         return None
     current = [entry for entry in experience if isinstance(entry, dict) and entry.get("date_to") is None]
-    ordered = sorted(current, key=lambda entry: str(entry.get("company_name")))
-    ordered.sort(key=lambda entry: entry.get("date_from") if isinstance(entry.get("date_from"), str) else "",
-                 reverse=True)  # a stable sort: of entries started the same month, the first by name
-    return ordered[0].get("company_name") if ordered else None
+    position = current_position(current, name="company_name", started="date_from")
+    return position.get("company_name") if position else None
 
 
 def employee_snapshot(shorthand: str, record: dict) -> dict:

@@ -21,10 +21,11 @@ description, industries[0], website and headcount.total. Posts are not in the en
 from the separate, per-account-enabled and per-post-billed /social_post/search, not called here, so a
 person's and a company's posts stay unknown (None, never a change).
 """
-import unicodedata
 from urllib.parse import unquote, urlsplit
 
-from app.providers.base import Answers, BaseProvider, EntityUnavailable, ProviderError, api_settings
+from app.common import composed
+from app.providers.base import (Answers, BaseProvider, EntityUnavailable, ProviderError, api_settings,
+                                current_position)
 from app.providers.vendor_http import json_body, pooled_session, raise_for_limits, send
 
 DEFAULT_URL = "https://api.crustdata.com"
@@ -37,7 +38,7 @@ def _same_url(url: str) -> str:
     """Compare profile URLs without scheme, `www.`, case, a trailing slash or percent-encoding (the vendor may echo
     either: `/in/josé` for the stored `/in/jos%c3%a9`, which otherwise never matched: a check failed for ever)."""
     parts = urlsplit(url if "//" in url else f"https://{url}")
-    path = unicodedata.normalize("NFC", unquote(parts.path))  # the stored id's form
+    path = composed(unquote(parts.path))  # the stored id's form
     return (parts.netloc.lower().removeprefix("www.") + path.rstrip("/")).lower()
 
 
@@ -50,15 +51,9 @@ def _current_employer(experience):
     details = experience.get("employment_details") if isinstance(experience, dict) else None
     current = details.get("current") if isinstance(details, dict) else None
     positions = [entry for entry in current if isinstance(entry, dict)] if isinstance(current, list) else []
-    if not positions:
-        return None
-    # the default one; else the latest started, then the first by name: the same positions in another order name
-    # the same employer (they were a position change each time, walk)
-    positions.sort(key=lambda entry: str(entry.get("name")))
-    positions.sort(key=lambda entry: (entry.get("is_default") is True,
-                                      entry.get("start_date") if isinstance(entry.get("start_date"), str) else ""),
-                   reverse=True)
-    return positions[0].get("name")
+    position = current_position(positions, name="name", started="start_date",
+                                preferred=lambda entry: entry.get("is_default") is True)  # the default one first
+    return position.get("name") if position else None
 
 
 def person_snapshot(url: str, data: dict) -> dict:

@@ -1,9 +1,9 @@
 """Entity identity: network ids, network URLs and their canonical forms (contract §3)."""
 import re
 import string
-import unicodedata
 from urllib.parse import quote, unquote, urlsplit
 
+from app.common import composed
 from app.errors import ValidationFailed
 
 ENTITY_TYPES = ("contact", "company")
@@ -29,7 +29,7 @@ def normalize_network_id(raw: str, field="network_id") -> str:
     if not _ID_PATTERN.match(encoded):
         raise ValidationFailed(field, ALLOWED_CHARACTERS, raw)
     try:
-        decoded = _composed(unquote(encoded, errors="strict").lower())  # checked composed: U+037E is a ';'
+        decoded = composed(unquote(encoded, errors="strict").lower())  # checked composed: U+037E is a ';'
     except UnicodeDecodeError:
         raise ValidationFailed(field, "network_id holds a percent-escape that is not UTF-8.", raw)
     if not all(ch in _PLAIN or (not ch.isascii() and ch.isprintable() and not ch.isspace()) for ch in decoded):
@@ -43,11 +43,7 @@ def normalize_network_id(raw: str, field="network_id") -> str:
 
 def search_form(text: str) -> str:
     """A search needle in the stored form: lower-case, composed, non-ASCII percent-encoded (lower-case hex)."""
-    return _percent_encode(_composed(text.lower())).lower()
-
-
-def _composed(text: str) -> str:
-    return text if unicodedata.is_normalized("NFC", text) else unicodedata.normalize("NFC", text)
+    return _percent_encode(composed(text.lower())).lower()
 
 
 def canonical_url(domain: str, entity_type: str, network_id: str) -> str:

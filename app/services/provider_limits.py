@@ -227,11 +227,10 @@ def current_pause(provider: str):
 
 def note_credits(provider: str, remaining: float) -> None:
     """The vendor's balance as a call just reported it, for every process to show."""
+    reported = {"credits_remaining": remaining, "credits_reported_at": utcnow()}
     with write_transaction() as session:
-        session.execute(upsert(session, ProviderState).values(provider=provider, credits_remaining=remaining,
-                                                              credits_reported_at=utcnow())
-                        .on_conflict_do_update(index_elements=["provider"],
-                                               set_={"credits_remaining": remaining, "credits_reported_at": utcnow()}))
+        session.execute(upsert(session, ProviderState).values(provider=provider, **reported)
+                        .on_conflict_do_update(index_elements=["provider"], set_=reported))
 
 
 def reported_credits(provider: str) -> Optional[float]:
