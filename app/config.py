@@ -38,6 +38,9 @@ class Defaults:
     # scheduler's jobs, the webhook senders). Past it, each extra connection is opened for one transaction and
     # closed again (on SQLite ~10 ms of CPU: the pragmas and parsing the schema).
     DATABASE_POOL_SIZE = 20
+    # Requests a serving process runs at once, the rest queued in arrival order (app/admission.py); None: one on
+    # SQLite, every thread on PostgreSQL (its round trips leave the interpreter to the other requests); 0: no queue
+    REQUEST_CONCURRENCY = None
 
     RATELIMIT_STORAGE_URI = "memory://"
     # A shared storage (Redis) that goes down: each process counts in its own memory until it answers again,
@@ -170,7 +173,7 @@ PARSERS = {
                          "CHECK_INTERVAL_SECONDS", "CHECK_LEASE_SECONDS", "CHECK_BATCH_SIZE", "SIMULATED_SEED",
                          "SIMULATED_PACE_SECONDS", "WEBHOOK_WORKERS", "WEBHOOK_BATCH_SIZE", "WEBHOOK_LEASE_SECONDS",
                          "HEALTH_SCHEDULER_MAX_LAG_SECONDS", "EVENT_RETENTION_DAYS", "SIMULATED_LATENCY_MS",
-                         "PROVIDER_CONCURRENCY", "PROVIDER_BATCH_SIZE"),
+                         "PROVIDER_CONCURRENCY", "PROVIDER_BATCH_SIZE", "REQUEST_CONCURRENCY"),
     parse_number: ("EMPLOYEE_COUNT_MIN_PERCENT", "PROVIDER_HTTP_TIMEOUT_SECONDS", "SIMULATED_FAILURE_PERCENT",
                    "SIMULATED_THROTTLE_PERCENT", "SIMULATED_RETRY_AFTER_SECONDS", "SCHEDULER_STANDBY_POLL_SECONDS"),
     parse_seconds_list: ("WEBHOOK_RETRY_SCHEDULE",),
@@ -187,7 +190,7 @@ MINIMUMS = {"DATABASE_POOL_SIZE": 1, "SQLITE_BUSY_TIMEOUT_MS": 0, "RATELIMIT_UNA
             "WEBHOOK_BATCH_SIZE": 1, "WEBHOOK_LEASE_SECONDS": 1, "HEALTH_SCHEDULER_MAX_LAG_SECONDS": 1,
             "EVENT_RETENTION_DAYS": 1, "SIMULATED_LATENCY_MS": 0, "PROVIDER_CONCURRENCY": 1,
             "PROVIDER_BATCH_SIZE": 1, "SIMULATED_FAILURE_PERCENT": 0, "SIMULATED_THROTTLE_PERCENT": 0,
-            "SIMULATED_RETRY_AFTER_SECONDS": 0,
+            "SIMULATED_RETRY_AFTER_SECONDS": 0, "REQUEST_CONCURRENCY": 0,
             "EMPLOYEE_COUNT_MIN_PERCENT": 0, "PROVIDER_HTTP_TIMEOUT_SECONDS": 0.1}
 
 

@@ -11,6 +11,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 from app import cpu_affinity, create_app
+from app.admission import QueuedRequests
 from app.config import ConfigError, parse_whole_number
 from app.database import missing_schema, unreachable
 from app.exits import APP_LOAD_ERROR, WORKER_BOOT_ERROR, stop
@@ -30,6 +31,7 @@ def load():
         stop(f"configuration refused: {error}", APP_LOAD_ERROR)
     if not running_one_off_command():
         atexit.register(_write_buffered_usage_counts, app)
+        queue_requests(app)
     try:
         if not running_one_off_command() and not app.config.get("TESTING"):
             refuse_a_schema_of_another_release(app)
@@ -37,6 +39,16 @@ def load():
     except DBAPIError as error:
         _stop_in_one_line(error)
     return app
+
+
+def queue_requests(app) -> None:
+    """Requests run REQUEST_CONCURRENCY at a time, the rest queued (app/admission.py): by default one at a time on
+    SQLite, and no queue on PostgreSQL, where a request waits on the server's answers and others run meanwhile."""
+    size = app.config["REQUEST_CONCURRENCY"]
+    if size is None:
+        size = 1 if make_url(app.config["SQLALCHEMY_DATABASE_URI"]).get_backend_name() == "sqlite" else 0
+    if size:
+        app.wsgi_app = QueuedRequests(app.wsgi_app, size, app.config["MAX_CONTENT_LENGTH"])
 
 
 def refuse_a_schema_of_another_release(app):

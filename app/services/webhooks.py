@@ -7,6 +7,7 @@ from datetime import timedelta
 from flask import current_app
 from sqlalchemy import bindparam, case, delete, update
 
+from app.admission import stepped_out
 from app.common import HOST_NAME, new_id, random_alphanumeric, utcnow
 from app.database import end_read_transaction, in_lock_order, write_transaction
 from app.errors import InvalidState, NotFound, ServiceError, ValidationFailed
@@ -72,7 +73,8 @@ def _resolved_addresses(host: str, port: int) -> list:
     except ValueError:
         pass
     try:
-        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        with stepped_out():  # of the request's turn (app/admission.py): a lookup may wait on a slow resolver
+            found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError, OSError):
         return []
     return [ipaddress.ip_address(item[4][0].split("%")[0]) for item in found]
