@@ -29,7 +29,8 @@ migrate = Migrate(render_as_batch=True)
 
 def rate_limit_key():
     """The validated API key id; the client address for requests without a valid key (an IPv6 address by its
-    /64: one host commonly holds a whole /64, and would otherwise have a fresh budget at every address)."""
+    /64: one host commonly holds a whole /64, and would otherwise have a fresh budget at every address; an IPv4
+    client seen through a translator, ::ffff:a.b.c.d or 64:ff9b::a.b.c.d, by its IPv4 address)."""
     key_id = g.get("api_key_id")
     return f"key:{key_id}" if key_id else f"addr:{_address_bucket(request.remote_addr)}"
 
@@ -43,7 +44,12 @@ def _address_bucket(address):
         return address
     if ip.ipv4_mapped is not None:
         return str(ip.ipv4_mapped)
+    if ip in _TRANSLATED_IPV4:  # a /64 would put every IPv4 client of a translator (SIIT, NAT64) in one bucket
+        return str(ipaddress.IPv4Address(ip.packed[-4:]))
     return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+
+
+_TRANSLATED_IPV4 = ipaddress.ip_network("64:ff9b::/96")  # RFC 6052's well-known prefix
 
 
 def limit_string(rate_class: str) -> str:

@@ -187,6 +187,17 @@ def test_an_ipv6_client_is_limited_by_its_64_not_by_each_address(app):
     assert from_address("198.51.100.7") == 429
 
 
+def test_ipv4_clients_seen_through_a_translator_are_limited_one_address_each(app):
+    """Behind SIIT or NAT64 every IPv4 client has an address of 64:ff9b::/96: by its /64 they were one bucket, and
+    one client guessing keys spent the budget of all of them (review)."""
+    def from_address(address):
+        return app.test_client().get("/api/v1/subscriptions", environ_base={"REMOTE_ADDR": address}).status_code
+
+    assert [from_address("64:ff9b::198.51.100.7") for _ in range(3)] == [401, 401, 429]
+    assert from_address("64:ff9b::198.51.100.8") == 401
+    assert from_address("198.51.100.7") == 429  # the same client, however it is seen
+
+
 def test_made_up_keys_share_the_address_bucket(app):
     for n in range(2):
         Tenant(app.test_client(), None, f"lwa.sk_live_{str(n) * 32}").get("/subscriptions")
