@@ -8,14 +8,16 @@ hundred took 40-60 ms where its own work takes 0.5 ms. Queued first come, first 
 
 The queue must never stall the service: the body is read before a request queues (a slow client holds a thread,
 not the turn); a request waiting longer than MAX_WAIT_SECONDS goes ahead anyway (a turn held up by a lock another
-process holds, or by a database that does not answer, delays the others by that at most); a view's network call
-steps out of its turn (`stepped_out`); a streamed response is written after its turn ends."""
+process holds, a database or rate-limit storage that does not answer, delays the others by that at most); a view's
+network call steps out of its turn (`stepped_out`); a streamed response is written after its turn ends."""
 import io
 import threading
+import time
 from collections import deque
 from contextlib import contextmanager
 
 MAX_WAIT_SECONDS = 0.1
+ARRIVED = "entity_monitor.arrived"  # environ key: time.perf_counter() when the request reached the queue
 
 _turn = threading.local()  # .queue: the RequestQueue whose turn this thread holds, if any
 
@@ -63,24 +65,41 @@ class QueuedRequests:
         self.max_body_bytes = max_body_bytes
 
     def __call__(self, environ, start_response):
+        environ[ARRIVED] = time.perf_counter()  # the access line and the metrics count the wait for a turn too
         self._read_body_first(environ)
-        held = self.queue.take_turn(MAX_WAIT_SECONDS)
-        _turn.queue = self.queue if held else None
+        outer = getattr(_turn, "queue", None)
+        _turn.queue = self.queue if self.queue.take_turn(MAX_WAIT_SECONDS) else None
         try:
             return self.wsgi_app(environ, start_response)
         finally:
-            if _turn.queue is not None:
-                _turn.queue = None
-                self.queue.end_turn()
+            if _turn.queue is not None:  # held by this call (again, after a step out)
+                _turn.queue.end_turn()
+            _turn.queue = outer
 
     def _read_body_first(self, environ) -> None:
-        """A body of a declared length the app would read (not over its limit, which it refuses unread)."""
-        try:
-            length = int(environ.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            return
-        if 0 < length <= self.max_body_bytes:
-            environ["wsgi.input"] = io.BytesIO(environ["wsgi.input"].read(length))
+        """A body the app may read, up to its limit: of a declared length within it (over it, the app refuses the
+        body unread), or chunked (one byte more than the limit, so that the app still refuses it as too large)."""
+        stream = environ["wsgi.input"]
+        if environ.get("CONTENT_LENGTH"):
+            try:
+                length = int(environ["CONTENT_LENGTH"])
+            except ValueError:
+                return
+            if 0 < length <= self.max_body_bytes:
+                environ["wsgi.input"] = io.BytesIO(stream.read(length))
+        elif environ.get("wsgi.input_terminated") and "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
+            environ["wsgi.input"] = io.BytesIO(_read_up_to(stream, self.max_body_bytes + 1))
+
+
+def _read_up_to(stream, size: int) -> bytes:
+    chunks, left = [], size
+    while left > 0:
+        chunk = stream.read(min(left, 65536))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
 
 @contextmanager

@@ -7,6 +7,7 @@ import time
 from flask import g, has_request_context, request
 from pythonjsonlogger.json import JsonFormatter
 
+from app.admission import ARRIVED
 from app.redaction import REDACTED, SECRET_VALUE, redact_uri
 
 LOG_FORMATS = ("text", "json")
@@ -95,7 +96,9 @@ def configure_logging(app) -> None:
 
 
 def _start_clock():
-    g.request_started = time.perf_counter()
+    """From the request's arrival at the serving process's queue (app/admission.py) where it went through one: a
+    request's time includes its wait for a turn."""
+    g.request_started = request.environ.get(ARRIVED) or time.perf_counter()
 
 
 def when_sent(response, callback) -> None:

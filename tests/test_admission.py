@@ -184,9 +184,65 @@ def test_a_slow_clients_body_is_read_before_its_request_queues(monkeypatch):
     assert answers == [b"quick", b"slow"]
 
 
-@pytest.mark.parametrize("environ", [{"CONTENT_LENGTH": "2048"}, {"CONTENT_LENGTH": ""}, {"CONTENT_LENGTH": "x"}])
-def test_a_body_over_the_limit_or_of_no_declared_length_is_left_to_the_app(environ):
-    """Over the limit the app refuses it unread (413); without a length it reads it as the server gives it."""
+def test_a_slow_clients_chunked_body_is_read_before_its_request_queues_too(monkeypatch):
+    """Read in the app, it held the turn for as long as the client stalled: every other request waited 100 ms
+    (review)."""
+    monkeypatch.setattr(admission, "MAX_WAIT_SECONDS", 10)
+    app, _state = _counting_app()
+    queued, arrived = QueuedRequests(app, 1, 1024), threading.Event()
+    answers = []
+    chunked = {"CONTENT_LENGTH": "", "HTTP_TRANSFER_ENCODING": "chunked", "wsgi.input_terminated": True,
+               "wsgi.input": SlowBody(b"slow", arrived)}
+    slow = threading.Thread(target=lambda: answers.append(_call(queued, environ=chunked)))
+    slow.start()
+    time.sleep(0.05)
+    quick = threading.Thread(target=lambda: answers.append(_call(queued, b"quick")))
+    quick.start()
+    quick.join(3)
+    assert answers == [b"quick"]
+    arrived.set()
+    slow.join(5)
+    assert answers == [b"quick", b"slow"]
+
+
+def test_a_chunked_body_over_the_limit_is_read_one_byte_past_it_for_the_app_to_refuse():
+    seen = []
+
+    def app(environ, start_response):
+        seen.append(environ["wsgi.input"].read())
+        start_response("200 OK", [])
+        return []
+    chunked = {"REQUEST_METHOD": "POST", "HTTP_TRANSFER_ENCODING": "chunked", "wsgi.input_terminated": True,
+               "wsgi.input": io.BytesIO(b"x" * 200_000)}
+    QueuedRequests(app, 1, 100_000)(chunked, lambda *args: None)
+    assert seen == [b"x" * 100_001]
+
+
+def _chunked_post(app, alice, body: bytes):
+    """POST /subscriptions as gunicorn hands a chunked body on: no length, a stream the server ends."""
+    from werkzeug.test import EnvironBuilder, run_wsgi_app
+    environ = EnvironBuilder(path="/api/v1/subscriptions", method="POST", data=body,
+                             headers={**alice.headers, "Content-Type": "application/json",
+                                      "Transfer-Encoding": "chunked"}).get_environ()
+    del environ["CONTENT_LENGTH"]
+    environ["wsgi.input_terminated"] = True
+    _body, status, _headers = run_wsgi_app(app.wsgi_app, environ, buffered=True)
+    return int(status.split()[0])
+
+
+def test_a_chunked_body_is_answered_as_without_the_queue(app, alice):
+    """Over the limit still refused as too large (413), within it read whole."""
+    app.wsgi_app = QueuedRequests(app.wsgi_app, 1, app.config["MAX_CONTENT_LENGTH"])
+    oversized = b'{"entity_type": "contact", "network_id": "' + b"x" * app.config["MAX_CONTENT_LENGTH"] + b'"}'
+    assert _chunked_post(app, alice, oversized) == 413
+    assert _chunked_post(app, alice, b'{"entity_type": "contact", "network_id": "jane-doe"}') == 201
+
+
+@pytest.mark.parametrize("environ", [{"CONTENT_LENGTH": "2048"}, {"CONTENT_LENGTH": ""}, {"CONTENT_LENGTH": "x"},
+                                     {"HTTP_TRANSFER_ENCODING": "chunked"}])
+def test_a_body_over_the_limit_or_of_no_known_end_is_left_to_the_app(environ):
+    """Over the limit the app refuses it unread (413); a body the server does not end (no length, not chunked
+    through a server that ends the stream) is read as the server gives it."""
     body = io.BytesIO(b"left")
     seen = []
 
@@ -256,6 +312,74 @@ def test_stepping_out_without_a_turn_does_nothing():
     with stepped_out():
         pass
     assert getattr(admission._turn, "queue", None) is None
+
+
+def _turns_free(queue) -> int:
+    free = 0
+    while queue.take_turn(timeout=0):
+        free += 1
+    for _ in range(free):
+        queue.end_turn()
+    return free
+
+
+def test_a_turn_comes_back_when_the_app_raises():
+    def app(environ, start_response):
+        raise RuntimeError("boom")
+    queued = QueuedRequests(app, 2, 1024)
+    with pytest.raises(RuntimeError):
+        _call(queued)
+    assert _turns_free(queued.queue) == 2
+
+
+def test_a_turn_not_taken_again_after_a_step_out_is_not_given_back(monkeypatch):
+    monkeypatch.setattr(admission, "MAX_WAIT_SECONDS", 0.01)
+
+    def app(environ, start_response):
+        with stepped_out():
+            assert queued.queue.take_turn(timeout=0)  # another request takes the turn and keeps it past the wait
+        start_response("200 OK", [])
+        return []
+    queued = QueuedRequests(app, 1, 1024)
+    _call(queued)
+    assert _turns_free(queued.queue) == 0  # the other request's: this one went on without a turn, gave none back
+    queued.queue.end_turn()
+    assert _turns_free(queued.queue) == 1
+
+
+def test_nested_step_outs_give_the_turn_back_once():
+    def app(environ, start_response):
+        with stepped_out():
+            with stepped_out():
+                assert _turns_free(queued.queue) == 2
+        assert _turns_free(queued.queue) == 1
+        start_response("200 OK", [])
+        return []
+    queued = QueuedRequests(app, 2, 1024)
+    _call(queued)
+    assert _turns_free(queued.queue) == 2
+
+
+def test_a_queue_inside_another_gives_both_turns_back():
+    app, _state = _counting_app()
+    inner = QueuedRequests(app, 1, 1024)
+    outer = QueuedRequests(inner, 1, 1024)
+    assert _call(outer, b"x") == b"x"
+    assert _turns_free(inner.queue) == 1 and _turns_free(outer.queue) == 1
+
+
+def test_the_access_line_counts_the_wait_for_a_turn(app, alice, caplog):
+    """It timed from the app's first hook: 1.5 ms logged for a request the client saw take 100 ms (review)."""
+    app.wsgi_app = queued = QueuedRequests(app.wsgi_app, 1, 1024)
+    assert queued.queue.take_turn(timeout=0)  # another request's turn
+    answered = threading.Thread(target=lambda: alice.get("/subscriptions"))
+    with caplog.at_level("INFO", logger="app.access"):
+        answered.start()
+        time.sleep(0.06)
+        queued.queue.end_turn()
+        answered.join(5)
+    [line] = [record for record in caplog.records if record.name == "app.access"]
+    assert line.duration_ms >= 60
 
 
 class _Stub:
