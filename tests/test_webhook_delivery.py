@@ -252,6 +252,29 @@ def test_a_second_test_send_while_one_waits_for_the_endpoint_is_a_429(app, alice
     assert db.session.scalar(select(func.count()).select_from(Event).where(Event.type == "test")) == 3
 
 
+def test_a_test_send_past_the_most_a_process_sends_at_once_is_a_429_whatever_the_account(app, alice, bob):
+    """The limit of one per account left every thread to a few accounts' test sends: 9 accounts' at once to endpoints
+    that never answered held another account's request 9 s (walk)."""
+    carol = make_tenant(app, "carol")
+    with Receiver(Reply(delay=2.5)) as receiver:
+        for tenant in (alice, bob, carol):
+            configure(tenant, receiver.url)
+        with ThreadPoolExecutor(2) as pool:
+            sending = [pool.submit(make_tenant_client_post, app, tenant.key, "/api/v1/webhooks/test")
+                       for tenant in (alice, bob)]
+            deadline = time.monotonic() + 10
+            while len(receiver.requests) < 2 and time.monotonic() < deadline:  # both on the wire
+                time.sleep(0.01)
+            third = carol.post("/webhooks/test")
+            assert [future.result().json["delivered"] for future in sending] == [True, True]
+        assert third.status_code == 429 and third.json["error"] == "RATE_LIMIT_EXCEEDED"
+        assert third.json["details"]["limit"] == outbox.TEST_SENDS_AT_ONCE == 2
+        assert "already waiting on 2 endpoints' answers" in third.json["message"]
+        assert 1 <= int(third.headers["Retry-After"]) <= 11
+        assert carol.post("/webhooks/test").json["delivered"] is True  # once they are back
+    assert len(receiver.requests) == 3
+
+
 def make_tenant_client_post(app, key, path):
     """A request from another thread: a client of its own (its own application context and session)."""
     return app.test_client().post(path, headers={"X-API-Key": key})

@@ -392,20 +392,26 @@ def _update_endpoint_health(configs, results, now):
 
 _tests_sending = {}  # account id -> when its test send on the wire (in this process) started, time.time()
 _tests_sending_lock = threading.Lock()
+TEST_SENDS_AT_ONCE = 2  # in a process, whatever the accounts: the server's other threads stay free for the API
 
 
 @contextmanager
 def _one_test_at_a_time(account_id: str, timeout: float):
     """A test send holds a server thread for up to the webhook timeout: one account's test sends in parallel could
-    take every thread and stall the API for everyone (walk: 6 at once to a slow endpoint held /healthz 8 s). A
-    second one while the first is on the wire is a 429 whose Retry-After is when the first must have ended (in this
-    process; each process has threads of its own). A concurrency limit of 1, as Stripe answers its own with 429."""
+    take every thread and stall the API for everyone (walk: 6 at once to a slow endpoint held /healthz 8 s), and so
+    could a few accounts' (walk: 9 accounts' at once held another account's request 9 s). A second one of an account
+    while its first is on the wire, or one more than TEST_SENDS_AT_ONCE in the process, is a 429 whose Retry-After
+    is when the one it waits for must have ended. A concurrency limit, as Stripe answers its own with 429."""
     with _tests_sending_lock:
         started = _tests_sending.get(account_id)
         if started is not None:
             raise RateLimited(1, math.ceil(timeout), started + timeout + 1,  # (+1: recording the first try)
                               "A test send of this account is already waiting for the endpoint's answer. Retry when "
                               "it has come back.")
+        if len(_tests_sending) >= TEST_SENDS_AT_ONCE:
+            raise RateLimited(TEST_SENDS_AT_ONCE, math.ceil(timeout), min(_tests_sending.values()) + timeout + 1,
+                              f"This server is already waiting on {TEST_SENDS_AT_ONCE} endpoints' answers to test "
+                              "sends, the most it sends at once. Retry in a few seconds.")
         _tests_sending[account_id] = time.time()
     try:
         yield
