@@ -217,6 +217,40 @@ def test_sigterm_and_sigint_stop_a_busy_scheduler_quickly_every_time(service, ho
         assert len(receiver.requests) > 0
 
 
+def test_sigterm_stops_the_scheduler_at_once_while_a_request_is_still_in_flight(service):
+    """gunicorn's worker waits for its requests in flight before it exits: the scheduler, stopped only at that exit,
+    went on checking and sending meanwhile, and a graceful timeout cut its stop short with checks left claimed
+    (operability walk: a slow export, 30 s of work after SIGTERM, 24 checks claimed)."""
+    with Receiver(Reply(delay=0.3)) as receiver:
+        key, _ = seed_busy_database(service, receiver.url)
+        port = free_port()
+        with running(gunicorn(service, port, env={"CHECK_INTERVAL_SECONDS": "1"})) as server:
+            wait_until_serving(service, server, port)
+            assert Api(port, key).post("/webhooks/configure", {"endpoint_url": receiver.url,
+                                                                "events": ["*"]}).status_code == 201
+            service.wait_for(lambda: service.sql("SELECT sum(check_count) FROM subscriptions")[0][0] > 0,
+                             what="the scheduler to be busy")
+            with socket.create_connection(("127.0.0.1", port)) as slow_client:  # a body that has not all come
+                slow_client.sendall(b"POST /api/v1/subscriptions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                                    b"application/json\r\nContent-Length: 100\r\nX-API-Key: " + key.encode() +
+                                    b"\r\n\r\n{")
+                time.sleep(0.5)
+                server.send_signal(signal.SIGTERM)
+
+                def checks_and_sends():
+                    return service.sql("SELECT sum(check_count), (SELECT count(*) FROM delivery_attempts) FROM "
+                                       "subscriptions")[0]
+                time.sleep(5)
+                settled = checks_and_sends()
+                time.sleep(3)
+                assert server.poll() is None  # still waiting for the request in flight ...
+                assert checks_and_sends() == settled  # ... with no check or send made meanwhile
+                assert service.sql("SELECT count(*) FROM subscriptions WHERE claim_token IS NOT NULL") == [(0,)]
+                assert service.sql("SELECT count(*) FROM outbox WHERE claim_token IS NOT NULL") == [(0,)]
+            assert server.wait(STOP_WITHIN_SECONDS) == 0
+            assert "stopped" in server.stderr.read()
+
+
 # --- crash recovery ------------------------------------------------------------------------------------
 
 def snapshot_after(delay):

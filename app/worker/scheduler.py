@@ -37,7 +37,7 @@ class Scheduler:
         self.id = health.new_scheduler_id()
         self.started_at = utcnow()
         self.stopping = threading.Event()
-        self._stop_lock, self._stopped = threading.Lock(), False
+        self._stop_lock, self._stopped, self._stop_done = threading.Lock(), False, threading.Event()
         self.apscheduler = BackgroundScheduler(timezone="UTC", job_defaults={"max_instances": 1, "coalesce": True})
         for job_id, seconds, step in self.steps():
             self.apscheduler.add_job(self.run_step, "interval", args=(step,), id=job_id, seconds=seconds,
@@ -83,19 +83,24 @@ class Scheduler:
         deliveries.woken.set()
 
     def stop(self):
-        """Stop and wait: work in hand is recorded or released, the lock freed."""
+        """Stop and wait: work in hand is recorded or released, the lock freed. A second call (the exit's, after the
+        stop signal's) waits for the first to be done."""
         with self._stop_lock:
-            if self._stopped:
-                return
-            self._stopped = True
-        self.request_stop()
-        if self.apscheduler.running:
-            self.apscheduler.shutdown(wait=True)
-        if self.sender.is_alive():
-            self.sender.join(SENDER_JOIN_SECONDS)
-        if self.lock is not None and self.lock.is_locked:
-            self.lock.release()
-        log.info("scheduler %s stopped", self.id)
+            stopping_already, self._stopped = self._stopped, True
+        if stopping_already:
+            self._stop_done.wait()
+            return
+        try:
+            self.request_stop()
+            if self.apscheduler.running:
+                self.apscheduler.shutdown(wait=True)
+            if self.sender.is_alive():
+                self.sender.join(SENDER_JOIN_SECONDS)
+            if self.lock is not None and self.lock.is_locked:
+                self.lock.release()
+            log.info("scheduler %s stopped", self.id)
+        finally:
+            self._stop_done.set()
 
     def start_when_lock_is_free(self):
         """Standby: retry the lock until it is ours (the holder stopped or died), then start. Meanwhile the
@@ -142,6 +147,7 @@ def start_when_serving(app):
     scheduler = Scheduler(app, lock)
     app.extensions["scheduler"] = scheduler
     _stop_at_exit(scheduler)
+    _stop_at_the_servers_stop_signal(scheduler)
     if lock is None or _try_acquire(lock):
         scheduler.start()
     else:
@@ -158,6 +164,23 @@ def _stop_at_exit(scheduler):
         threading._register_atexit(scheduler.stop)
     else:
         atexit.register(scheduler.stop)
+
+
+def _stop_at_the_servers_stop_signal(scheduler):
+    """Stop the scheduler as soon as gunicorn's worker is told to stop (SIGTERM), not at its exit: the worker first
+    waits for the requests in flight, up to its graceful timeout, and the scheduler went on checking, sending and
+    holding claims meanwhile, its stop cut short when the timeout ended the worker (operability walk: a slow export
+    kept it working 30 s after SIGTERM, 24 checks left claimed). gunicorn's own handler runs after ours."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    servers_handler = signal.getsignal(signal.SIGTERM)
+    if not callable(servers_handler):  # not a server that stops gracefully on SIGTERM (the default ends the process)
+        return
+
+    def stop_then_let_the_server_stop(signum, frame):
+        threading.Thread(target=scheduler.stop, name="scheduler-stop", daemon=True).start()
+        servers_handler(signum, frame)
+    signal.signal(signal.SIGTERM, stop_then_let_the_server_stop)
 
 
 class AlreadyRunning(RuntimeError):
