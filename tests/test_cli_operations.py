@@ -261,6 +261,23 @@ def test_import_exits_non_zero_when_it_cannot_do_its_job(runner, alice, tmp_path
     assert subscription_count(alice.account_id) == 0
 
 
+def test_a_file_that_is_a_bare_list_of_urls_is_imported_whole(runner, alice, tmp_path):
+    """Its first URL was taken for the header: two of three imported, exit 0, nothing rejected (operability walk)."""
+    path = tmp_path / "bare.csv"
+    path.write_text("".join(f"https://www.linkedin.com/in/bare-{letter}\n" for letter in "abc"), encoding="utf-8-sig")
+    assert "created=3" in _ok(runner, "subscriptions", "import", str(path), "--account", alice.account_id)
+    assert sorted(row["network_id"] for row in alice.get("/subscriptions").json["data"]) == ["bare-a", "bare-b",
+                                                                                            "bare-c"]
+
+
+def test_a_file_whose_first_line_is_data_with_other_columns_is_refused_whole(runner, alice, tmp_path):
+    path = _write_csv(tmp_path / "no-header.csv", ["https://www.linkedin.com/in/first", "Acme"],
+                      [["https://www.linkedin.com/in/second", "Initech"]])
+    result = runner.invoke(args=["subscriptions", "import", path, "--account", alice.account_id])
+    assert result.exit_code != 0 and "The first line holds a URL (https://www.linkedin.com/in/first)" in result.output
+    assert subscription_count(alice.account_id) == 0
+
+
 @pytest.mark.parametrize("header, extra", [(["url", "url"], []), (["url", "owner", "owner"], ["--metadata", "owner"]),
                                            (["LinkedIn URL", "linkedin_url"], []), (["url", "Type", "type"], [])])
 def test_a_column_to_import_named_twice_is_refused(runner, alice, tmp_path, header, extra):

@@ -33,8 +33,14 @@ def header_key(name: str) -> str:
 
 
 def read_rows(path: str):
-    """(header, rows as dicts) of a CSV file; the delimiter (`,`, `;` or tab) is detected, a BOM skipped."""
+    """(header, rows as dicts) of a CSV file; the delimiter (`,`, `;` or tab) is detected, a BOM skipped. A file that
+    is a bare list of profile URLs, one a line, is read as a `url` column, as a pasted list is (its first URL was
+    taken for the header, and never imported: operability walk)."""
     with open(path, newline="", encoding="utf-8-sig") as file:
+        if _looks_like_profile(file.readline().strip()):
+            file.seek(0)
+            return _parse(io.StringIO("url\n" + file.read()))
+        file.seek(0)
         return _parse(file)
 
 
@@ -81,6 +87,10 @@ def _parse(file):
             where = f"row {len(rows) + 1}"
     except csv.Error as error:  # e.g. a field beyond the csv module's 131,072 characters
         raise ImportRefused(f"The file cannot be read as CSV at {where}: {error}.") from None
+    urls = [name for name in header if "://" in (name or "")]
+    if urls:  # a first row of data, which would be lost as the header
+        raise ImportRefused(f"The first line holds a URL ({urls[0]}), not the names of the columns: add a first line "
+                            "naming them (e.g. url,owner), or give a bare list of URLs, one a line.")
     return header, rows
 
 
