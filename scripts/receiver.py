@@ -75,6 +75,8 @@ class SeenIds:
 
 
 def handler_for(secrets, seen, out):
+    writing = threading.Lock()  # one line an event: print() from the threads of concurrent deliveries interleaved
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         disable_nagle_algorithm = True  # headers and body go out in two writes
@@ -91,8 +93,10 @@ def handler_for(secrets, seen, out):
                 print(f"rejected ({rejected.status}): {rejected.reason}", file=sys.stderr, flush=True)
                 return self._answer(rejected.status, rejected.reason)
             if seen.first_time(event.get("id")):
-                print(json.dumps({"attempt": self.headers.get("X-Webhook-Attempt"), **event}, ensure_ascii=False),
-                      file=out, flush=True)
+                line = json.dumps({"attempt": self.headers.get("X-Webhook-Attempt"), **event}, ensure_ascii=False)
+                with writing:
+                    out.write(line + "\n")
+                    out.flush()
             self._answer(200, "ok")
 
         def _answer(self, status, message):
@@ -109,6 +113,10 @@ def handler_for(secrets, seen, out):
     return Handler
 
 
+class Server(ThreadingHTTPServer):
+    request_queue_size = 128  # the service sends with up to WEBHOOK_WORKERS connections and more: 5 refused some
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--secret", action="append", help="webhook secret (repeat during a rotation); "
@@ -119,7 +127,7 @@ def main(argv=None):
     secrets = args.secret or ([os.environ["WEBHOOK_SECRET"]] if os.environ.get("WEBHOOK_SECRET") else [])
     if not secrets:
         parser.error("give --secret whsec_... or set WEBHOOK_SECRET")
-    server = ThreadingHTTPServer((args.host, args.port), handler_for(secrets, SeenIds(), sys.stdout))
+    server = Server((args.host, args.port), handler_for(secrets, SeenIds(), sys.stdout))
     print(f"listening on http://{args.host}:{server.server_address[1]}/ (any path)", file=sys.stderr, flush=True)
     try:
         server.serve_forever()

@@ -1,11 +1,15 @@
 """Signatures as the spec states them, checked against an independent HMAC written here from RFC 2104
 (no `hmac` module), on the raw bytes the receiver got; rotation overlap headers."""
 import hashlib
+import http.client
+import io
 import json
 import re
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -165,6 +169,34 @@ def test_the_receiver_script_accepts_fresh_signed_bodies_and_rejects_the_rest():
         assert rejected.value.status == status
     with pytest.raises(receiver.Rejected):  # a re-serialised body no longer matches
         receiver.verify(headers(now_ms), json.dumps(json.loads(body)).encode(), ["whsec_a"], now_ms)
+
+
+def test_the_receiver_script_prints_one_whole_line_per_event_under_concurrent_deliveries():
+    """print() wrote the line and its newline apart: two threads' events came out as one line (webhook walk)."""
+    receiver = load_script("receiver")
+
+    class SlowOutput(io.StringIO):
+        def write(self, text):
+            time.sleep(0.001)  # a thread switch between the writes, as a busy terminal or pipe makes
+            return super().write(text)
+    out, secret = SlowOutput(), "whsec_a"
+    server = receiver.Server(("127.0.0.1", 0), receiver.handler_for([secret], receiver.SeenIds(), out))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def post(number):
+        body, timestamp = json.dumps({"id": f"evt_{number}", "type": "test"}).encode(), str(int(time.time() * 1000))
+        connection = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=10)
+        connection.request("POST", "/", body, {"X-Webhook-Timestamp": timestamp, "Content-Type": "application/json",
+                                               "X-Webhook-Signature": reference_signature(secret, timestamp, body)})
+        assert connection.getresponse().status == 200
+    try:
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(post, range(64)))
+    finally:
+        server.shutdown()
+        server.server_close()
+    printed = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert sorted(event["id"] for event in printed) == sorted(f"evt_{number}" for number in range(64))
 
 
 def test_the_receiver_script_prints_each_event_once(alice):
