@@ -91,6 +91,9 @@ def configure_logging(app) -> None:
     # one line per job run is noise, and so are its warnings: a check loop outlasting its 2 s poll ("maximum
     # number of running instances reached"), a coalesced run ("was missed by"); a job that raises is an ERROR
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
+    # an endpoint's malformed header line is urllib3's warning with a traceback, at every try; the answer's status
+    # still decides the try, which is logged (webhook walk)
+    logging.getLogger("urllib3.connection").setLevel(logging.ERROR)
     app.before_request(_start_clock)
     app.after_request(_log_access)
 

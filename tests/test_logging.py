@@ -148,6 +148,29 @@ def test_a_receiver_outage_logs_one_line_per_failed_attempt(alice, log_lines):
     failed = [line for line in log_lines() if line["message"].startswith("webhook delivery attempt")]
     assert sorted(line["event_id"] for line in failed) == sorted(events)
     assert all(line["response_status"] == 503 and line["next_attempt_at"] for line in failed)
+    # the text of the line says it too (text logs have only the message and the ids: webhook walk)
+    assert all(line["message"].endswith(f"HTTP 503; next try at {line['next_attempt_at']}") for line in failed)
+
+
+def test_the_last_failed_attempt_says_no_further_try_follows(app, alice, log_lines):
+    app.config["WEBHOOK_RETRY_SCHEDULE"] = []
+    with Receiver(Reply(status=500)) as receiver:
+        configure(alice, receiver.url)
+        record_events(alice.account_id, 1)
+        deliver_due()
+    [line] = [line for line in log_lines() if line["message"].startswith("webhook delivery attempt")]
+    assert line["message"].endswith("HTTP 500; no further try (redeliver or recover it)")
+    assert line["next_attempt_at"] is None
+
+
+def test_an_endpoints_malformed_header_line_logs_no_traceback(alice, log_lines):
+    """urllib3 warned with a traceback at every try (webhook walk): text logs are one line a message."""
+    with Receiver(Reply(headers={"nocolonheader\r\nX-After": "1"})) as receiver:  # a header line without a colon
+        configure(alice, receiver.url)
+        record_events(alice.account_id, 1)
+        deliver_due()
+    assert receiver.requests
+    assert not [line for line in log_lines() if line.get("logger", "").startswith("urllib3")]
 
 
 def test_a_provider_failure_is_logged_with_the_subscription(app, alice, log_lines):

@@ -347,8 +347,10 @@ def _record_late_successes(session, event_ids):
 
 
 def _log_failed_attempt(claimed: Claimed, outcome: Outcome, attempt: dict):
-    log.warning("webhook delivery attempt %s of %s failed: %s", attempt["attempt"], attempt["event_id"],
+    next_at = attempt["next_attempt_at"]
+    log.warning("webhook delivery attempt %s of %s failed: %s; %s", attempt["attempt"], attempt["event_id"],
                 outcome.error or f"HTTP {outcome.status_code}",
+                f"next try at {isoformat(next_at)}" if next_at else "no further try (redeliver or recover it)",
                 extra={"account_id": claimed.account_id, "event_id": attempt["event_id"],
                        "delivery_id": attempt["id"], "attempt": attempt["attempt"],
                        "response_status": outcome.status_code, "error": outcome.error,
