@@ -3,7 +3,9 @@
 import json
 import os
 import socket
+import socketserver
 import sys
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 import click
 from flask import current_app
@@ -229,12 +231,21 @@ def prune_events(days):
 
 # --- metrics serve ------------------------------------------------------------------------------
 
+class MetricsServer(socketserver.ThreadingMixIn, WSGIServer):
+    """A thread a connection: one client that connects and sends nothing held every scrape (operability walk)."""
+    daemon_threads = True
+
+
+class MetricsRequestHandler(WSGIRequestHandler):
+    timeout = 10  # seconds a connection may wait for its request
+
+
 @metrics_cli.command("serve")
 @click.option("--bind", default="127.0.0.1:9464", show_default=True, help="HOST:PORT to answer GET /metrics on.")
 def serve_metrics(bind):
     """Answer GET /metrics on an address of its own (serve the API with METRICS_ENABLED=0). Needs
     PROMETHEUS_MULTIPROC_DIR shared with the web workers and the scheduler: it adds up their counters."""
-    from wsgiref.simple_server import WSGIServer, make_server
+    from wsgiref.simple_server import make_server
 
     from app.api.metrics import metrics_only
     from app.metrics import multiprocess_directory
@@ -244,12 +255,12 @@ def serve_metrics(bind):
     host, _, port = bind.rpartition(":")
     if not host or not port.isdigit():
         raise click.BadParameter(f"{bind!r} is not HOST:PORT ([IPv6]:PORT for an IPv6 address)", param_hint="--bind")
+    server_class = MetricsServer
     if host.startswith("[") and host.endswith("]"):
-        host, server_class = host[1:-1], type("IPv6WSGIServer", (WSGIServer,), {"address_family": socket.AF_INET6})
-    else:
-        server_class = WSGIServer
+        host, server_class = host[1:-1], type("IPv6MetricsServer", (server_class,), {"address_family": socket.AF_INET6})
     try:
-        server = make_server(host, int(port), metrics_only(current_app._get_current_object()), server_class)
+        server = make_server(host, int(port), metrics_only(current_app._get_current_object()), server_class,
+                             MetricsRequestHandler)
     except (OSError, OverflowError) as error:  # busy, not this host's address, no such host, port > 65535
         raise click.ClickException(f"cannot listen on {bind}: {error}") from None
     click.echo(f"metrics on http://{bind}/metrics")

@@ -3,6 +3,7 @@ database, route templates as labels, the switch, and sums across processes (mult
 import importlib.util
 import os
 import socket
+import socketserver
 import subprocess
 import sys
 import threading
@@ -10,6 +11,7 @@ import time
 import types
 
 import pytest
+import requests
 from prometheus_client.parser import text_string_to_metric_families
 from werkzeug.test import Client
 from sqlalchemy import func, select
@@ -301,3 +303,28 @@ def test_metrics_serve_listens_on_an_ipv6_address_in_brackets(runner, monkeypatc
     result = runner.invoke(args=["metrics", "serve", "--bind", "[::1]:0"])
     assert result.exit_code == 0, result.output
     assert [address[0] for address in listening] == ["::1"] and "metrics on http://[::1]:0/metrics" in result.output
+
+
+def test_metrics_serve_answers_a_scrape_while_another_client_sends_nothing(runner, monkeypatch, tmp_path):
+    """One server thread: a connection that sent half a request held every scrape until it closed, and the
+    EntityMonitorDown alert fired (operability walk)."""
+    from wsgiref.simple_server import WSGIServer
+    (tmp_path / "metrics").mkdir()  # of its own: the collector reads every *.db file there, the test database too
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "metrics"))
+    servers = []
+    monkeypatch.setattr(WSGIServer, "serve_forever", lambda server: servers.append(server))
+    assert runner.invoke(args=["metrics", "serve", "--bind", "127.0.0.1:0"]).exit_code == 0
+    [server] = servers
+    serving = threading.Thread(target=lambda: socketserver.BaseServer.serve_forever(server), daemon=True)
+    serving.start()
+    port = server.server_address[1]
+    try:
+        with socket.create_connection(("127.0.0.1", port)) as silent:
+            silent.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")  # and nothing more
+            time.sleep(0.2)
+            scrape = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+        assert scrape.status_code == 200, scrape.text
+    finally:
+        server.shutdown()
+        server.server_close()
+
