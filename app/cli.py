@@ -13,10 +13,32 @@ from flask.cli import AppGroup, FlaskGroup
 from app.common import isoformat
 from app.database import missing_schema, unreachable
 from app.errors import ServiceError
+from app.exits import stop
 from app.extensions import db
 from app.services import accounts
 
-accounts_cli = AppGroup("accounts", help="Create and manage accounts.")
+
+
+class OperatorGroup(AppGroup):
+    """A group of operator commands: a database that cannot serve (no schema, another release's, unreachable) is
+    one line and exit 1 however the command is run; the console script said so, `flask --app wsgi …` ended in
+    SQLAlchemy's traceback (operability walk)."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except Exception as error:  # noqa: BLE001 - anything else is raised as it is
+            _stop_where_the_database_cannot_serve(error)
+            raise
+
+
+def _stop_where_the_database_cannot_serve(error) -> None:
+    problem = missing_schema(error) or unreachable(error)
+    if problem is not None:
+        stop(problem, 1)
+
+
+accounts_cli = OperatorGroup("accounts", help="Create and manage accounts.")
 
 
 def _fail(error: ServiceError):
@@ -72,7 +94,7 @@ def set_tier(account_id, tier):
                    "kept and checked, and new ones are refused until fewer than the limit are live", err=True)
 
 
-checks_cli = AppGroup("checks", help="Run checks in the foreground.")
+checks_cli = OperatorGroup("checks", help="Run checks in the foreground.")
 
 
 @checks_cli.command("run")
@@ -137,7 +159,7 @@ def _stopped_by_signals():
             signal.signal(signum, handler)
 
 
-scheduler_cli = AppGroup("scheduler", help="The scheduler as its own process.")
+scheduler_cli = OperatorGroup("scheduler", help="The scheduler as its own process.")
 
 
 @scheduler_cli.command("run")
@@ -150,7 +172,7 @@ def run_scheduler():
         raise click.ClickException(str(error))
 
 
-providers_cli = AppGroup("providers", help="The data provider's pauses.")
+providers_cli = OperatorGroup("providers", help="The data provider's pauses.")
 
 
 @providers_cli.command("status")
@@ -192,7 +214,7 @@ def register_commands(app):
         app.cli.add_command(group)
 
 
-deliveries_cli = AppGroup("deliveries", help="Send webhook deliveries in the foreground.")
+deliveries_cli = OperatorGroup("deliveries", help="Send webhook deliveries in the foreground.")
 
 
 @deliveries_cli.command("run")
@@ -248,8 +270,5 @@ def main():
     try:
         group(prog_name="entity-monitor")
     except Exception as error:  # noqa: BLE001 - a database that cannot serve is one line; anything else is raised
-        problem = missing_schema(error) or unreachable(error)
-        if problem is None:
-            raise
-        from app.exits import stop
-        stop(problem, 1)
+        _stop_where_the_database_cannot_serve(error)
+        raise

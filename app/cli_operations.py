@@ -9,20 +9,20 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 import click
 from flask import current_app
-from flask.cli import AppGroup, with_appcontext
+from flask.cli import with_appcontext
 
 from app.api.http import load
-from app.cli import _fail as fail, accounts_cli
+from app.cli import OperatorGroup, _fail as fail, accounts_cli
 from app.common import isoformat
 from app.errors import ServiceError
 from app.schemas.account import ApiKeyCreateSchema
 from app.schemas.subscriptions import STATUSES, SubscriptionCreateSchema
 from app.services import accounts, export, importer, keys, retention, webhooks
 
-keys_cli = AppGroup("keys", help="API keys of any account (the way back from a lost key).")
-subscriptions_cli = AppGroup("subscriptions", help="Import and export subscriptions.")
-events_cli = AppGroup("events", help="The event log.")
-metrics_cli = AppGroup("metrics", help="Prometheus metrics.")
+keys_cli = OperatorGroup("keys", help="API keys of any account (the way back from a lost key).")
+subscriptions_cli = OperatorGroup("subscriptions", help="Import and export subscriptions.")
+events_cli = OperatorGroup("events", help="The event log.")
+metrics_cli = OperatorGroup("metrics", help="Prometheus metrics.")
 key_create_schema = ApiKeyCreateSchema()
 create_item_schema = SubscriptionCreateSchema()
 

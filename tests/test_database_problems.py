@@ -59,6 +59,19 @@ def test_a_database_without_its_schema_is_named_in_one_line(tmp_path, database, 
     assert done.returncode == 1 and done.stdout == "" and only_line(done).startswith(f"{NO_SCHEMA} (")
 
 
+@pytest.mark.parametrize("url", ["unmigrated", UNREACHABLE_POSTGRESQL])
+@pytest.mark.parametrize("args", [["accounts", "list"], ["keys", "list", "--account", "acct_x"],
+                                  ["subscriptions", "export", "--account", "acct_x"]])
+def test_the_flask_command_line_names_it_in_one_line_too(tmp_path, url, args):
+    """`flask --app wsgi …` (contract §9's command line) ended in a traceback of ~60 lines (operability walk)."""
+    url = own_database(tmp_path, "sqlite", url) if url == "unmigrated" else url
+    done = subprocess.run([str(Path(sys.executable).parent / "flask"), "--app", "wsgi", *args],
+                          cwd=Path(__file__).parents[1], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "DATABASE_URL": url, "INSTANCE_PATH": str(tmp_path)})
+    assert done.returncode == 1 and done.stdout == "" and "Traceback" not in done.stderr
+    assert only_line(done).startswith((f"{NO_SCHEMA} (", "entity-monitor: the database (DATABASE_URL) cannot be used"))
+
+
 @pytest.mark.parametrize("database", DATABASES)
 def test_a_database_with_an_older_schema_is_named_in_one_line_too(tmp_path, database):
     """A table is there but a column the code reads is not (a release ahead of `db upgrade`)."""
