@@ -416,7 +416,8 @@ def test_an_endpoint_name_with_a_label_too_long_is_a_failed_connection(alice, ap
     [event_id] = record_events(alice.account_id)
     deliver_due()
     [attempt] = attempts_of(event_id)
-    assert attempt.status == "failed" and attempt.error.startswith("connection failed:"), attempt.error
+    assert attempt.error == (f"connection failed: the name cannot be looked up (label empty or too long) "
+                             f"({'a' * 64}.example:80)"), attempt.error
 
 
 def test_an_endpoint_name_that_does_not_resolve_is_a_failed_connection(alice, names):
@@ -425,8 +426,21 @@ def test_an_endpoint_name_that_does_not_resolve_is_a_failed_connection(alice, na
     deliver_due()
     [attempt] = attempts_of(event_id)
     assert attempt.status == "failed" and attempt.response_status is None
-    assert attempt.error.startswith("connection failed:") and "gone.internal" in attempt.error, attempt.error
+    assert attempt.error.startswith("connection failed: the name does not resolve (") and attempt.error.endswith(
+        ") (gone.internal:9)"), attempt.error
     assert delay_after(attempt) == SCHEDULE[0]
+
+
+def test_a_refused_connection_is_said_in_words_with_the_address_tried(alice):
+    """requests' words named our classes and a retry never made: `WatchedHTTPConnectionPool(host=…): Max retries
+    exceeded with url: … (Caused by NewConnectionError(…))` (webhook walk)."""
+    with Receiver() as receiver:
+        url = receiver.url
+    configure(alice, url + "?token=secret")
+    [event_id] = record_events(alice.account_id)
+    deliver_due()
+    [attempt] = attempts_of(event_id)
+    assert attempt.error == f"connection failed: connection refused ({url.split('/')[2]})", attempt.error
 
 
 def the_attempt_of_one_delivery(tenant, reply: Reply) -> DeliveryAttempt:

@@ -104,8 +104,8 @@ def test_without_the_test_ca_the_certificate_is_refused_and_the_try_retried(app,
         configure(alice, receiver.url)
         event, attempt = deliver_one(alice.account_id)
     assert_failed_and_retried(event, attempt)
-    assert attempt.error.startswith("connection failed:") and "CERTIFICATE_VERIFY_FAILED" in attempt.error
-    assert "host='127.0.0.1'" in attempt.error  # the connection went to the pinned address, not to the name
+    assert attempt.error.startswith("connection failed: TLS certificate not accepted: CERTIFICATE_VERIFY_FAILED (")
+    assert "(127.0.0.1:" in attempt.error  # the connection went to the pinned address, not to the name
     assert receiver.requests == []
 
 

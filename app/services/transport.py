@@ -9,6 +9,7 @@ import ipaddress
 import hmac
 import logging
 import re
+import socket
 import ssl
 import threading
 import time
@@ -168,14 +169,44 @@ def signed_headers(outgoing: Outgoing, timestamp_ms: int) -> dict:
 
 
 def _closed_unanswered(error: BaseException) -> bool:
-    """The endpoint closed the connection before any answer (requests and urllib3 wrap the cause in `args`)."""
+    """The endpoint closed the connection before any answer."""
+    return any(isinstance(cause, CLOSED_UNANSWERED) for cause in _causes(error))
+
+
+def _causes(error: BaseException):
+    """The error, then what it wraps, to the innermost (requests and urllib3 wrap the cause in `args`, or raise their
+    own error from it)."""
     seen = set()
     while isinstance(error, BaseException) and id(error) not in seen:
         seen.add(id(error))
-        if isinstance(error, CLOSED_UNANSWERED):
-            return True
+        yield error
         error = next((arg for arg in reversed(error.args) if isinstance(arg, BaseException)), error.__cause__)
-    return False
+
+
+def _connection_failure(error: BaseException) -> str:
+    """A connection that failed, in words, with the address tried: `connection refused (203.0.113.7:443)`. As
+    requests words it, it named our classes and a retry never made (`WatchedHTTPConnectionPool(host=…): Max retries
+    exceeded with url: … (Caused by NewConnectionError(…))`: webhook walk); it stays so for a cause not named here."""
+    chain = list(_causes(error))
+    reason = _reason(chain[-1])
+    if reason is None:
+        return _error_text(f"connection failed: {error}")
+    pool = next((cause.pool for cause in chain if getattr(cause, "pool", None) is not None), None)
+    return _error_text(f"connection failed: {reason}" + (f" ({pool.host}:{pool.port})" if pool is not None else ""))
+
+
+def _reason(cause: BaseException) -> Optional[str]:
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        return f"TLS certificate not accepted: {cause.reason} ({cause.verify_message})"
+    if isinstance(cause, ssl.SSLError):
+        return f"TLS failed: {cause.reason or cause.strerror}"
+    if isinstance(cause, socket.gaierror):
+        return f"the name does not resolve ({cause.strerror})"
+    if isinstance(cause, UnicodeError):  # the name cannot be encoded for a lookup (a label over 63 characters)
+        return f"the name cannot be looked up ({cause})"
+    if isinstance(cause, OSError) and cause.strerror:
+        return cause.strerror[:1].lower() + cause.strerror[1:]
+    return None
 
 
 def _error_text(message: str) -> str:
@@ -240,7 +271,7 @@ class Transport:
             if deadline.expired or isinstance(error, (requests.Timeout, urllib3.exceptions.TimeoutError)):
                 outcome = self._failure(started, f"timeout: no answer within {self.timeout:g} s", throttled=True)
             else:
-                outcome = self._failure(started, _error_text(f"connection failed: {error}"))
+                outcome = self._failure(started, _connection_failure(error))
         finally:
             self._deadlines.end(deadline)
         return replace(outcome, request_headers=headers)
