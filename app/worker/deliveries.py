@@ -13,6 +13,7 @@ from flask import current_app
 from app.common import always
 from app.services import events, outbox
 from app.services.transport import transport_for
+from app.worker.failures import log_loop_failure
 
 STEP_BUDGET_SECONDS = 30
 RECHECK_SECONDS = 0.2  # while tries run: how soon a wake-up (new deliveries queued) is noticed
@@ -293,8 +294,8 @@ def _record_or_leave(batch: InFlight) -> int:
     try:
         return _record(batch)
     except Exception:  # noqa: BLE001 - one batch's failure must not drop the others' records
-        log.exception("recording a batch of %s deliveries failed: they are sent again once their lease ends",
-                      len(batch.batch))
+        log_loop_failure(log, "recording a batch of %s deliveries failed: they are sent again once their lease ends",
+                         len(batch.batch))
         return 0
 
 
@@ -307,7 +308,7 @@ def run_sender_loop(app, stopping: threading.Event) -> None:
             try:
                 deliver_until_idle(STEP_BUDGET_SECONDS, lambda: not stopping.is_set())
             except Exception:  # noqa: BLE001 - the loop must never die; the next round tries again
-                log.exception("delivery round failed")
+                log_loop_failure(log, "delivery round failed")
             woken.wait(poll)
 
 

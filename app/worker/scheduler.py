@@ -25,6 +25,7 @@ from sqlalchemy.engine import make_url
 from app.common import utcnow
 from app.services import health, usage
 from app.worker import checks, deliveries, retention
+from app.worker.failures import log_loop_failure
 
 log = logging.getLogger(__name__)
 SENDER_JOIN_SECONDS = 20
@@ -67,7 +68,7 @@ class Scheduler:
             try:
                 step()
             except Exception:  # noqa: BLE001
-                log.exception("scheduler step %s failed", getattr(step, "__name__", step))
+                log_loop_failure(log, "scheduler step %s failed", getattr(step, "__name__", step))
 
     def start(self):
         with self.app.app_context():
