@@ -165,7 +165,10 @@ scheduler_cli = OperatorGroup("scheduler", help="The scheduler as its own proces
 @scheduler_cli.command("run")
 def run_scheduler():
     """Run checks and deliveries until stopped (give web workers SCHEDULER_ENABLED=0)."""
+    from app.serving import refuse_a_database_that_cannot_serve
     from app.worker.scheduler import AlreadyRunning, run_forever
+    # as `serve` does, so that its unit (RestartPreventExitStatus=4) is not restarted for ever on a missing schema
+    refuse_a_database_that_cannot_serve(current_app._get_current_object())
     try:
         run_forever(current_app._get_current_object())
     except AlreadyRunning as error:

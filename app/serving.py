@@ -32,13 +32,22 @@ def load():
     if not running_one_off_command():
         atexit.register(_write_buffered_usage_counts, app)
         queue_requests(app)
+    if not running_one_off_command() and not app.config.get("TESTING"):
+        refuse_a_database_that_cannot_serve(app)
     try:
-        if not running_one_off_command() and not app.config.get("TESTING"):
-            refuse_a_schema_of_another_release(app)
         start_when_serving(app)
     except DBAPIError as error:
         _stop_in_one_line(error)
     return app
+
+
+def refuse_a_database_that_cannot_serve(app):
+    """Before a long-running process starts (`serve`, `scheduler run`): a schema of another release or none stops it
+    for good, a database it cannot reach stops it to be started again (`_stop_in_one_line`)."""
+    try:
+        refuse_a_schema_of_another_release(app)
+    except DBAPIError as error:
+        _stop_in_one_line(error)
 
 
 def queue_requests(app) -> None:

@@ -103,6 +103,17 @@ def test_serve_on_a_database_without_its_schema_stops_with_one_line(tmp_path, da
     assert NO_SCHEMA in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("database", DATABASES)
+def test_scheduler_run_exits_as_serve_does_on_a_schema_it_cannot_run_on_or_a_database_it_cannot_reach(tmp_path,
+                                                                                                      database):
+    """It exited 1 where serve exits 4, so its unit (RestartPreventExitStatus=4) restarted it for ever; and it logged
+    "scheduler … stopped" for a scheduler that never started (operability walk)."""
+    done = entity_monitor(tmp_path, own_database(tmp_path, database, "unscheduled"), "scheduler", "run")
+    assert done.returncode == 4 and NO_SCHEMA in done.stderr and "stopped" not in done.stderr
+    done = entity_monitor(tmp_path, UNREACHABLE_POSTGRESQL, "scheduler", "run")
+    assert done.returncode == 3 and "Traceback" not in done.stderr
+
+
 @pytest.mark.parametrize("scheduler", ["1", "0"])
 def test_serve_on_a_database_it_cannot_reach_stops_to_be_restarted(tmp_path, scheduler):
     """Exit 4 (gunicorn's app-failed-to-load, which the units keep systemd from restarting) for a database that
