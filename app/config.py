@@ -139,6 +139,8 @@ def parse_bool(name, raw):
 
 def parse_whole_number(name, raw):
     try:
+        if not raw.isascii():  # int() reads any script's digits: CHECK_INTERVAL_SECONDS=３０ was 30
+            raise ValueError
         return int(raw.strip())
     except ValueError:
         raise ConfigError(f"{name}={raw!r} is not a whole number (digits only, e.g. 30)") from None
@@ -146,6 +148,8 @@ def parse_whole_number(name, raw):
 
 def parse_number(name, raw):
     try:
+        if not raw.isascii():
+            raise ValueError
         value = float(raw.strip())
     except ValueError:
         raise ConfigError(f"{name}={raw!r} is not a number (e.g. 2.5)") from None

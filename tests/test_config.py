@@ -154,6 +154,9 @@ def test_an_unreadable_instance_config_is_one_line(monkeypatch, tmp_path, config
     ({"SQLITE_BUSY_TIMEOUT_MS": "99999999999999"}, "SQLITE_BUSY_TIMEOUT_MS=99999999999999 is too large"),
     ({"TRIAL_DAYS": "100000000"}, "TRIAL_DAYS=100000000 is too large"),
     ({"TRIAL_DAYS": "0"}, "TRIAL_DAYS=0 is too small"),  # every new account's trial had ended as it began
+    # digits of another script: int() read them, and the refusal of others says "digits only" (operability walk)
+    ({"CHECK_INTERVAL_SECONDS": "３０"}, "CHECK_INTERVAL_SECONDS='３０' is not a whole number"),
+    ({"EMPLOYEE_COUNT_MIN_PERCENT": "٥"}, "EMPLOYEE_COUNT_MIN_PERCENT='٥' is not a number"),
     ({"SCHEDULER_STANDBY_POLL_SECONDS": "1e300"}, "SCHEDULER_STANDBY_POLL_SECONDS=1e+300 is too large"),
     ({"PROVIDER": "crustdata", "PROVIDER_CRUSTDATA_API_KEY": "k", "PROVIDER_CRUSTDATA_TIMEOUT_SECONDS": "abc"},
      "PROVIDER_CRUSTDATA_TIMEOUT_SECONDS='abc' is not a number of seconds"),
