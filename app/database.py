@@ -230,7 +230,8 @@ def lock_in_order(session, key, *conditions, key_share=False):
 
 
 # What a database that cannot be reached or opened answers (anything else, a deadlock or a bug, is not that)
-_SQLITE_UNUSABLE = ("unable to open database file", "attempt to write a readonly database", "disk I/O error")
+_SQLITE_FILE_PROBLEMS = ("unable to open database file", "attempt to write a readonly database")
+_SQLITE_UNUSABLE = (*_SQLITE_FILE_PROBLEMS, "disk I/O error")
 _POSTGRESQL_UNUSABLE = ("57P01", "57P02", "57P03", "53300")  # shut down, cannot connect now, too many clients
 
 
@@ -252,6 +253,9 @@ def unreachable(error: Exception):
     if orig is None or type(orig).__name__ != "OperationalError":
         return None
     sqlstate = getattr(orig, "sqlstate", "")
+    if _first_line(orig).startswith(_SQLITE_FILE_PROBLEMS):  # the folder, more often than the file (operability walk)
+        return (f"the database (DATABASE_URL) cannot be used: {_first_line(orig)} (the file's folder must exist and "
+                "be writable by this user: SQLite writes its -wal and -shm files beside the database)")
     if (_first_line(orig).startswith(_SQLITE_UNUSABLE) or sqlstate is None  # psycopg: no answer from a server
             or str(sqlstate).startswith("08") or sqlstate in _POSTGRESQL_UNUSABLE):
         return f"the database (DATABASE_URL) cannot be used: {_first_line(orig)}"
