@@ -1420,6 +1420,8 @@ def test_a_redelivery_while_a_retry_is_owed_restarts_that_delivery_instead_of_ad
         assert alice.post(f"/events/{event_id}/redeliver").status_code == 202
         [row] = owed_rows(event_id)
         assert row.next_attempt_at <= utcnow() and row.attempts == 0  # due now, the schedule from its start
+        # the first try's record says so too: it announced the old schedule's try, 100 s on (webhook walk)
+        assert attempts_of(event_id)[0].next_attempt_at == row.next_attempt_at
         assert deliver_due() == 1
         assert deliver_due() == 0
     assert attempt_headers(receiver) == ["1", "2"]

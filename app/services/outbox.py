@@ -473,6 +473,11 @@ def _queue_where(session, conditions, now) -> int:
         .returning(OutboxDelivery.id)).all())
     session.execute(update(Event).where(in_lock_order(Event.id, *conditions)).values(delivery_status="pending")
                     .execution_options(synchronize_session=False))
+    # The last try of a restarted delivery announced a later one, which is now (contract §5: `next_attempt_at`
+    # says when the next try is; it kept the old schedule's moment: webhook walk).
+    session.execute(update(DeliveryAttempt).where(DeliveryAttempt.event_id.in_(select(Event.id).where(*conditions)),
+                                                  DeliveryAttempt.next_attempt_at > now)
+                    .values(next_attempt_at=now).execution_options(synchronize_session=False))
     return queued
 
 
