@@ -179,8 +179,6 @@ def import_subscriptions(file, account_id, column, type_column, metadata, reject
                                         [name.strip() for name in metadata.split(",") if name.strip()])
         with Progress(len(rows), on_terminal()) as progress:
             report = importer.import_rows(account_id, rows, plan, _load_item, dry_run, progress.update)
-    except UnicodeDecodeError as error:
-        raise click.ClickException(f"{file} is not a readable UTF-8 CSV file: {error}")
     except ServiceError as error:
         fail(error)
     verb = "would be created" if dry_run else "created"

@@ -1,4 +1,5 @@
 """Operator commands of issue 9: keys create/list/revoke, accounts show, subscriptions import/export."""
+import codecs
 import csv
 import json
 
@@ -316,6 +317,36 @@ def test_import_of_a_file_that_is_not_utf8_fails_cleanly(runner, alice, tmp_path
     path.write_bytes("network_url,owner\nhttps://www.linkedin.com/in/jane,Zoë\n".encode("latin-1"))
     result = runner.invoke(args=["subscriptions", "import", str(path), "--account", alice.account_id])
     assert result.exit_code != 0 and "UTF-8" in result.output
+    # where: the byte and its line in the file (it was a position in the chunk read: operability walk)
+    assert "(byte 54 is not, on line 2)" in result.output
+
+
+@pytest.mark.parametrize("content, refusal", [
+    (b"", "The file is empty"),
+    (codecs.BOM_UTF8, "The file is empty"),
+    (b"\n\n  \n", "The file is empty"),
+])
+def test_an_empty_file_is_refused_as_empty(runner, alice, tmp_path, content, refusal):
+    """It was refused for want of a column of profile URLs, and told to name one (operability walk)."""
+    path = tmp_path / "empty.csv"
+    path.write_bytes(content)
+    result = runner.invoke(args=["subscriptions", "import", str(path), "--account", alice.account_id])
+    assert result.exit_code != 0 and refusal in result.output
+
+
+@pytest.mark.parametrize("content", [
+    "sep=;\nurl;owner\nhttps://www.linkedin.com/in/jane-doe;Ann\n",  # Excel's line naming the delimiter
+    "\n \t\n\nurl,owner\nhttps://www.linkedin.com/in/jane-doe,Ann\n",  # blank lines before the header
+    "SEP=,\r\nurl,owner\r\nhttps://www.linkedin.com/in/jane-doe,Ann\r\n",
+])
+def test_an_excel_separator_line_or_blank_lines_before_the_header_are_read_past(runner, alice, tmp_path, content):
+    """Both were refused as having no column of profile URLs (operability walk)."""
+    path = tmp_path / "crm.csv"
+    path.write_text(content, encoding="utf-8")
+    assert "created=1" in _ok(runner, "subscriptions", "import", str(path), "--account", alice.account_id,
+                              "--metadata", "owner")
+    [created] = alice.get("/subscriptions").json["data"]
+    assert created["network_id"] == "jane-doe" and created["custom_metadata"] == {"owner": "Ann"}
 
 
 def test_import_of_a_field_beyond_the_csv_limit_names_the_row_and_imports_nothing(runner, alice, tmp_path):

@@ -33,50 +33,58 @@ def header_key(name: str) -> str:
 
 
 def read_rows(path: str):
-    """(header, rows as dicts) of a CSV file; the delimiter (`,`, `;` or tab) is detected, a BOM skipped. A file that
-    is a bare list of profile URLs, one a line, is read as a `url` column, as a pasted list is (its first URL was
-    taken for the header, and never imported: operability walk)."""
-    with open(path, newline="", encoding="utf-8-sig") as file:
-        if _looks_like_profile(file.readline().strip()):
-            file.seek(0)
-            return _parse(io.StringIO("url\n" + file.read()))
-        file.seek(0)
-        return _parse(file)
+    """(header, rows as dicts) of a CSV file (`_rows_of_csv`), read as an upload is (`text_of_upload`)."""
+    with open(path, "rb") as file:
+        return _rows_of_csv(text_of_upload(file.read()))
 
 
 def text_of_upload(data: bytes) -> str:
     """An uploaded file's text: UTF-8, a BOM skipped, as the CLI reads files. Another encoding is refused, not
-    read with U+FFFD in place of every accented letter."""
+    read with U+FFFD in place of every accented letter; the refusal says where (the CLI said a position in the chunk
+    it had read: operability walk)."""
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         byte = error.start + 1 + (len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0)  # the BOM's too
-        raise ImportRefused(f"The file is not UTF-8 text (byte {byte} is not): save it as CSV UTF-8 and choose it "
-                            "again.") from None
+        line = data.count(b"\n", 0, byte - 1) + 1
+        raise ImportRefused(f"The file is not UTF-8 text (byte {byte} is not, on line {line}): save it as CSV UTF-8 "
+                            "and choose it again.") from None
 
 
 def rows_from_text(text: str):
-    """(header, rows) of pasted or uploaded text: a CSV with a header, or a bare list of profile URLs or ids,
-    one a line (read as a `url` column)."""
+    """(header, rows) of pasted or uploaded text (`_rows_of_csv`), blank lines left out."""
     lines = [line for line in text.splitlines() if line.strip()]
     if not lines:
         raise ImportRefused("Paste profile URLs (one a line) or a CSV with a header, or choose a file.")
-    if _looks_like_profile(lines[0]):
-        lines.insert(0, "url")
-    return _parse(io.StringIO("\n".join(lines)))
+    return _rows_of_csv("\n".join(lines))
+
+
+def _rows_of_csv(text: str):
+    """(header, rows) of a CSV with a header, or of a bare list of profile URLs, one a line (read as a `url` column:
+    its first URL was taken for the header, and never imported: operability walk). Blank lines before the header
+    are skipped, and so is Excel's `sep=;` line, whose delimiter is then the file's."""
+    text = _BLANK_LINES_FIRST.sub("", text)
+    first_line = text.split("\n", 1)[0].strip()
+    delimiter = None
+    if len(first_line) == 5 and first_line.lower().startswith("sep=") and first_line[4] in DELIMITERS:
+        delimiter, text = first_line[4], text.split("\n", 1)[1] if "\n" in text else ""
+        first_line = text.split("\n", 1)[0].strip()
+    if not first_line:
+        raise ImportRefused("The file is empty: it has no header line and no rows.")
+    if _looks_like_profile(first_line):
+        text = "url\n" + text
+    return _parse(io.StringIO(text), delimiter)
+
+
+_BLANK_LINES_FIRST = re.compile(r"\A(?:[ \t\r]*\n)+")
 
 
 def _looks_like_profile(line: str) -> bool:
     return "/" in line and not any(delimiter in line for delimiter in DELIMITERS)
 
 
-def _parse(file):
-    sample = file.read(64 * 1024)
-    file.seek(0)
-    try:
-        dialect = csv.Sniffer().sniff(sample, delimiters=DELIMITERS)
-    except csv.Error:
-        dialect = csv.excel
+def _parse(file, delimiter=None):
+    dialect = type("Named", (csv.excel,), {"delimiter": delimiter}) if delimiter else _sniffed(file)
     reader = csv.DictReader(file, dialect=dialect)
     rows, where = [], "its header"
     try:
@@ -92,6 +100,15 @@ def _parse(file):
         raise ImportRefused(f"The first line holds a URL ({urls[0]}), not the names of the columns: add a first line "
                             "naming them (e.g. url,owner), or give a bare list of URLs, one a line.")
     return header, rows
+
+
+def _sniffed(file):
+    sample = file.read(64 * 1024)
+    file.seek(0)
+    try:
+        return csv.Sniffer().sniff(sample, delimiters=DELIMITERS)
+    except csv.Error:
+        return csv.excel
 
 
 class _Row(dict):
