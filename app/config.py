@@ -312,6 +312,9 @@ def _validate_database_url(url):
                           "postgresql://USER@HOST/DB")
     try:
         dialect = parsed.get_dialect()
+        if dialect.is_async:  # installing the [postgres] extra, as the refusal below says, brings no asyncio driver
+            raise ConfigError(f"DATABASE_URL names the asyncio driver {parsed.get_driver_name()!r}, which this service "
+                              "cannot use: write postgresql://USER@HOST/DB (psycopg)")
         dialect.import_dbapi()
         dialect().create_connect_args(parsed)
     except ImportError as error:

@@ -308,6 +308,9 @@ def test_a_scheduler_killed_with_sigkill_leaves_claims_that_return_within_the_co
     ("DATABASE_URL", "postgresql+nodriver://u:s3cret@h/x",
      "DATABASE_URL='postgresql+nodriver://u:***@h/x' cannot be used (Can't load plugin"),
     ("DATABASE_URL", "sqlite://user:s3cret@/x", "DATABASE_URL='sqlite://user:***@/x' cannot be used (Invalid SQLite"),
+    # told to install the [postgres] extra, which brings no asyncio driver (operability walk)
+    ("DATABASE_URL", "postgresql+asyncpg://u:s3cret@h/x", "DATABASE_URL names the asyncio driver 'asyncpg'"),
+    ("DATABASE_URL", "sqlite+aiosqlite:///x.db", "DATABASE_URL names the asyncio driver 'aiosqlite'"),
     ("RATELIMIT_STORAGE_URI", "redis//oops", "RATELIMIT_STORAGE_URI='redis//oops' is not a limits storage URI"),
     ("CHECK_LEASE_SECONDS", "0", "CHECK_LEASE_SECONDS=0 is too small"),
     ("DATABASE_POOL_SIZE", "0", "DATABASE_POOL_SIZE=0 is too small: the smallest accepted value is 1"),
