@@ -87,8 +87,8 @@ def test_a_failed_delivery_to_a_url_holding_credentials_logs_and_keeps_them_reda
     [event_id] = record_events(alice.account_id)
     deliver_due()
     [attempt] = alice.get(f"/events/{event_id}").json["attempts"]
-    assert "connection failed" in attempt["error"], attempt["error"]
-    assert "/hook?token=[redacted]&api_key=[redacted]&sig=[redacted]&jwt=[redacted]&flag" in attempt["error"]
+    # in words, with the address tried, not the URL (which held its query, redacted: "/hook?token=[redacted]&…")
+    assert attempt["error"] == "connection failed: connection refused (127.0.0.1:9)", attempt["error"]
     written = json.dumps(log_lines())
     assert "webhook delivery attempt 1" in written and key_like not in written
     assert not {"TOPSECRET1", "SIG2", "JWT3"} & set(re.findall(r"[A-Z]+\d", written))

@@ -300,9 +300,9 @@ def test_a_database_outage_is_one_line_a_minute_for_each_step_not_a_traceback_ev
     clock["now"] += failures.OUTAGE_LINE_SECONDS
     running.run_step(database_gone)
     outage = [record for record in caplog.records if "database_gone" in record.getMessage()]
-    assert [record.getMessage() for record in outage] == [
+    assert len(outage) == 2 and all(record.getMessage().startswith(
         "scheduler step database_gone failed: the database (DATABASE_URL) cannot be used: unable to open database "
-        "file (said once a minute while it lasts)"] * 2
+        "file (") and record.getMessage().endswith(" (said once a minute while it lasts)") for record in outage)
     assert all(record.exc_info is None and record.levelname == "ERROR" for record in outage)
     bugs = [record for record in caplog.records if "step broken" in record.getMessage()]
     assert len(bugs) == 5 and all(record.exc_info for record in bugs)  # anything else: its traceback every time
