@@ -71,10 +71,16 @@ class Scheduler:
                 log_loop_failure(log, "scheduler step %s failed", getattr(step, "__name__", step))
 
     def start(self):
-        with self.app.app_context():
-            health.forget_stale_schedulers()
-        self.apscheduler.start()
-        self.sender.start()
+        """Start the loops; nothing once a stop has begun (a stop signal during start-up or standby: review)."""
+        with self._stop_lock:
+            if self._stopped or self.stopping.is_set():
+                if self.lock is not None and self.lock.is_locked:  # taken from standby as the stop came
+                    self.lock.release()
+                return
+            with self.app.app_context():
+                health.forget_stale_schedulers()
+            self.apscheduler.start()
+            self.sender.start()
         log.info("scheduler %s started (checks every %ss, deliveries woken on demand)", self.id,
                  self.app.config["SCHEDULER_CHECK_POLL_SECONDS"])
 
@@ -122,7 +128,8 @@ def lock_for(app):
     url = make_url(app.config["SQLALCHEMY_DATABASE_URI"])
     if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
         return None
-    return FileLock(os.path.realpath(url.database) + ".scheduler.lock")
+    # not thread-local: the stop that frees it may run in another thread than the start that took it (review)
+    return FileLock(os.path.realpath(url.database) + ".scheduler.lock", thread_local=False)
 
 
 def _try_acquire(lock) -> bool:
@@ -171,15 +178,23 @@ def _stop_at_the_servers_stop_signal(scheduler):
     """Stop the scheduler as soon as gunicorn's worker is told to stop (SIGTERM), not at its exit: the worker first
     waits for the requests in flight, up to its graceful timeout, and the scheduler went on checking, sending and
     holding claims meanwhile, its stop cut short when the timeout ended the worker (operability walk: a slow export
-    kept it working 30 s after SIGTERM, 24 checks left claimed). gunicorn's own handler runs after ours."""
+    kept it working 30 s after SIGTERM, 24 checks left claimed). The handler only sets an Event a waiting thread
+    stops on (starting a thread in a handler may deadlock, and Python 3.12 refuses it at shutdown: review), then
+    gunicorn's own handler runs."""
     if threading.current_thread() is not threading.main_thread():
         return
     servers_handler = signal.getsignal(signal.SIGTERM)
     if not callable(servers_handler):  # not a server that stops gracefully on SIGTERM (the default ends the process)
         return
+    told = threading.Event()
+
+    def stop_when_told():
+        told.wait()
+        scheduler.stop()
+    threading.Thread(target=stop_when_told, name="scheduler-stopper", daemon=True).start()
 
     def stop_then_let_the_server_stop(signum, frame):
-        threading.Thread(target=scheduler.stop, name="scheduler-stop", daemon=True).start()
+        told.set()
         servers_handler(signum, frame)
     signal.signal(signal.SIGTERM, stop_then_let_the_server_stop)
 
