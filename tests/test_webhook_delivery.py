@@ -1430,6 +1430,20 @@ def test_a_redelivery_while_a_retry_is_owed_restarts_that_delivery_instead_of_ad
     assert delay_after(attempts_of(event_id)[-1]) == SCHEDULE[0]  # the restarted schedule's first step
 
 
+def test_recover_with_include_pending_announces_the_restarted_try_on_the_last_one(alice):
+    """It changed nothing: by then the events were pending and their deliveries due, so the update's conditions
+    matched none (review)."""
+    with Receiver(Reply(status=429, headers={"Retry-After": "100"})) as receiver:
+        configure(alice, receiver.url)
+        [event_id] = record_events(alice.account_id)
+        assert deliver_due() == 1  # a try is owed 100 s from now
+        since = isoformat(utcnow() - timedelta(hours=1))
+        assert alice.post("/webhooks/recover", json={"since": since, "include_pending": True}).json == {"queued": 1}
+    [row] = owed_rows(event_id)
+    assert row.next_attempt_at <= utcnow()
+    assert attempts_of(event_id)[0].next_attempt_at == row.next_attempt_at
+
+
 def test_recover_with_include_pending_counts_and_sends_a_redelivered_event_once(alice):
     replies = iter([Reply(status=429, headers={"Retry-After": "100"}), Reply(status=503), Reply(status=200)])
     with Receiver(lambda received: next(replies)) as receiver:

@@ -468,17 +468,19 @@ def _queue_where(session, conditions, now) -> int:
               .where(*conditions).order_by(Event.id).with_for_update(read=True, key_share=True))
     statement = upsert(session, OutboxDelivery).from_select(
         ["event_id", "account_id", "attempts", "next_attempt_at", "created_at"], chosen)
-    queued = len(session.execute(
-        statement.on_conflict_do_update(index_elements=["event_id"], set_=_restarted(now))
-        .returning(OutboxDelivery.id)).all())
+    queued = session.scalars(statement.on_conflict_do_update(index_elements=["event_id"], set_=_restarted(now))
+                             .returning(OutboxDelivery.event_id)).all()
     session.execute(update(Event).where(in_lock_order(Event.id, *conditions)).values(delivery_status="pending")
                     .execution_options(synchronize_session=False))
     # The last try of a restarted delivery announced a later one, which is now (contract §5: `next_attempt_at`
-    # says when the next try is; it kept the old schedule's moment: webhook walk).
-    session.execute(update(DeliveryAttempt).where(DeliveryAttempt.event_id.in_(select(Event.id).where(*conditions)),
-                                                  DeliveryAttempt.next_attempt_at > now)
-                    .values(next_attempt_at=now).execution_options(synchronize_session=False))
-    return queued
+    # says when the next try is; it kept the old schedule's moment: webhook walk). By the ids queued: the events
+    # this transaction holds (the conditions no longer match them once marked pending: review).
+    queued = sorted(queued)
+    for start in range(0, len(queued), 1000):  # within SQLite's bound of parameters a statement
+        session.execute(update(DeliveryAttempt).where(DeliveryAttempt.event_id.in_(queued[start:start + 1000]),
+                                                      DeliveryAttempt.next_attempt_at > now)
+                        .values(next_attempt_at=now).execution_options(synchronize_session=False))
+    return len(queued)
 
 
 def redeliver(account_id: str, event_id: str) -> dict:
