@@ -271,12 +271,23 @@ def test_a_file_that_is_a_bare_list_of_urls_is_imported_whole(runner, alice, tmp
                                                                                             "bare-c"]
 
 
-def test_a_file_whose_first_line_is_data_with_other_columns_is_refused_whole(runner, alice, tmp_path):
-    path = _write_csv(tmp_path / "no-header.csv", ["https://www.linkedin.com/in/first", "Acme"],
-                      [["https://www.linkedin.com/in/second", "Initech"]])
+@pytest.mark.parametrize("first", ["https://www.linkedin.com/in/first", "linkedin.com/in/first"])
+def test_a_file_whose_first_line_is_data_with_other_columns_is_refused_whole(runner, alice, tmp_path, first):
+    """A URL without its scheme too, which the import accepts in a row (review)."""
+    path = _write_csv(tmp_path / "no-header.csv", [first, "Acme"], [["https://www.linkedin.com/in/second", "Initech"]])
     result = runner.invoke(args=["subscriptions", "import", path, "--account", alice.account_id])
-    assert result.exit_code != 0 and "The first line holds a URL (https://www.linkedin.com/in/first)" in result.output
+    assert result.exit_code != 0 and f"The first line holds a URL ({first})" in result.output
     assert subscription_count(alice.account_id) == 0
+
+
+@pytest.mark.parametrize("header", ["LinkedIn/URL", "Profile URL / LinkedIn"])
+def test_a_one_column_header_with_a_slash_is_a_header(runner, alice, tmp_path, header):
+    """Read as a first URL of a bare list: the header became a rejected row, and `--column` could not name it
+    (review)."""
+    path = _write_csv(tmp_path / "one.csv", [header], [["https://www.linkedin.com/in/jane-doe"],
+                                                       ["https://www.linkedin.com/in/john-roe"]])
+    output = _ok(runner, "subscriptions", "import", path, "--account", alice.account_id, "--column", header)
+    assert "rows=2 created=2 already_present=0 rejected=0" in output
 
 
 @pytest.mark.parametrize("header, extra", [(["url", "url"], []), (["url", "owner", "owner"], ["--metadata", "owner"]),

@@ -12,7 +12,7 @@ from flask import current_app
 
 from app.errors import DuplicateSubscription, ServiceError, ValidationFailed
 from app.services import subscriptions
-from app.services.entities import parse_network_url
+from app.services.entities import normalize_network_id, parse_network_url
 
 CHUNK_SIZE = 100  # the bulk-create cap
 # Header names (normalised: lower case, runs of other characters as `_`) tried in this order.
@@ -71,7 +71,7 @@ def _rows_of_csv(text: str):
         first_line = text.split("\n", 1)[0].strip()
     if not first_line:
         raise ImportRefused("The file is empty: it has no header line and no rows.")
-    if _looks_like_profile(first_line):
+    if _is_profile_url(first_line):
         text = "url\n" + text
     return _parse(io.StringIO(text), delimiter)
 
@@ -79,8 +79,16 @@ def _rows_of_csv(text: str):
 _BLANK_LINES_FIRST = re.compile(r"\A(?:[ \t\r]*\n)+")
 
 
-def _looks_like_profile(line: str) -> bool:
-    return "/" in line and not any(delimiter in line for delimiter in DELIMITERS)
+def _is_profile_url(text: str) -> bool:
+    """A profile URL of the network, with or without its scheme (a header such as `LinkedIn/URL` is none: review)."""
+    text = text.strip().strip('"')
+    try:
+        _kind, segment = parse_network_url(text if "://" in text else "https://" + text,
+                                           current_app.config["NETWORK_DOMAIN"])
+        normalize_network_id(segment)  # `…/in/first,Acme` is a row of two cells, not one URL
+    except ValidationFailed:
+        return False
+    return True
 
 
 def _parse(file, delimiter=None):
@@ -95,7 +103,7 @@ def _parse(file, delimiter=None):
             where = f"row {len(rows) + 1}"
     except csv.Error as error:  # e.g. a field beyond the csv module's 131,072 characters
         raise ImportRefused(f"The file cannot be read as CSV at {where}: {error}.") from None
-    urls = [name for name in header if "://" in (name or "")]
+    urls = [name for name in header if _is_profile_url(name or "")]
     if urls:  # a first row of data, which would be lost as the header
         raise ImportRefused(f"The first line holds a URL ({urls[0]}), not the names of the columns: add a first line "
                             "naming them (e.g. url,owner), or give a bare list of URLs, one a line.")
