@@ -349,6 +349,13 @@ def test_import_a_pasted_list_reports_each_refused_row(browser, alice):
     assert subscription_count(alice.account_id) == 3
 
 
+def test_a_pasted_list_whose_first_url_is_not_a_profile_is_still_a_list(browser, alice):
+    """Its first line is a row the import rejects, not a header that refuses the whole paste."""
+    pasted = "https://linkedn.com/in/typo\nhttps://www.linkedin.com/in/one\n"
+    page = browser.post("/subscriptions/import", data={"rows": pasted}).get_data(as_text=True)
+    assert "2 rows read" in page and "1 subscribed" in page and "linkedn.com/in/typo" in page
+
+
 def test_import_an_uploaded_csv(browser, alice):
     upload = (io.BytesIO(b"Name;LinkedIn URL\nJane;https://www.linkedin.com/in/jane\nAl;linkedin.com/in/al\n"),
               "crm.csv")

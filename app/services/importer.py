@@ -71,8 +71,8 @@ def _rows_of_csv(text: str):
         first_line = text.split("\n", 1)[0].strip()
     if not first_line:
         raise ImportRefused("The file is empty: it has no header line and no rows.")
-    if _is_profile_url(first_line):
-        text = "url\n" + text
+    if _is_profile_url(first_line) or ("://" in first_line and not any(mark in first_line for mark in DELIMITERS)):
+        text = "url\n" + text  # (a URL of another site: a row the import rejects, not a header)
     return _parse(io.StringIO(text), delimiter)
 
 
@@ -103,7 +103,7 @@ def _parse(file, delimiter=None):
             where = f"row {len(rows) + 1}"
     except csv.Error as error:  # e.g. a field beyond the csv module's 131,072 characters
         raise ImportRefused(f"The file cannot be read as CSV at {where}: {error}.") from None
-    urls = [name for name in header if _is_profile_url(name or "")]
+    urls = [name for name in header if "://" in (name or "") or _is_profile_url(name or "")]
     if urls:  # a first row of data, which would be lost as the header
         raise ImportRefused(f"The first line holds a URL ({urls[0]}), not the names of the columns: add a first line "
                             "naming them (e.g. url,owner), or give a bare list of URLs, one a line.")
