@@ -139,7 +139,7 @@ def parse_bool(name, raw):
 
 def parse_whole_number(name, raw):
     try:
-        if not raw.isascii():  # int() reads any script's digits: CHECK_INTERVAL_SECONDS=３０ was 30
+        if not raw.strip().isascii():  # int() reads any script's digits: CHECK_INTERVAL_SECONDS=３０ was 30
             raise ValueError
         return int(raw.strip())
     except ValueError:
@@ -148,7 +148,7 @@ def parse_whole_number(name, raw):
 
 def parse_number(name, raw):
     try:
-        if not raw.isascii():
+        if not raw.strip().isascii():
             raise ValueError
         value = float(raw.strip())
     except ValueError:

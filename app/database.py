@@ -254,8 +254,8 @@ def unreachable(error: Exception):
         return None
     sqlstate = getattr(orig, "sqlstate", "")
     if _first_line(orig).startswith(_SQLITE_FILE_PROBLEMS):  # the folder, more often than the file (operability walk)
-        return (f"the database (DATABASE_URL) cannot be used: {_first_line(orig)} (the file's folder must exist and "
-                "be writable by this user: SQLite writes its -wal and -shm files beside the database)")
+        return (f"the database (DATABASE_URL) cannot be used: {_first_line(orig)} (the file and its folder must exist "
+                "and be writable by this user: SQLite writes its -wal and -shm files beside the database)")
     if (_first_line(orig).startswith(_SQLITE_UNUSABLE) or sqlstate is None  # psycopg: no answer from a server
             or str(sqlstate).startswith("08") or sqlstate in _POSTGRESQL_UNUSABLE):
         return f"the database (DATABASE_URL) cannot be used: {_first_line(orig)}"

@@ -189,3 +189,11 @@ def test_postgresql_connections_give_up_on_a_server_that_does_not_answer(tmp_pat
     app = create_app({"SQLALCHEMY_DATABASE_URI": url})
     assert app.config["SQLALCHEMY_ENGINE_OPTIONS"]["connect_args"] == expected
     assert POSTGRESQL_CONNECTION["connect_timeout"] <= 10 and POSTGRESQL_CONNECTION["keepalives"] == 1
+
+
+def test_a_number_pasted_with_a_no_break_space_around_it_is_read(monkeypatch, tmp_path):
+    """White space around a value is stripped, a no-break space too (the ASCII check came first: review)."""
+    app = _app_with(monkeypatch, tmp_path, {"CHECK_INTERVAL_SECONDS": "30\u00a0",
+                                            "EMPLOYEE_COUNT_MIN_PERCENT": "\u00a05"})
+    assert (app.config["CHECK_INTERVAL_SECONDS"], app.config["EMPLOYEE_COUNT_MIN_PERCENT"]) == (30, 5.0)
+

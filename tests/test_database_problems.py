@@ -91,8 +91,8 @@ def test_a_database_that_cannot_be_reached_is_named_in_one_line(tmp_path, url, p
     done = entity_monitor(tmp_path, url, *args)
     assert done.returncode == 1 and done.stdout == "" and only_line(done).startswith(f"entity-monitor: {problem}")
     if url.startswith("sqlite"):  # it named neither the file nor why (operability walk)
-        assert only_line(done).endswith("(the file's folder must exist and be writable by this user: SQLite writes "
-                                        "its -wal and -shm files beside the database)")
+        assert only_line(done).endswith("(the file and its folder must exist and be writable by this user: SQLite "
+                                        "writes its -wal and -shm files beside the database)")
 
 
 @pytest.mark.parametrize("database", DATABASES)

@@ -192,7 +192,10 @@ def _connection_failure(error: BaseException) -> str:
     if reason is None:
         return _error_text(f"connection failed: {error}")
     pool = next((cause.pool for cause in chain if getattr(cause, "pool", None) is not None), None)
-    return _error_text(f"connection failed: {reason}" + (f" ({pool.host}:{pool.port})" if pool is not None else ""))
+    if pool is None:
+        return _error_text(f"connection failed: {reason}")
+    host = f"[{pool.host}]" if ":" in pool.host else pool.host  # an IPv6 address, as in a URL
+    return _error_text(f"connection failed: {reason} ({host}:{pool.port})")
 
 
 def _reason(cause: BaseException) -> Optional[str]:
