@@ -233,6 +233,10 @@ class MetricsServer(socketserver.ThreadingMixIn, WSGIServer):
     """A thread a connection: one client that connects and sends nothing held every scrape (operability walk)."""
     daemon_threads = True
 
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], (TimeoutError, ConnectionError)):  # a client's, not ours: no traceback
+            super().handle_error(request, client_address)
+
 
 class MetricsRequestHandler(WSGIRequestHandler):
     timeout = 10  # seconds a connection may wait for its request
