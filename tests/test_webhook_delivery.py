@@ -275,6 +275,26 @@ def test_a_test_send_past_the_most_a_process_sends_at_once_is_a_429_whatever_the
     assert len(receiver.requests) == 3
 
 
+def test_a_test_send_left_unanswered_pauses_the_accounts_next_for_a_minute(app, alice, bob):
+    """Two accounts looping test sends to endpoints that never answer held both places of the process, and every
+    other account's test send was a 429 for as long as they kept at it (review)."""
+    app.config["WEBHOOK_TIMEOUT_SECONDS"] = 0.5
+    with Receiver(Reply(delay=1.5)) as silent, Receiver() as answering:
+        configure(alice, silent.url)
+        configure(bob, answering.url)
+        first = alice.post("/webhooks/test").json
+        assert first["delivered"] is False and first["error"].startswith("timeout:")
+        paused = alice.post("/webhooks/test")
+        assert paused.status_code == 429 and paused.json["error"] == "RATE_LIMIT_EXCEEDED"
+        assert "got no answer within 0.5 s: the next may go 60 s after it" in paused.json["message"]
+        assert 55 <= int(paused.headers["Retry-After"]) <= 60
+        assert bob.post("/webhooks/test").json["delivered"] is True  # another account's go on
+        outbox._tests_paused[alice.account_id] -= 60  # a minute on
+        configure(alice, answering.url)
+        assert alice.post("/webhooks/test").json["delivered"] is True
+        assert alice.account_id not in outbox._tests_paused  # answered: no pause left behind
+
+
 def make_tenant_client_post(app, key, path):
     """A request from another thread: a client of its own (its own application context and session)."""
     return app.test_client().post(path, headers={"X-API-Key": key})

@@ -393,8 +393,10 @@ def _update_endpoint_health(configs, results, now):
 # --- the test send ------------------------------------------------------------------------------
 
 _tests_sending = {}  # account id -> when its test send on the wire (in this process) started, time.time()
+_tests_paused = {}  # account id -> until when its test sends wait, its last one unanswered (time.time())
 _tests_sending_lock = threading.Lock()
 TEST_SENDS_AT_ONCE = 2  # in a process, whatever the accounts: the server's other threads stay free for the API
+UNANSWERED_TEST_PAUSE_SECONDS = 60  # an account looping test sends to a dead endpoint holds a place a sixth of the time
 
 
 @contextmanager
@@ -405,7 +407,11 @@ def _one_test_at_a_time(account_id: str, timeout: float):
     while its first is on the wire, or one more than TEST_SENDS_AT_ONCE in the process, is a 429 whose Retry-After
     is when the one it waits for must have ended. A concurrency limit, as Stripe answers its own with 429."""
     with _tests_sending_lock:
-        started = _tests_sending.get(account_id)
+        started, paused_until = _tests_sending.get(account_id), _tests_paused.get(account_id, 0)
+        if paused_until > time.time():
+            raise RateLimited(1, UNANSWERED_TEST_PAUSE_SECONDS, paused_until,
+                              f"The last test send of this account got no answer within {timeout:g} s: the next "
+                              f"may go {UNANSWERED_TEST_PAUSE_SECONDS} s after it.")
         if started is not None:
             raise RateLimited(1, math.ceil(timeout), started + timeout + 1,  # (+1: recording the first try)
                               "A test send of this account is already waiting for the endpoint's answer. Retry when "
@@ -423,9 +429,17 @@ def _one_test_at_a_time(account_id: str, timeout: float):
 
 
 def send_test(account_id: str, transport) -> dict:
-    """Record a `test` event and send it now, whatever the filter or active flag; no retries; one at a time."""
+    """Record a `test` event and send it now, whatever the filter or active flag; no retries; one at a time. One the
+    endpoint left unanswered pauses the account's next for a minute: two accounts looping test sends to endpoints
+    that never answer held both places of the process for everyone (review)."""
     with _one_test_at_a_time(account_id, transport.timeout):
-        return _send_test(account_id, transport)
+        result = _send_test(account_id, transport)
+    with _tests_sending_lock:
+        if (result["error"] or "").startswith("timeout:"):
+            _tests_paused[account_id] = time.time() + UNANSWERED_TEST_PAUSE_SECONDS
+        else:
+            _tests_paused.pop(account_id, None)
+    return result
 
 
 def _send_test(account_id: str, transport) -> dict:
