@@ -18,7 +18,6 @@ from app.extensions import db
 from app.services import accounts
 
 
-
 class OperatorGroup(AppGroup):
     """A group of operator commands: a database that cannot serve (no schema, another release's, unreachable) is
     one line and exit 1 however the command is run; the console script said so, `flask --app wsgi …` ended in
