@@ -11,7 +11,7 @@ from flask import current_app
 from flask.cli import AppGroup, FlaskGroup
 
 from app.common import isoformat
-from app.database import missing_schema, unreachable
+from app.database import cannot_serve
 from app.errors import ServiceError
 from app.exits import stop
 from app.extensions import db
@@ -32,7 +32,7 @@ class OperatorGroup(AppGroup):
 
 
 def _stop_where_the_database_cannot_serve(error) -> None:
-    problem = missing_schema(error) or unreachable(error)
+    problem = cannot_serve(error)
     if problem is not None:
         stop(problem, 1)
 

@@ -137,20 +137,25 @@ def parse_bool(name, raw):
     raise ConfigError(f"{name}={raw!r} is not a boolean: use one of {'/'.join(TRUE_WORDS + FALSE_WORDS)}")
 
 
+def _ascii_number_text(raw: str) -> str:
+    """The value stripped, for int() or float(), which read any script's digits (CHECK_INTERVAL_SECONDS=３０ was 30):
+    ValueError unless it is ASCII."""
+    text = raw.strip()
+    if not text.isascii():
+        raise ValueError(text)
+    return text
+
+
 def parse_whole_number(name, raw):
     try:
-        if not raw.strip().isascii():  # int() reads any script's digits: CHECK_INTERVAL_SECONDS=３０ was 30
-            raise ValueError
-        return int(raw.strip())
+        return int(_ascii_number_text(raw))
     except ValueError:
         raise ConfigError(f"{name}={raw!r} is not a whole number (digits only, e.g. 30)") from None
 
 
 def parse_number(name, raw):
     try:
-        if not raw.strip().isascii():
-            raise ValueError
-        value = float(raw.strip())
+        value = float(_ascii_number_text(raw))
     except ValueError:
         raise ConfigError(f"{name}={raw!r} is not a number (e.g. 2.5)") from None
     if value != value or value in (float("inf"), float("-inf")):

@@ -262,6 +262,12 @@ def unreachable(error: Exception):
     return None
 
 
+def cannot_serve(error: Exception):
+    """One line for an operator when the database cannot serve as it is (`missing_schema`, `unreachable`); None for
+    any other error."""
+    return missing_schema(error) or unreachable(error)
+
+
 def _driver_error(error: Exception):
     """The driver's own exception of a database error: under SQLAlchemy's wrapper, or raised as it is where
     `driver_rows` runs SQL on the DBAPI connection. None for any other exception."""

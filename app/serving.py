@@ -32,8 +32,8 @@ def load():
     if not running_one_off_command():
         atexit.register(_write_buffered_usage_counts, app)
         queue_requests(app)
-    if not running_one_off_command() and not app.config.get("TESTING"):
-        refuse_a_database_that_cannot_serve(app)
+        if not app.config.get("TESTING"):
+            refuse_a_database_that_cannot_serve(app)
     try:
         start_when_serving(app)
     except DBAPIError as error:

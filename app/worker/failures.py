@@ -6,7 +6,7 @@ import sys
 import threading
 import time
 
-from app.database import missing_schema, unreachable
+from app.database import cannot_serve
 
 OUTAGE_LINE_SECONDS = 60
 
@@ -16,7 +16,7 @@ _lock = threading.Lock()
 
 def log_loop_failure(log, message: str, *args) -> None:
     """Call from the `except` block of the failure (`message` % `args` names what failed)."""
-    problem = _database_problem(sys.exc_info()[1])
+    problem = cannot_serve(sys.exc_info()[1])
     if problem is None:
         log.exception(message, *args)
         return
@@ -26,7 +26,3 @@ def log_loop_failure(log, message: str, *args) -> None:
             return
         _said_at[what] = now
     log.error(message + ": %s (said once a minute while it lasts)", *args, problem)
-
-
-def _database_problem(error):
-    return (unreachable(error) or missing_schema(error)) if isinstance(error, Exception) else None
