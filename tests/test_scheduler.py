@@ -285,7 +285,7 @@ def test_a_database_outage_is_one_line_a_minute_for_each_step_not_a_traceback_ev
     """A dropped database wrote 15 tracebacks in 10 s, about 5,000 an hour a process (operability walk)."""
     import sqlite3
     from app.worker import failures
-    monkeypatch.setattr(failures, "_said_at", {})
+    monkeypatch.setattr(failures, "_outages", {})
     clock = {"now": 1000.0}
     monkeypatch.setattr(failures.time, "monotonic", lambda: clock["now"])
 
@@ -307,6 +307,36 @@ def test_a_database_outage_is_one_line_a_minute_for_each_step_not_a_traceback_ev
     assert all(record.exc_info is None and record.levelname == "ERROR" for record in outage)
     bugs = [record for record in caplog.records if "step broken" in record.getMessage()]
     assert len(bugs) == 5 and all(record.exc_info for record in bugs)  # anything else: its traceback every time
+
+
+def test_an_outage_says_at_once_when_its_reason_changes_and_once_when_it_ends(app, caplog, monkeypatch):
+    """The outage line was per loop: a database that went from unreachable to schemaless said nothing for a minute,
+    and nothing ever said that the loop worked again."""
+    import sqlite3
+    from app.worker import failures
+    monkeypatch.setattr(failures, "_outages", {})
+    clock = {"now": 1000.0}
+    monkeypatch.setattr(failures.time, "monotonic", lambda: clock["now"])
+    reason = {"error": sqlite3.OperationalError("unable to open database file")}
+
+    def step():
+        if reason["error"]:
+            raise reason["error"]
+    running = scheduler.Scheduler(app)
+    running.run_step(step)
+    clock["now"] += 5
+    running.run_step(step)  # the same reason within the minute: nothing
+    reason["error"] = sqlite3.OperationalError("no such table: subscriptions")
+    running.run_step(step)
+    clock["now"] += 37
+    reason["error"] = None
+    running.run_step(step)
+    running.run_step(step)  # working on: nothing more
+    lines = [record.getMessage() for record in caplog.records if "step step" in record.getMessage()]
+    assert len(lines) == 3
+    assert "unable to open database file" in lines[0] and "no such table: subscriptions" in lines[1]
+    assert lines[2] == ("scheduler step step failed while the database could not be used; it works again "
+                        "(after 42 s)")
 
 
 @pytest.mark.sqlite_only(reason="the scheduler lock is SQLite's")

@@ -13,7 +13,7 @@ from flask import current_app
 from app.common import always
 from app.services import events, outbox
 from app.services.transport import transport_for
-from app.worker.failures import log_loop_failure
+from app.worker.failures import log_loop_failure, log_loop_recovery
 
 STEP_BUDGET_SECONDS = 30
 RECHECK_SECONDS = 0.2  # while tries run: how soon a wake-up (new deliveries queued) is noticed
@@ -309,6 +309,8 @@ def run_sender_loop(app, stopping: threading.Event) -> None:
                 deliver_until_idle(STEP_BUDGET_SECONDS, lambda: not stopping.is_set())
             except Exception:  # noqa: BLE001 - the loop must never die; the next round tries again
                 log_loop_failure(log, "delivery round failed")
+            else:
+                log_loop_recovery(log, "delivery round failed")
             woken.wait(poll)
 
 

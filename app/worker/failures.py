@@ -1,6 +1,7 @@
 """A scheduler loop's failure, logged: a database that cannot be used is one line a minute for each loop while the
 outage lasts, not a traceback every round (operability walk: a dropped database wrote 15 tracebacks in 10 s, about
-5,000 an hour a process, each many lines in a text log). Any other failure keeps its traceback every time."""
+5,000 an hour a process, each many lines in a text log), a new line at once when the reason changes, and one line
+when the loop works again. Any other failure keeps its traceback every time."""
 import math
 import sys
 import threading
@@ -10,7 +11,7 @@ from app.database import cannot_serve
 
 OUTAGE_LINE_SECONDS = 60
 
-_said_at = {}  # what failed -> time.monotonic() of its last line about an unusable database
+_outages = {}  # what failed -> [monotonic time the outage began, of its last line, the reason that line gave]
 _lock = threading.Lock()
 
 
@@ -22,7 +23,20 @@ def log_loop_failure(log, message: str, *args) -> None:
         return
     now, what = time.monotonic(), message % args
     with _lock:
-        if now - _said_at.get(what, -math.inf) < OUTAGE_LINE_SECONDS:
+        began, said_at, said = _outages.get(what, (now, -math.inf, None))
+        if problem == said and now - said_at < OUTAGE_LINE_SECONDS:
             return
-        _said_at[what] = now
+        _outages[what] = [began, now, problem]
     log.error(message + ": %s (said once a minute while it lasts)", *args, problem)
+
+
+def log_loop_recovery(log, message: str, *args) -> None:
+    """Call when the loop's round worked (`message` and `args` as its `log_loop_failure`): one line if an outage was
+    logged, so that an operator reading the log knows it ended."""
+    if not _outages:
+        return
+    with _lock:
+        outage = _outages.pop(message % args, None)
+    if outage is not None:
+        log.warning(message + " while the database could not be used; it works again (after %d s)", *args,
+                    time.monotonic() - outage[0])

@@ -25,7 +25,7 @@ from sqlalchemy.engine import make_url
 from app.common import utcnow
 from app.services import health, usage
 from app.worker import checks, deliveries, retention
-from app.worker.failures import log_loop_failure
+from app.worker.failures import log_loop_failure, log_loop_recovery
 
 log = logging.getLogger(__name__)
 SENDER_JOIN_SECONDS = 20
@@ -65,10 +65,13 @@ class Scheduler:
         if self.stopping.is_set():
             return
         with self.app.app_context():
+            name = getattr(step, "__name__", step)
             try:
                 step()
             except Exception:  # noqa: BLE001
-                log_loop_failure(log, "scheduler step %s failed", getattr(step, "__name__", step))
+                log_loop_failure(log, "scheduler step %s failed", name)
+            else:
+                log_loop_recovery(log, "scheduler step %s failed", name)
 
     def start(self):
         """Start the loops; nothing once a stop has begun (a stop signal during start-up or standby: review)."""
