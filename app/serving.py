@@ -2,6 +2,7 @@
 would silently break (several processes sharing per-process state) refused with the fix, and the scheduler
 started. `app.wsgi` calls `load()`; so does the console script for its commands."""
 import atexit
+import gc
 import os
 import socket
 import sys
@@ -38,7 +39,17 @@ def load():
         start_when_serving(app)
     except DBAPIError as error:
         _stop_in_one_line(error)
+    if not running_one_off_command() and not app.config.get("TESTING"):
+        keep_start_up_objects_out_of_collections()
     return app
+
+
+def keep_start_up_objects_out_of_collections() -> None:
+    """The ~115,000 objects of the loaded application (modules, classes, the app, its caches) are never garbage, yet
+    each of Python's full collections walked them all: ~50 ms every half-minute under load, with every request
+    queued behind it. Frozen (gc.freeze), a full collection walks what came later: ~1 ms."""
+    gc.collect()
+    gc.freeze()
 
 
 def refuse_a_database_that_cannot_serve(app):
