@@ -243,7 +243,7 @@ def serve(gunicorn_args):
         refuse_unsafe_process_model(app.config, gunicorn_settings(["gunicorn", *arguments]))
     except ConfigError as error:
         stop(f"configuration refused: {error}", APP_LOAD_ERROR)
-    os.execv(sys.executable, [sys.executable, "-m", "gunicorn", *arguments])
+    os.execv(sys.executable, [sys.executable, "-P", "-m", "app.gunicorn_main", *arguments])
 
 
 def _load_app():

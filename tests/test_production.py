@@ -563,6 +563,8 @@ def test_a_wheel_installed_in_a_fresh_venv_outside_the_checkout_migrates_creates
     located = subprocess.run([str(venv / "bin" / "python"), "-c", "import app; print(app.__file__)"], cwd=empty,
                              env=env, capture_output=True, text=True, check=True).stdout
     assert located.startswith(str(venv))  # the installed package, not the checkout
+    (empty / "app").mkdir()  # a project of the team's own where the commands run (walk: `serve` imported it)
+    (empty / "app" / "__init__.py").write_text("raise SystemExit('imported the app/ folder of the working directory')")
     assert entity_monitor("db", "upgrade").returncode == 0
     created = entity_monitor("accounts", "create", "--name", "Installed", "--json")
     key = json.loads(created.stdout)["api_key"]

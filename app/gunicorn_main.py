@@ -1,0 +1,7 @@
+"""gunicorn as `entity-monitor serve` runs it (`python -P -m app.gunicorn_main …`). This package is imported before
+gunicorn puts the working directory first on the import path (its `chdir` setting), so a folder named `app` where the
+command runs is never imported in its place, as it was under `python -m gunicorn`."""
+from gunicorn.app.wsgiapp import run
+
+if __name__ == "__main__":
+    run(prog="gunicorn")
