@@ -389,6 +389,16 @@ def test_nul_in_a_query_parameter_is_a_400(alice, query, field):
     assert is_validation_error(alice.get(query), field)
 
 
+@pytest.mark.parametrize("app_config", [{"RATELIMIT_UNAUTHENTICATED": 1}])
+@pytest.mark.parametrize("query", ["/subscriptions?search=a%00b", "/account?x=%00", "/events?subscription_id=%00"])
+def test_nul_in_a_query_parameter_without_a_key_is_a_401_first(anon, query):
+    """API walk: `GET /subscriptions?search=%00` without a key answered 400, not the 401 every endpoint gives a
+    missing key, and past the per-address budget of requests without a valid key still 400, never the 429."""
+    response = anon.get(query)
+    assert response.status_code == 401 and response.json["error"] == "UNAUTHORIZED"
+    assert anon.get(query).status_code == 429
+
+
 @pytest.mark.parametrize("name", ["   ", "\t\n", "\u3000"])
 def test_a_blank_key_name_is_a_400_and_stores_nothing(alice, name):
     response = alice.post("/account/api-keys", json={"name": name})

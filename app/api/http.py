@@ -46,13 +46,22 @@ def refuse_nul_in_query_and_form():
     """A 400 for NUL in a query or form parameter, on every database alike: PostgreSQL cannot compare or store
     it in text. The form is read only when the body is one (reading it otherwise builds an empty parser), and
     never for the API: its bodies are JSON whatever their Content-Type (curl's default is a form type), and
-    parsing one as a form would consume it."""
+    parsing one as a form would consume it. A keyed view called without a valid key is left to the 401 (or the
+    per-address 429) of `require_api_key`, as a body is: the key is checked first."""
+    if is_api_request() and not g.get("api_key_id") and _takes_a_key():
+        return
     reads_form = request.mimetype in FORM_MIMETYPES and not is_api_request()
     sources = (request.args, request.form) if reads_form else (request.args,)
     for source in sources:
         for name, value in source.items(multi=True):
             if "\x00" in name or "\x00" in value:
                 raise ValidationFailed(name, f"{name} must not contain the NUL character (U+0000).", value)
+
+
+def _takes_a_key() -> bool:
+    """Whether the request's view is a keyed one (its blueprint answers 401 without a valid key)."""
+    described = getattr(current_app.view_functions.get(request.endpoint), "openapi", None)
+    return described is not None and described["auth"]
 
 
 def refuse_a_body_where_none_is_taken():
