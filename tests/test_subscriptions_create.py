@@ -71,6 +71,20 @@ def test_alias_and_field_must_agree(alice):
     assert _create(alice, entity_type="contact", network_id="same", linkedin_id="same").status_code == 201
 
 
+def test_an_alias_naming_the_same_entity_in_another_form_agrees(alice):
+    """API walk: `network_id` `AliasA` with `linkedin_id` `aliasa` was refused as two values that differ, where ids
+    compare case-insensitively and `network_id` with a `network_url` of another form is accepted."""
+    by_id = _create(alice, entity_type="contact", network_id="AliasA", linkedin_id="aliasa")
+    assert by_id.status_code == 201 and by_id.get_json()["network_id"] == "aliasa"
+    by_url = _create(alice, entity_type="company", network_url="https://www.linkedin.com/company/alias-co",
+                     linkedin_url="https://uk.linkedin.com/company/Alias-Co/about/")
+    assert by_url.status_code == 201 and by_url.get_json()["network_id"] == "alias-co"
+    _assert_validation_error(_create(alice, entity_type="company", network_url="https://www.linkedin.com/company/x1",
+                                     linkedin_url="https://www.linkedin.com/company/x2"), "linkedin_url")
+    _assert_validation_error(_create(alice, entity_type="robot", network_url="https://www.linkedin.com/company/x1",
+                                     linkedin_url="https://linkedin.com/company/x1"), "entity_type")
+
+
 def test_custom_metadata_is_stored_and_returned(alice):
     body = _create(alice, entity_type="contact", network_id="meta-person",
                    custom_metadata={"crm_id": "42", "owner": "sales"}).get_json()

@@ -1,9 +1,11 @@
 import re
 
+from flask import current_app
 from marshmallow import Schema, ValidationError, fields, post_load, validate, validates_schema
 
 from app.schemas.base import BodySchema, PageQuerySchema, PaginationSchema, QuerySchema, Timestamp
-from app.services.entities import ENTITY_TYPES, PATH_KIND
+from app.errors import ServiceError
+from app.services.entities import ENTITY_TYPES, PATH_KIND, network_id_from_url, normalize_network_id
 
 STATUSES = ("active", "paused", "cancelled")
 MAX_METADATA_KEYS = 20
@@ -33,6 +35,23 @@ def _metadata_field(**kwargs):
 NETWORK_ID_PATTERN = r"^[A-Za-z0-9_-]{2,100}$"
 
 
+def _same_entity(field: str, value: str, alias_value: str, data: dict) -> bool:
+    """Whether a field and its alias name the same entity, compared as `network_id` and `network_url` are with each
+    other (ids case-insensitively, URLs by the id they name): `JaneDoe` and `janedoe` are one entity (API walk: they
+    were refused as different). A value that cannot be read is compared as written."""
+    if value == alias_value:
+        return True
+    try:
+        if field == "network_id":
+            return normalize_network_id(value) == normalize_network_id(alias_value)
+        domain = current_app.config["NETWORK_DOMAIN"]
+        entity_type = data.get("entity_type")
+        return network_id_from_url(value, entity_type, domain) == network_id_from_url(alias_value, entity_type,
+                                                                                       domain)
+    except (ServiceError, KeyError):
+        return False
+
+
 class SubscriptionCreateSchema(BodySchema):
     entity_type = EntityType
     network_id = fields.Str(validate=validate.Length(max=400), metadata={"description": "Username or slug."})
@@ -44,7 +63,7 @@ class SubscriptionCreateSchema(BodySchema):
     @validates_schema
     def _aliases_agree(self, data, **kwargs):
         for field, alias in (("network_id", "linkedin_id"), ("network_url", "linkedin_url")):
-            if field in data and alias in data and data[field] != data[alias]:
+            if field in data and alias in data and not _same_entity(field, data[field], data[alias], data):
                 raise ValidationError(f"{alias} is an alias of {field}; they differ.", alias)
         if not any(name in data for name in ("network_id", "network_url", "linkedin_id", "linkedin_url")):
             raise ValidationError("Give network_id or network_url (or both).", "network_id")
