@@ -1,5 +1,6 @@
 """The OpenAPI 3.1 document (contract §1, issue 2 point 9), generated from the validating schemas."""
 import re
+import time
 
 import pytest
 
@@ -231,3 +232,13 @@ def test_an_attempt_keeps_the_contracts_fields_and_adds_the_headers_it_was_sent_
             "attempted_at", "next_attempt_at"} < set(attempt)
     headers = attempt["request_headers"]
     assert "null" in headers["type"] and headers["additionalProperties"] == {"type": "string"}
+
+
+def test_recovery_times_are_documented_as_iso_8601_or_unix_seconds(alice, document):
+    """API walk: `since` and `until` were documented as date-time strings only, while the API reads Unix seconds as a
+    JSON number too (its description said so, its type did not)."""
+    properties = _resolve(document, {"$ref": "#/components/schemas/Recover"})["properties"]
+    for name in ("since", "until"):
+        assert properties[name]["type"] == ["string", "number"] and properties[name]["format"] == "date-time"
+    configure(alice, "https://hooks.example.com/in")
+    assert alice.post("/webhooks/recover", json={"since": time.time() - 3600, "until": time.time()}).status_code == 202

@@ -64,6 +64,12 @@ class UtcDateTime(fields.DateTime):
     default_error_messages = {"invalid": "Not a valid time: ISO 8601 (2026-11-25T08:00:00Z) or Unix seconds as a "
                                          "JSON number (a string of digits could be either)."}
 
+    def __init__(self, **kwargs):
+        # documented as what it reads, a string or a number (`format` constrains only the string): the document said
+        # a date-time string only, so a client generated from it could not send the Unix seconds it describes
+        metadata = kwargs.pop("metadata", {})
+        super().__init__(metadata={**metadata, "json_schema": {"type": ["string", "number"]}}, **kwargs)
+
     def _deserialize(self, value, attr, data, **kwargs):
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return self._from_unix_seconds(value)
