@@ -125,8 +125,8 @@ def _instance_path():
 
 def _register_request_hooks(app):
     from app.api.auth import assign_request_id, count_request, identify_caller, set_request_id_header
-    from app.api.http import (answer_options_with_no_content, refuse_a_body_where_none_is_taken,
-                              refuse_nul_in_query_and_form)
+    from app.api.http import (answer_options_with_no_content, never_cache_api_answers,
+                              refuse_a_body_where_none_is_taken, refuse_nul_in_query_and_form)
     from app.api.limits import add_rate_limit_headers
     # Order matters: the caller is identified before flask-limiter's own before_request hook, which init_app
     # registers next, so limits key on the validated API key; a request refused for NUL spends no limit.
@@ -142,6 +142,7 @@ def _register_request_hooks(app):
     app.after_request(add_rate_limit_headers)
     app.after_request(count_request)
     app.after_request(set_request_id_header)
+    app.after_request(never_cache_api_answers)
     app.after_request(answer_options_with_no_content)
 
 

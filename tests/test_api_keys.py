@@ -190,3 +190,12 @@ def test_name_of_100_characters_and_unicode_is_accepted(alice):
     name = "ключ " + "x" * 95
     body = alice.post("/account/api-keys", json={"name": name}).get_json()
     assert body["name"] == name
+
+
+def test_no_api_answer_may_be_cached(alice, anon):
+    """A new key (shown once) and every other API answer carry `Cache-Control: no-store` (API walk: none did)."""
+    answers = [alice.post("/account/api-keys", json={"name": "cached?"}), alice.get("/account"),
+               alice.get("/subscriptions"), alice.get("/subscriptions/sub_unknown"), anon.get("/account"),
+               alice.get("/subscriptions/export?format=csv")]
+    assert [answer.status_code for answer in answers] == [201, 200, 200, 404, 401, 200]
+    assert all(answer.headers["Cache-Control"] == "no-store" for answer in answers)

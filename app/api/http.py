@@ -32,6 +32,14 @@ def is_api_request() -> bool:
     return request.path.startswith(("/api/", "/v1/"))
 
 
+def never_cache_api_answers(response):
+    """`Cache-Control: no-store` on every API answer: they carry an account's data, and some a secret shown once (a new
+    key, a webhook's secret) that no browser or proxy cache may keep (API walk). The dashboard's pages say it too."""
+    if is_api_request():
+        response.headers["Cache-Control"] = "no-store"
+    return response
+
+
 def answer_options_with_no_content(response):
     """The API's OPTIONS answer (Flask's, with `Allow`) is a 204 without a body: it was a 200 whose empty body was
     typed text/html (API walk), where every other answer of the API is JSON."""
