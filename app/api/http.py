@@ -93,10 +93,11 @@ BODY_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 def json_body() -> dict:
     """The request body as a JSON object, or 400 VALIDATION_ERROR (413 past the size limit).
 
-    Decoded as UTF-8 only (RFC 8259): `json.loads` given bytes would guess UTF-16 or UTF-32 instead."""
+    Decoded as UTF-8 only (RFC 8259): `json.loads` given bytes would guess UTF-16 or UTF-32 instead. A leading byte
+    order mark, which RFC 8259 lets a parser ignore and Windows tools write, is ignored."""
     raw = _body_within_limit()
     try:
-        data = parse_json_text(raw.decode("utf-8")) if raw else None
+        data = parse_json_text(raw.decode("utf-8-sig")) if raw else None
     except NestedTooDeeply:
         raise ValidationFailed("body", "The request body nests too deeply.")
     except UnicodeError:
