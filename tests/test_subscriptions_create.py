@@ -177,6 +177,18 @@ def test_a_port_or_user_in_a_profile_url_is_named_as_the_problem(alice, url):
     assert _count(alice.account_id) == 0
 
 
+@pytest.mark.parametrize("url", ["https://www.linkedin.com/in/u27/about/../../company/acme",
+                                 "https://www.linkedin.com/in/u27/details/./x",
+                                 "https://www.linkedin.com/in/u27/about/%2E%2e",
+                                 "https://www.linkedin.com/in/u27/about/.%2e/x"])
+def test_a_url_with_dot_segments_is_refused(alice, url):
+    """A browser resolves the dots: the first URL opens the company acme, and it was taken as the contact u27 (API
+    walk)."""
+    body = _assert_validation_error(_create(alice, entity_type="contact", network_url=url), "network_url")
+    assert "must not contain . or .. segments" in body["message"]
+    assert _count(alice.account_id) == 0
+
+
 def test_id_and_url_naming_different_entities_are_rejected(alice):
     body = _assert_validation_error(_create(alice, entity_type="contact", network_id="jane-doe",
                                             network_url="https://www.linkedin.com/in/john-doe"), "network_url")
