@@ -17,10 +17,15 @@ HOST_NAME = r"([A-Za-z0-9-]{1,63}\.)+[A-Za-z][A-Za-z0-9-]{0,62}"
 # class that Python and JSON Schema (ECMA-262) read alike
 CONTROL_CLASS = "\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029\\u202a-\\u202e\\u2066-\\u2069"
 _CONTROL_CHARACTERS = re.compile(f"[{CONTROL_CLASS}]")
-NAME_RULE = ("must not be blank or contain control characters (U+0000-U+001F, U+007F-U+009F, U+2028, U+2029, "
-             "U+202A-U+202E, U+2066-U+2069)")
-# JSON Schema's statement of `is_plain_name`: one character that is not a space, none that is a control
-PLAIN_NAME_PATTERN = f"^[^{CONTROL_CLASS}]*[^\\s{CONTROL_CLASS}][^{CONTROL_CLASS}]*$"
+# Characters that show nothing: zero-width spaces and joiners, the left-to-right and right-to-left marks, word joiners
+# and invisible operators, the byte order mark. A name may hold them (an emoji sequence needs its joiner), but a name
+# of these and spaces alone is blank: it listed as an empty name (API walk)
+INVISIBLE_CLASS = "\\u200b-\\u200f\\u2060-\\u2064\\ufeff"
+_VISIBLE_CHARACTER = re.compile(f"[^\\s{CONTROL_CLASS}{INVISIBLE_CLASS}]")
+NAME_RULE = ("must not be blank (spaces and invisible characters alone) or contain control characters "
+             "(U+0000-U+001F, U+007F-U+009F, U+2028, U+2029, U+202A-U+202E, U+2066-U+2069)")
+# JSON Schema's statement of `is_plain_name`: one character that is not a space nor invisible, none that is a control
+PLAIN_NAME_PATTERN = f"^[^{CONTROL_CLASS}]*[^\\s{CONTROL_CLASS}{INVISIBLE_CLASS}][^{CONTROL_CLASS}]*$"
 
 
 def composed(text: str) -> str:
@@ -44,7 +49,7 @@ def new_sortable_id(prefix: str) -> str:
 def is_plain_name(text: str) -> bool:
     """A name shown on one line (`accounts list`, `keys list`, the dashboard): not blank, no control characters
     (a newline or tab would break the CLI's tab-separated lines; PostgreSQL refuses NUL in text)."""
-    return bool(text.strip()) and not _CONTROL_CHARACTERS.search(text)
+    return bool(_VISIBLE_CHARACTER.search(text)) and not _CONTROL_CHARACTERS.search(text)
 
 
 def random_alphanumeric(length: int) -> str:

@@ -742,7 +742,8 @@ def test_keys_are_created_shown_once_listed_and_revoked(browser, alice):
     browser.post(f"/keys/{new_key.id}/revoke")
     assert "<td>CRM sync</td>" not in browser.text("/keys")
     for name, message in (("", "name: Length must be between 1 and 100."),
-                          ("CRM\r\nsync", "name must not be blank or contain control characters")):
+                          ("CRM\r\nsync", "name must not be blank (spaces and invisible characters alone) or "
+                                           "contain control characters")):
         refused = browser.post("/keys", data={"name": name})
         assert refused.status_code == 400 and message in refused.get_data(as_text=True)
     assert len(keys.list_keys(alice.account_id)) == 1
