@@ -3,5 +3,7 @@ gunicorn puts the working directory first on the import path (its `chdir` settin
 command runs is never imported in its place, as it was under `python -m gunicorn`."""
 from gunicorn.app.wsgiapp import run
 
+import app  # noqa: F401 - imported already under -m; run as a file (gunicorn's re-exec on USR2) it must be too
+
 if __name__ == "__main__":
     run(prog="gunicorn")

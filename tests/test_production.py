@@ -588,6 +588,20 @@ def test_a_wheel_installed_in_a_fresh_venv_outside_the_checkout_migrates_creates
         assert server.wait(STOP_WITHIN_SECONDS) == 0
 
 
+def test_gunicorns_re_exec_of_serve_runs_this_package_beside_a_folder_named_app(service, tmp_path):
+    """gunicorn re-executes itself (USR2) as `python <the module's file> …`: the module imports this package before
+    gunicorn puts the working directory first on the import path."""
+    service.create_account()
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "app").mkdir(parents=True)
+    (elsewhere / "app" / "__init__.py").write_text("raise SystemExit('imported the app/ folder of the working "
+                                                   "directory')")
+    done = subprocess.run([sys.executable, str(ROOT / "app" / "gunicorn_main.py"), "-c", "python:app.gunicorn_conf",
+                           "--check-config", "app.wsgi:app"], cwd=elsewhere, env=service.env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
 def test_flask_run_serves_with_the_scheduler(service):
     service.create_account()
     port = free_port()
