@@ -1,4 +1,5 @@
 """The application factory."""
+import logging
 import os
 
 from flask import Flask
@@ -53,6 +54,7 @@ def create_app(test_config=None):
     from app import models  # noqa: F401 - registers the tables with the metadata
     from app.database import configure_engine
     db.init_app(app)
+    app.teardown_appcontext(_end_the_session)  # runs before Flask-SQLAlchemy's own (teardowns run in reverse)
     migrate.init_app(app, db, directory=os.path.join(app.root_path, "migrations"))
     with app.app_context():
         configure_engine(db.engine, app.config["SQLITE_BUSY_TIMEOUT_MS"])
@@ -65,6 +67,19 @@ def create_app(test_config=None):
     from app.cli import register_commands
     register_commands(app)
     return app
+
+
+def _end_the_session(_error=None):
+    """End the request's session before Flask-SQLAlchemy removes it. A connection the server ended once the answer
+    was made (a restart, a failover, pg_terminate_backend) fails the rollback of the request's read, after SQLAlchemy
+    has let it go: raised from the teardown, that turned the answer made (a write already committed too) into a 500
+    with a traceback (PostgreSQL walk). Said in one line; the next request opens another connection."""
+    from sqlalchemy.exc import DBAPIError
+    try:
+        db.session.close()
+    except DBAPIError as error:
+        logging.getLogger(__name__).warning("the request's database connection was lost as it ended: %s",
+                                            str(error.orig).strip().splitlines()[0] if error.orig else error)
 
 
 def _configure(app, test_config):

@@ -4,6 +4,7 @@ line for every command and for `serve`, never a traceback; `serve` exits 4 (not 
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,37 @@ def test_an_error_of_the_sql_itself_is_not_taken_for_an_unusable_database(tmp_pa
     with pytest.raises(OperationalError) as raised, engine.connect() as connection:
         connection.execute(text(statement))
     assert missing_schema(raised.value) is None and unreachable(raised.value) is None
+
+
+@pytest.mark.postgresql_only("a server ending the connection of a request is PostgreSQL's pg_terminate_backend")
+def test_a_connection_the_server_ends_once_the_answer_is_made_leaves_the_answer_alone(app, alice, caplog):
+    """The answer was made; then the server ended the request's connection (a restart, a failover,
+    pg_terminate_backend) before the request's end rolled its read back. That rollback failed in Flask-SQLAlchemy's
+    teardown, the exception left the app, and gunicorn answered 500 with a traceback instead of the 200 (PostgreSQL
+    walk: `Error handling request GET /api/v1/subscriptions…` while backends were terminated). A write had already
+    committed: its client was told 500 for a subscription that was created."""
+    from flask import request
+
+    from app.extensions import db
+
+    @app.after_request
+    def end_the_connection(response):
+        if request.path.endswith("/account"):
+            pid = db.session.connection().exec_driver_sql("SELECT pg_backend_pid()").scalar()
+            with db.engine.connect() as other:
+                other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        return response
+
+    def in_a_thread_of_its_own(method, path, **kwargs):
+        """As a server's thread runs a request: in an application context of its own, ended with the request."""
+        answers = []
+        thread = threading.Thread(target=lambda: answers.append(alice.request(method, path, **kwargs)))
+        thread.start()
+        thread.join(30)
+        return answers[0] if answers else None  # none: the request raised
+
+    response = in_a_thread_of_its_own("GET", "/account")
+    assert response is not None and response.status_code == 200 and response.get_json()["id"] == alice.account_id
+    assert "the request's database connection was lost as it ended" in caplog.text
+    created = in_a_thread_of_its_own("POST", "/subscriptions", json={"entity_type": "contact", "network_id": "jane"})
+    assert created.status_code == 201  # the next request has a connection again
