@@ -285,7 +285,7 @@ def test_a_database_outage_is_one_line_a_minute_for_each_step_not_a_traceback_ev
     """A dropped database wrote 15 tracebacks in 10 s, about 5,000 an hour a process (operability walk)."""
     import sqlite3
     from app.worker import failures
-    monkeypatch.setattr(failures, "_outages", {})
+    monkeypatch.setattr(failures, "_loops", {})
     clock = {"now": 1000.0}
     monkeypatch.setattr(failures.time, "monotonic", lambda: clock["now"])
 
@@ -314,7 +314,7 @@ def test_an_outage_says_at_once_when_its_reason_changes_and_once_when_it_ends(ap
     and nothing ever said that the loop worked again."""
     import sqlite3
     from app.worker import failures
-    monkeypatch.setattr(failures, "_outages", {})
+    monkeypatch.setattr(failures, "_loops", {})
     clock = {"now": 1000.0}
     monkeypatch.setattr(failures.time, "monotonic", lambda: clock["now"])
     reason = {"error": sqlite3.OperationalError("unable to open database file")}
@@ -337,6 +337,49 @@ def test_an_outage_says_at_once_when_its_reason_changes_and_once_when_it_ends(ap
     assert "unable to open database file" in lines[0] and "no such table: subscriptions" in lines[1]
     assert lines[2] == ("scheduler step step failed while the database could not be used; it works again "
                         "(after 42 s)")
+
+
+def test_a_database_failing_every_other_round_writes_two_lines_a_minute_not_two_a_round(app, caplog, monkeypatch):
+    """Each round that worked forgot the outage, so the next failure was said at once: a database refusing every other
+    connection (too many clients) wrote an ERROR and a WARNING line every two rounds (review)."""
+    import sqlite3
+    from app.worker import failures
+    monkeypatch.setattr(failures, "_loops", {})
+    clock = {"now": 1000.0}
+    monkeypatch.setattr(failures.time, "monotonic", lambda: clock["now"])
+    rounds = {"n": 0}
+
+    def flapping():
+        rounds["n"] += 1
+        if rounds["n"] % 2:
+            raise sqlite3.OperationalError(("unable to open database file", "disk I/O error")[rounds["n"] % 4 // 2])
+    running = scheduler.Scheduler(app)
+    for _ in range(60):  # two minutes, a round every 2 s
+        running.run_step(flapping)
+        clock["now"] += 2
+    lines = [record for record in caplog.records if "step flapping" in record.getMessage()]
+    errors = [line for line in lines if line.levelname == "ERROR"]
+    recoveries = [line for line in lines if line.levelname == "WARNING"]
+    assert len(errors) == 4 and len(recoveries) == 2  # each reason once a minute; the end of an outage once a minute
+
+
+def test_a_round_that_did_not_use_the_database_does_not_say_it_works_again(app, caplog, monkeypatch):
+    """The usage flush with nothing to write touched no database, and said "it works again" 5 s into an outage
+    (review)."""
+    import sqlite3
+    from app.worker import failures
+    monkeypatch.setattr(failures, "_loops", {})
+    outcome = {"raise": True}
+
+    def flush_like():
+        if outcome["raise"]:
+            raise sqlite3.OperationalError("unable to open database file")
+        return False  # nothing to write
+    running = scheduler.Scheduler(app)
+    running.run_step(flush_like)
+    outcome["raise"] = False
+    running.run_step(flush_like)
+    assert not [record for record in caplog.records if "works again" in record.getMessage()]
 
 
 @pytest.mark.sqlite_only(reason="the scheduler lock is SQLite's")

@@ -1,5 +1,8 @@
 """GET /account/usage (contract §4): counts for the current UTC day and month."""
+from contextlib import contextmanager
 from datetime import date
+
+import pytest
 
 from app.services import usage
 
@@ -73,6 +76,27 @@ def test_a_failing_flush_never_fails_the_request(alice, monkeypatch):
     monkeypatch.setattr(usage, "FLUSH_EVERY_SECONDS", 0)
     response = alice.get("/account")
     assert response.status_code == 200
+
+
+def test_counts_whose_write_fails_are_written_at_the_next_flush(alice, monkeypatch):
+    """A database down for a moment lost the counts buffered for the failed write."""
+    import sqlite3
+    from app.services import usage as usage_module
+    alice.get("/account")
+    alice.get("/account")
+    with alice.client.application.app_context():
+        counts = usage.request_counts()
+
+        @contextmanager
+        def database_down():
+            raise sqlite3.OperationalError("unable to open database file")
+            yield
+        monkeypatch.setattr(usage_module, "write_transaction", database_down)
+        with pytest.raises(sqlite3.OperationalError):
+            counts.flush()
+        monkeypatch.undo()
+        assert counts.flush() is True and counts.flush() is False
+    assert _usage(alice)["day"]["requests"] == 2
 
 
 def test_counts_are_written_within_the_interval_without_another_request(alice, monkeypatch):

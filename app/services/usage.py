@@ -67,22 +67,31 @@ class RequestCounter:
         try:
             self.flush()
         except Exception:  # noqa: BLE001 - bookkeeping must never fail the request it counts
-            log.exception("flushing request counts failed; those counts are lost")
+            log.exception("flushing request counts failed; they are written at the next flush")
 
-    def flush(self) -> None:
+    def flush(self) -> bool:
+        """Writes the counts buffered so far; whether there were any (so the database was used). Counts whose write
+        fails are kept for the next flush (they were dropped: a database down for a moment lost them)."""
         with self._lock:
             pending, self._pending = self._pending, Counter()
             self._last_flush = time.monotonic()
             if self._timer is not None:  # written now: the timer has nothing left to write
                 self._timer.cancel()
                 self._timer = None
-        if pending:
+        if not pending:
+            return False
+        try:
             with write_transaction() as session:
                 # Counts of an account that is gone (or, in one process serving several apps, that lives
                 # in another database) are dropped: one stale row must not lose everyone's counts.
                 known = set(session.scalars(select(Account.id).where(
                     Account.id.in_({account_id for account_id, _day in pending}))))
                 add_counts(session, {key: {"requests": n} for key, n in pending.items() if key[0] in known})
+        except Exception:
+            with self._lock:
+                self._pending.update(pending)
+            raise
+        return True
 
 
 def request_counts() -> RequestCounter:
@@ -92,8 +101,8 @@ def request_counts() -> RequestCounter:
     return current_app.extensions.setdefault("request_counts", RequestCounter())
 
 
-def flush_request_counts() -> None:
-    request_counts().flush()
+def flush_request_counts() -> bool:
+    return request_counts().flush()
 
 
 def _period_counts(account_id: str, start: date) -> dict:

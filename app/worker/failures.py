@@ -1,17 +1,28 @@
-"""A scheduler loop's failure, logged: a database that cannot be used is one line a minute for each loop while the
-outage lasts, not a traceback every round (operability walk: a dropped database wrote 15 tracebacks in 10 s, about
-5,000 an hour a process, each many lines in a text log), a new line at once when the reason changes, and one line
-when the loop works again. Any other failure keeps its traceback every time."""
+"""A scheduler loop's failure, logged: a database that cannot be used is one ERROR line a minute for each loop and
+reason while the outage lasts, not a traceback every round (operability walk: a dropped database wrote 15 tracebacks
+in 10 s, about 5,000 an hour a process, each many lines in a text log); a new reason is said at once, and the first
+round that uses the database again says the outage ended, once a minute at most (a database that fails every other
+round, e.g. too many clients, would otherwise write two lines a round: review). Any other failure keeps its
+traceback every time."""
 import math
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 
 from app.database import cannot_serve
 
 OUTAGE_LINE_SECONDS = 60
 
-_outages = {}  # what failed -> [monotonic time the outage began, of its last line, the reason that line gave]
+
+@dataclass
+class _Loop:
+    down_since: float = None  # monotonic time the outage began; None while the loop works
+    said_at: dict = field(default_factory=dict)  # reason -> monotonic time of its last line
+    recovery_said_at: float = -math.inf
+
+
+_loops = {}  # what failed -> _Loop
 _lock = threading.Lock()
 
 
@@ -21,22 +32,30 @@ def log_loop_failure(log, message: str, *args) -> None:
     if problem is None:
         log.exception(message, *args)
         return
-    now, what = time.monotonic(), message % args
+    now = time.monotonic()
     with _lock:
-        began, said_at, said = _outages.get(what, (now, -math.inf, None))
-        if problem == said and now - said_at < OUTAGE_LINE_SECONDS:
+        loop = _loops.setdefault(message % args, _Loop())
+        if loop.down_since is None:
+            loop.down_since = now
+        if now - loop.said_at.get(problem, -math.inf) < OUTAGE_LINE_SECONDS:
             return
-        _outages[what] = [began, now, problem]
+        loop.said_at[problem] = now
     log.error(message + ": %s (said once a minute while it lasts)", *args, problem)
 
 
 def log_loop_recovery(log, message: str, *args) -> None:
-    """Call when the loop's round worked (`message` and `args` as its `log_loop_failure`): one line if an outage was
-    logged, so that an operator reading the log knows it ended."""
-    if not _outages:
+    """Call when a round of the loop used the database and worked (`message` and `args` as its `log_loop_failure`):
+    one line when an outage was logged, so that an operator reading the log knows it ended."""
+    if not _loops:
         return
+    now = time.monotonic()
     with _lock:
-        outage = _outages.pop(message % args, None)
-    if outage is not None:
-        log.warning(message + " while the database could not be used; it works again (after %d s)", *args,
-                    time.monotonic() - outage[0])
+        loop = _loops.get(message % args)
+        if loop is None or loop.down_since is None:
+            return
+        down_since, loop.down_since = loop.down_since, None
+        if now - loop.recovery_said_at < OUTAGE_LINE_SECONDS:
+            return
+        loop.recovery_said_at = now
+    log.warning(message + " while the database could not be used; it works again (after %d s)", *args,
+                now - down_since)

@@ -47,7 +47,8 @@ class Scheduler:
                                        name="webhook-sender-loop", daemon=True)
 
     def steps(self):
-        """(job id, seconds between runs, step). Each step does one round of work and returns."""
+        """(job id, seconds between runs, step). Each step does one round of work and returns: False when the round
+        did not use the database (nothing to write), which then tells nothing of an outage's end."""
         return [("flush-usage", usage.FLUSH_EVERY_SECONDS, usage.flush_request_counts),
                 ("checks", self.app.config["SCHEDULER_CHECK_POLL_SECONDS"], self.tick_and_check),
                 ("retention", retention.INTERVAL_SECONDS, retention.run_retention)]
@@ -67,11 +68,12 @@ class Scheduler:
         with self.app.app_context():
             name = getattr(step, "__name__", step)
             try:
-                step()
+                used_the_database = step() is not False
             except Exception:  # noqa: BLE001
                 log_loop_failure(log, "scheduler step %s failed", name)
             else:
-                log_loop_recovery(log, "scheduler step %s failed", name)
+                if used_the_database:
+                    log_loop_recovery(log, "scheduler step %s failed", name)
 
     def start(self):
         """Start the loops; nothing once a stop has begun (a stop signal during start-up or standby: review)."""
