@@ -243,7 +243,8 @@ def serve(gunicorn_args):
         refuse_unsafe_process_model(app.config, gunicorn_settings(["gunicorn", *arguments]))
     except ConfigError as error:
         stop(f"configuration refused: {error}", APP_LOAD_ERROR)
-    os.execv(sys.executable, [sys.executable, "-P", "-m", "app.gunicorn_main", *arguments])
+    # by its file, not imported: gunicorn reads WEB_CONCURRENCY as it is imported, before the check above
+    os.execv(sys.executable, [sys.executable, os.path.join(os.path.dirname(__file__), "gunicorn_main.py"), *arguments])
 
 
 def _load_app():
