@@ -85,6 +85,23 @@ def test_an_alias_naming_the_same_entity_in_another_form_agrees(alice):
                                      linkedin_url="https://linkedin.com/company/x1"), "entity_type")
 
 
+@pytest.mark.parametrize("entity_type, field, value, alias, says", [
+    ("company", "network_url", "https://www.linkedin.com/in/jane", "https://www.linkedin.com/in/jane/",
+     "/company/ path"),
+    ("contact", "network_id", "jane.doe", "Jane.Doe", "network_id"),
+    ("contact", "network_url", "https://www.linkedin.com/in/jane", "https://www.linkedin.com/in/jane/about/../x",
+     ". or .. segments"),
+])
+def test_an_alias_pair_that_cannot_be_read_names_the_reason_not_a_difference(alice, entity_type, field, value, alias,
+                                                                             says):
+    """Any value of the pair that could not be read was reported as the pair differing (review)."""
+    alias_field = field.replace("network", "linkedin")
+    response = _create(alice, entity_type=entity_type, **{field: value, alias_field: alias})
+    assert response.status_code == 400 and says in response.get_json()["message"]
+    assert "they differ" not in response.get_json()["message"]
+    assert _count(alice.account_id) == 0
+
+
 def test_custom_metadata_is_stored_and_returned(alice):
     body = _create(alice, entity_type="contact", network_id="meta-person",
                    custom_metadata={"crm_id": "42", "owner": "sales"}).get_json()
@@ -180,7 +197,8 @@ def test_a_port_or_user_in_a_profile_url_is_named_as_the_problem(alice, url):
 @pytest.mark.parametrize("url", ["https://www.linkedin.com/in/u27/about/../../company/acme",
                                  "https://www.linkedin.com/in/u27/details/./x",
                                  "https://www.linkedin.com/in/u27/about/%2E%2e",
-                                 "https://www.linkedin.com/in/u27/about/.%2e/x"])
+                                 "https://www.linkedin.com/in/u27/about/.%2e/x",
+                                 "https://www.linkedin.com/in/u27/details/x\\..\\..\\..\\company\\acme"])
 def test_a_url_with_dot_segments_is_refused(alice, url):
     """A browser resolves the dots: the first URL opens the company acme, and it was taken as the contact u27 (API
     walk)."""

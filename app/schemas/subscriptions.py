@@ -3,8 +3,8 @@ import re
 from flask import current_app
 from marshmallow import Schema, ValidationError, fields, post_load, validate, validates_schema
 
+from app.errors import ValidationFailed
 from app.schemas.base import BodySchema, PageQuerySchema, PaginationSchema, QuerySchema, Timestamp
-from app.errors import ServiceError
 from app.services.entities import ENTITY_TYPES, PATH_KIND, network_id_from_url, normalize_network_id
 
 STATUSES = ("active", "paused", "cancelled")
@@ -35,21 +35,16 @@ def _metadata_field(**kwargs):
 NETWORK_ID_PATTERN = r"^[A-Za-z0-9_-]{2,100}$"
 
 
-def _same_entity(field: str, value: str, alias_value: str, data: dict) -> bool:
-    """Whether a field and its alias name the same entity, compared as `network_id` and `network_url` are with each
-    other (ids case-insensitively, URLs by the id they name): `JaneDoe` and `janedoe` are one entity (API walk: they
-    were refused as different). A value that cannot be read is compared as written."""
-    if value == alias_value:
-        return True
+def _entity_named(field: str, value: str, entity_type: str) -> str:
+    """The id a field or its alias names, compared as `network_id` and `network_url` are with each other (ids
+    case-insensitively, URLs by the id they name); a value that cannot be read is that field's error, with its reason
+    (review: it was reported as the pair differing)."""
     try:
-        if field == "network_id":
-            return normalize_network_id(value) == normalize_network_id(alias_value)
-        domain = current_app.config["NETWORK_DOMAIN"]
-        entity_type = data.get("entity_type")
-        return network_id_from_url(value, entity_type, domain) == network_id_from_url(alias_value, entity_type,
-                                                                                       domain)
-    except (ServiceError, KeyError):
-        return False
+        if field in ("network_id", "linkedin_id"):
+            return normalize_network_id(value, field)
+        return network_id_from_url(value, entity_type, current_app.config["NETWORK_DOMAIN"], field)
+    except ValidationFailed as error:
+        raise ValidationError(error.message, field) from None
 
 
 class SubscriptionCreateSchema(BodySchema):
@@ -63,7 +58,9 @@ class SubscriptionCreateSchema(BodySchema):
     @validates_schema
     def _aliases_agree(self, data, **kwargs):
         for field, alias in (("network_id", "linkedin_id"), ("network_url", "linkedin_url")):
-            if field in data and alias in data and not _same_entity(field, data[field], data[alias], data):
+            if field in data and alias in data and data[field] != data[alias] and \
+                    _entity_named(field, data[field], data["entity_type"]) != \
+                    _entity_named(alias, data[alias], data["entity_type"]):  # `JaneDoe` and `janedoe` agree (API walk)
                 raise ValidationError(f"{alias} is an alias of {field}; they differ.", alias)
         if not any(name in data for name in ("network_id", "network_url", "linkedin_id", "linkedin_url")):
             raise ValidationError("Give network_id or network_url (or both).", "network_id")

@@ -92,8 +92,9 @@ def parse_network_url(url: str, domain: str, field="network_url"):
                       f"such as uk.{domain} or m.{domain}.")
     if port not in (None, _DEFAULT_PORTS[parts.scheme.lower()]) or parts.username is not None:
         raise invalid(f"it must name no user and no port but the scheme's (https://www.{domain}/in/<id>).")
-    segments = [segment for segment in parts.path.split("/") if segment]
-    if any(segment.lower().replace("%2e", ".") in (".", "..") for segment in segments):  # as a browser reads them
+    # read as a browser reads an http(s) path: a backslash is a slash, `%2e` a dot
+    segments = [segment for segment in parts.path.replace("\\", "/").split("/") if segment]
+    if any(segment.lower().replace("%2e", ".") in (".", "..") for segment in segments):
         raise invalid("its path must not contain . or .. segments (a browser would open another page).")
     if segments and segments[0].lower() == MOBILE_PREFIX:
         segments = segments[1:]
