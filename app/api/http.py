@@ -68,8 +68,13 @@ def refuse_nul_in_query_and_form():
 
 def _takes_a_key() -> bool:
     """Whether the request's view is a keyed one (its blueprint answers 401 without a valid key)."""
-    described = getattr(current_app.view_functions.get(request.endpoint), "openapi", None)
+    described = _view_description()
     return described is not None and described["auth"]
+
+
+def _view_description():
+    """What the request's view's `spec` says of it (its body, whether it takes a key); None for an undescribed one."""
+    return getattr(current_app.view_functions.get(request.endpoint), "openapi", None)
 
 
 def refuse_a_body_where_none_is_taken():
@@ -77,7 +82,7 @@ def refuse_a_body_where_none_is_taken():
     cancel, the webhook test…) knows none, so a body with fields, or one that is not a JSON object, is refused
     like any other body's unknown fields; an empty body or `{}` is fine. Requests without a valid key are left
     to the 401 of `require_api_key`."""
-    described = getattr(current_app.view_functions.get(request.endpoint), "openapi", None)
+    described = _view_description()
     if (described is None or described["body"] is not None or request.method not in BODY_METHODS
             or not g.get("api_key_id") or not request.get_data(cache=True).strip()):
         return

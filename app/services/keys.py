@@ -21,8 +21,8 @@ from app.services.account_lock import lock_account
 KEY_PATTERN = re.compile(r"^lwa\.sk_(live|test)_[A-Za-z0-9]{32}$")
 MISSING_MESSAGE = "API key is missing. Send your key in the X-API-Key header."
 INVALID_MESSAGE = "API key is invalid. Check that it is correct and active."
-FORMAT_MESSAGE = ("API key format is invalid. Keys must start with the 'lwa.' prefix: lwa.sk_live_ and 32 letters "
-                  "or digits.")
+FORMAT_MESSAGE = ("API key format is invalid. Keys must start with the 'lwa.' prefix: lwa.sk_live_ (lwa.sk_test_ on "
+                  "a test server) and 32 letters or digits.")
 
 
 def hash_key(plaintext: str) -> str:
