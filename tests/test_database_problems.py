@@ -177,3 +177,24 @@ def test_a_connection_the_server_ends_once_the_answer_is_made_leaves_the_answer_
     assert "the request's database connection was lost as it ended" in caplog.text
     created = in_a_thread_of_its_own("POST", "/subscriptions", json={"entity_type": "contact", "network_id": "jane"})
     assert created.status_code == 201  # the next request has a connection again
+
+
+def test_a_request_while_the_database_cannot_be_used_is_a_503_to_retry_said_once(app, alice, caplog, monkeypatch):
+    """Every request of a PostgreSQL outage answered 500 INTERNAL_ERROR with a traceback each: a client could not
+    tell "retry later" from a bug, and the log flooded (PostgreSQL walk)."""
+    import sqlite3
+    from app.services import keys
+    from app.worker import failures
+    monkeypatch.setattr(failures, "_loops", {})
+
+    def database_gone(*_args, **_kwargs):
+        raise sqlite3.OperationalError("unable to open database file")
+    monkeypatch.setattr(keys._BY_HASH, "first", database_gone)
+    answers = [alice.get("/account"), alice.get("/subscriptions"), alice.post("/subscriptions", json={})]
+    assert [answer.status_code for answer in answers] == [503] * 3
+    assert all(answer.json["error"] == "UNAVAILABLE" and answer.headers["Retry-After"] == "5" for answer in answers)
+    assert answers[0].json["message"] == "The service cannot use its database right now. Retry later."
+    said = [record for record in caplog.records if record.name == "app.api.errors"]
+    assert len(said) == 1 and said[0].exc_info is None
+    assert said[0].getMessage().startswith("requests failed: the database (DATABASE_URL) cannot be used: unable to "
+                                           "open database file")

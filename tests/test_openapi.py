@@ -242,3 +242,10 @@ def test_recovery_times_are_documented_as_iso_8601_or_unix_seconds(alice, docume
         assert properties[name]["type"] == ["string", "number"] and properties[name]["format"] == "date-time"
     configure(alice, "https://hooks.example.com/in")
     assert alice.post("/webhooks/recover", json={"since": time.time() - 3600, "until": time.time()}).status_code == 202
+
+
+def test_every_keyed_operation_documents_the_503_of_a_database_it_cannot_use(document):
+    """A database outage answers 503 UNAVAILABLE with Retry-After (PostgreSQL walk: it was an undocumented 500)."""
+    keyed = [operation for path in document["paths"].values() for operation in path.values()
+             if isinstance(operation, dict) and "401" in operation.get("responses", {})]
+    assert keyed and all(operation["responses"]["503"]["description"] == "UNAVAILABLE" for operation in keyed)

@@ -13,7 +13,7 @@ from app.version import VERSION
 _PATH_PARAMETER = re.compile(r"<(?:[a-z]+:)?([a-z_]+)>")
 PREFIX = "/api/v1"
 NO_NUL_PATTERN = "^[^\\u0000]*$"
-ALWAYS = {401: ["UNAUTHORIZED"], 429: ["RATE_LIMIT_EXCEEDED"], 500: ["INTERNAL_ERROR"]}
+ALWAYS = {401: ["UNAUTHORIZED"], 429: ["RATE_LIMIT_EXCEEDED"], 500: ["INTERNAL_ERROR"], 503: ["UNAVAILABLE"]}
 
 
 def _free_query_text(field) -> bool:

@@ -28,19 +28,26 @@ _lock = threading.Lock()
 
 def log_loop_failure(log, message: str, *args) -> None:
     """Call from the `except` block of the failure (`message` % `args` names what failed)."""
-    problem = cannot_serve(sys.exc_info()[1])
-    if problem is None:
+    if not log_outage(log, sys.exc_info()[1], message, *args):
         log.exception(message, *args)
-        return
+
+
+def log_outage(log, error: Exception, message: str, *args) -> bool:
+    """Whether `error` is the database being unusable (`cannot_serve`); if so it is said as above, once a minute for
+    `message` % `args` and the reason."""
+    problem = cannot_serve(error)
+    if problem is None:
+        return False
     now = time.monotonic()
     with _lock:
         loop = _loops.setdefault(message % args, _Loop())
         if loop.down_since is None:
             loop.down_since = now
         if now - loop.said_at.get(problem, -math.inf) < OUTAGE_LINE_SECONDS:
-            return
+            return True
         loop.said_at[problem] = now
     log.error(message + ": %s (said once a minute while it lasts)", *args, problem)
+    return True
 
 
 def log_loop_recovery(log, message: str, *args) -> None:
