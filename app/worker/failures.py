@@ -1,14 +1,15 @@
-"""A scheduler loop's failure, logged: a database that cannot be used is one ERROR line a minute for each loop and
-reason while the outage lasts, not a traceback every round (operability walk: a dropped database wrote 15 tracebacks
-in 10 s, about 5,000 an hour a process, each many lines in a text log); a new reason is said at once, and the first
-round that uses the database again says the outage ended, once a minute at most (a database that fails every other
-round, e.g. too many clients, would otherwise write two lines a round: review). Any other failure keeps its
-traceback every time."""
+"""A scheduler loop's failure (or the API's, `log_outage`), logged: a database that cannot be used is one ERROR line a
+minute for each loop and reason while the outage lasts, not a traceback every round (operability walk: a dropped
+database wrote 15 tracebacks in 10 s, about 5,000 an hour a process, each many lines in a text log); a new reason is
+said at once, and the first round that uses the database again says the outage ended, once a minute at most (a
+database that fails every other round, e.g. too many clients, would otherwise write two lines a round: review). Any
+other failure keeps its traceback every time."""
 import math
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Optional
 
 from app.database import cannot_serve
 
@@ -17,7 +18,7 @@ OUTAGE_LINE_SECONDS = 60
 
 @dataclass
 class _Loop:
-    down_since: float = None  # monotonic time the outage began; None while the loop works
+    down_since: Optional[float] = None  # monotonic time the outage began; None while the loop works
     said_at: dict = field(default_factory=dict)  # reason -> monotonic time of its last line
     recovery_said_at: float = -math.inf
 
