@@ -184,8 +184,8 @@ def test_a_request_while_the_database_cannot_be_used_is_a_503_to_retry_said_once
     tell "retry later" from a bug, and the log flooded (PostgreSQL walk)."""
     import sqlite3
     from app.services import keys
-    from app.worker import failures
-    monkeypatch.setattr(failures, "_loops", {})
+    from app import outage_log
+    monkeypatch.setattr(outage_log, "_places", {})
 
     def database_gone(*_args, **_kwargs):
         raise sqlite3.OperationalError("unable to open database file")
@@ -198,3 +198,17 @@ def test_a_request_while_the_database_cannot_be_used_is_a_503_to_retry_said_once
     assert len(said) == 1 and said[0].exc_info is None
     assert said[0].getMessage().startswith("requests failed: the database (DATABASE_URL) cannot be used: unable to "
                                            "open database file")
+
+
+def test_a_missing_table_met_by_a_request_is_a_500_with_its_traceback_not_a_503(app, alice, caplog, monkeypatch):
+    """Serving refuses a schema of another release, so a missing table or column met by a request is a bug of the SQL:
+    as a 503 "retry later" it was hidden, with a line that blamed the schema (review)."""
+    import sqlite3
+    from app.services import keys
+
+    def bug(*_args, **_kwargs):
+        raise sqlite3.OperationalError("no such column: api_keys.no_such_column")
+    monkeypatch.setattr(keys._BY_HASH, "first", bug)
+    answer = alice.get("/account")
+    assert answer.status_code == 500 and answer.json["error"] == "INTERNAL_ERROR"
+    assert [record.exc_info is not None for record in caplog.records if record.name == "app.api.errors"] == [True]

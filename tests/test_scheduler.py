@@ -284,10 +284,10 @@ def test_a_failing_step_is_logged_and_the_loop_goes_on(app, caplog):
 def test_a_database_outage_is_one_line_a_minute_for_each_step_not_a_traceback_every_round(app, caplog, monkeypatch):
     """A dropped database wrote 15 tracebacks in 10 s, about 5,000 an hour a process (operability walk)."""
     import sqlite3
-    from app.worker import failures
-    monkeypatch.setattr(failures, "_loops", {})
+    from app import outage_log
+    monkeypatch.setattr(outage_log, "_places", {})
     clock = {"now": 1000.0}
-    monkeypatch.setattr(failures.time, "monotonic", lambda: clock["now"])
+    monkeypatch.setattr(outage_log.time, "monotonic", lambda: clock["now"])
 
     def database_gone():
         raise sqlite3.OperationalError("unable to open database file")
@@ -298,7 +298,7 @@ def test_a_database_outage_is_one_line_a_minute_for_each_step_not_a_traceback_ev
     for _ in range(5):
         running.run_step(database_gone)
         running.run_step(broken)
-    clock["now"] += failures.OUTAGE_LINE_SECONDS
+    clock["now"] += outage_log.OUTAGE_LINE_SECONDS
     running.run_step(database_gone)
     outage = [record for record in caplog.records if "database_gone" in record.getMessage()]
     assert len(outage) == 2 and all(record.getMessage().startswith(
@@ -313,10 +313,10 @@ def test_an_outage_says_at_once_when_its_reason_changes_and_once_when_it_ends(ap
     """The outage line was per loop: a database that went from unreachable to schemaless said nothing for a minute,
     and nothing ever said that the loop worked again."""
     import sqlite3
-    from app.worker import failures
-    monkeypatch.setattr(failures, "_loops", {})
+    from app import outage_log
+    monkeypatch.setattr(outage_log, "_places", {})
     clock = {"now": 1000.0}
-    monkeypatch.setattr(failures.time, "monotonic", lambda: clock["now"])
+    monkeypatch.setattr(outage_log.time, "monotonic", lambda: clock["now"])
     reason = {"error": sqlite3.OperationalError("unable to open database file")}
 
     def step():
@@ -343,10 +343,10 @@ def test_a_database_failing_every_other_round_writes_two_lines_a_minute_not_two_
     """Each round that worked forgot the outage, so the next failure was said at once: a database refusing every other
     connection (too many clients) wrote an ERROR and a WARNING line every two rounds (review)."""
     import sqlite3
-    from app.worker import failures
-    monkeypatch.setattr(failures, "_loops", {})
+    from app import outage_log
+    monkeypatch.setattr(outage_log, "_places", {})
     clock = {"now": 1000.0}
-    monkeypatch.setattr(failures.time, "monotonic", lambda: clock["now"])
+    monkeypatch.setattr(outage_log.time, "monotonic", lambda: clock["now"])
     rounds = {"n": 0}
 
     def flapping():
@@ -363,12 +363,39 @@ def test_a_database_failing_every_other_round_writes_two_lines_a_minute_not_two_
     assert len(errors) == 4 and len(recoveries) == 2  # each reason once a minute; the end of an outage once a minute
 
 
+def test_an_end_said_a_moment_ago_is_said_again_later_so_the_log_never_ends_on_an_outage_that_is_over(app, caplog,
+                                                                                                      monkeypatch):
+    """An outage that came back within the minute of the last "works again" line and then ended was never said to
+    have ended: the log's last word was its ERROR line (review)."""
+    import sqlite3
+    from app import outage_log
+    monkeypatch.setattr(outage_log, "_places", {})
+    clock = {"now": 1000.0}
+    monkeypatch.setattr(outage_log.time, "monotonic", lambda: clock["now"])
+    failing = {"error": None}
+
+    def step():
+        if failing["error"]:
+            raise failing["error"]
+    running = scheduler.Scheduler(app)
+    for at, error in ((0, "unable to open database file"), (10, None), (15, "disk I/O error"), (20, None)):
+        clock["now"] = 1000.0 + at
+        failing["error"] = sqlite3.OperationalError(error) if error else None
+        running.run_step(step)
+    for at in range(25, 200, 5):  # working on
+        clock["now"] = 1000.0 + at
+        running.run_step(step)
+    lines = [record for record in caplog.records if "step step" in record.getMessage()]
+    assert [line.levelname for line in lines] == ["ERROR", "WARNING", "ERROR", "WARNING"]
+    assert lines[-1].getMessage().endswith("it works again (after 55 s)")  # from 15 s to the round at 70 s
+
+
 def test_a_round_that_did_not_use_the_database_does_not_say_it_works_again(app, caplog, monkeypatch):
     """The usage flush with nothing to write touched no database, and said "it works again" 5 s into an outage
     (review)."""
     import sqlite3
-    from app.worker import failures
-    monkeypatch.setattr(failures, "_loops", {})
+    from app import outage_log
+    monkeypatch.setattr(outage_log, "_places", {})
     outcome = {"raise": True}
 
     def flush_like():

@@ -119,3 +119,37 @@ def test_counts_are_written_within_the_interval_without_another_request(alice, m
     while not written() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert written() == 1
+
+
+def test_counts_whose_flush_the_database_failed_are_written_later_without_another_request(alice, monkeypatch,
+                                                                                           caplog):
+    """A failed flush kept its counts only until the worker's next request: one that went quiet kept them (review)."""
+    import sqlite3
+    import time
+    from sqlalchemy import select
+    from app import outage_log
+    from app.extensions import db
+    from app.models import UsageCounter
+    from app.services import usage as usage_module
+    monkeypatch.setattr(outage_log, "_places", {})
+    monkeypatch.setattr(usage, "FLUSH_EVERY_SECONDS", 0.3)
+    real_write, calls = usage_module.write_transaction, []
+
+    def down_once():
+        calls.append(1)
+        if len(calls) == 1:
+            raise sqlite3.OperationalError("unable to open database file")
+        return real_write()
+    monkeypatch.setattr(usage_module, "write_transaction", down_once)
+    alice.get("/account")
+    usage.request_counts()._flush_logged()  # the database fails this one
+
+    def written():
+        db.session.rollback()
+        return db.session.scalar(select(UsageCounter.requests).where(UsageCounter.account_id == alice.account_id))
+    deadline = time.monotonic() + 10
+    while not written() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert written() == 1 and len(calls) == 2
+    said = [record for record in caplog.records if "flushing request counts failed" in record.getMessage()]
+    assert len(said) == 1 and said[0].exc_info is None  # one line, no traceback

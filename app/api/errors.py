@@ -7,15 +7,16 @@ from marshmallow import ValidationError
 from werkzeug.exceptions import HTTPException
 
 from app.common import isoformat, utcnow
+from app.database import unreachable
 from app.errors import RateLimited, ServiceError, ValidationFailed
 from app.extensions import limiter
-from app.worker.failures import log_outage
+from app.outage_log import log_outage
 
 log = logging.getLogger(__name__)
 
 UNEXPECTED_MESSAGE = "An unexpected error occurred. Quote the request id to support."
-# A database that cannot be reached (or has no schema) answers every request 503: the PostgreSQL walk saw 500s with a
-# traceback each, which a client cannot tell from a bug and which flooded the log
+# A database that cannot be reached answers every request 503: the PostgreSQL walk saw 500s with a traceback each,
+# which a client cannot tell from a bug and which flooded the log
 UNAVAILABLE_MESSAGE = "The service cannot use its database right now. Retry later."
 UNAVAILABLE_RETRY_SECONDS = 5
 _HTTP_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "PAYLOAD_TOO_LARGE", 400: "VALIDATION_ERROR",
@@ -114,7 +115,9 @@ def register_error_handlers(app):
 
     @app.errorhandler(Exception)
     def _unexpected(error):
-        if log_outage(log, error, "requests failed"):  # not this request's fault: a 503 to retry, no traceback
+        # a database that cannot be reached now: not this request's fault, a 503 to retry and no traceback. A missing
+        # table or column is a 500: serving refuses a schema of another release, so here it is a bug (review)
+        if log_outage(log, error, "requests failed", problem_of=unreachable):
             return error_response(503, "UNAVAILABLE", UNAVAILABLE_MESSAGE, None,
                                   {"Retry-After": str(UNAVAILABLE_RETRY_SECONDS)})
         log.exception("unhandled error (request_id=%s)", g.get("request_id"))

@@ -13,6 +13,7 @@ from app.common import utcnow
 from app.database import add_to_counters, write_transaction
 from app.extensions import db
 from app.models import Account, EventDayCount, UsageCounter
+from app.outage_log import log_loop_failure
 from app.services import outbox, subscription_counts
 from app.services.accounts import live_subscription_count, subscription_limit
 from app.services.provider_status import provider_status
@@ -47,15 +48,19 @@ class RequestCounter:
         with self._lock:
             self._pending[(account_id, utcnow().date())] += 1
             due = time.monotonic() - self._last_flush >= FLUSH_EVERY_SECONDS
-            timer = None
-            if not due and self._timer is None:
-                timer = self._timer = threading.Timer(FLUSH_EVERY_SECONDS, self._flush_later,
-                                                      args=(current_app._get_current_object(),))
-                timer.daemon = True
+            timer = None if due else self._new_timer()
         if due:
             self._flush_logged()
         elif timer is not None:
             timer.start()
+
+    def _new_timer(self):
+        """A timer to flush in FLUSH_EVERY_SECONDS, unless one runs (call holding the lock; start it after)."""
+        if self._timer is not None:
+            return None
+        self._timer = threading.Timer(FLUSH_EVERY_SECONDS, self._flush_later, args=(current_app._get_current_object(),))
+        self._timer.daemon = True
+        return self._timer
 
     def _flush_later(self, app) -> None:
         with self._lock:
@@ -64,14 +69,22 @@ class RequestCounter:
             self._flush_logged()
 
     def _flush_logged(self) -> None:
+        """A flush that never fails the request it counts: a failed one is logged (an outage once a minute), and one
+        the database failed is tried again in FLUSH_EVERY_SECONDS, the counts kept (a worker gone quiet kept them
+        until its next request: review)."""
         try:
             self.flush()
         except Exception:  # noqa: BLE001 - bookkeeping must never fail the request it counts
-            log.exception("flushing request counts failed; they are written at the next flush")
+            if log_loop_failure(log, "flushing request counts failed; they are written at the next flush"):
+                with self._lock:
+                    timer = self._new_timer()
+                if timer is not None:
+                    timer.start()
 
     def flush(self) -> bool:
         """Writes the counts buffered so far; whether there were any (so the database was used). Counts whose write
-        fails are kept for the next flush (they were dropped: a database down for a moment lost them)."""
+        fails are kept for the next flush (they were dropped: a database down for a moment lost them); a commit whose
+        answer was lost, done all the same, counts them twice."""
         with self._lock:
             pending, self._pending = self._pending, Counter()
             self._last_flush = time.monotonic()

@@ -13,7 +13,7 @@ from flask import current_app
 from app.common import always
 from app.services import events, outbox
 from app.services.transport import transport_for
-from app.worker.failures import log_loop_failure, log_loop_recovery
+from app.outage_log import log_loop_failure, log_loop_recovery
 
 STEP_BUDGET_SECONDS = 30
 RECHECK_SECONDS = 0.2  # while tries run: how soon a wake-up (new deliveries queued) is noticed
