@@ -17,10 +17,13 @@ HOST_NAME = r"([A-Za-z0-9-]{1,63}\.)+[A-Za-z][A-Za-z0-9-]{0,62}"
 # class that Python and JSON Schema (ECMA-262) read alike
 CONTROL_CLASS = "\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029\\u202a-\\u202e\\u2066-\\u2069"
 _CONTROL_CHARACTERS = re.compile(f"[{CONTROL_CLASS}]")
-# Characters that show nothing: zero-width spaces and joiners, the left-to-right and right-to-left marks, word joiners
-# and invisible operators, the byte order mark. A name may hold them (an emoji sequence needs its joiner), but a name
-# of these and spaces alone is blank: it listed as an empty name (API walk)
-INVISIBLE_CLASS = "\\u200b-\\u200f\\u2060-\\u2064\\ufeff"
+# Characters that show nothing: the soft hyphen, the combining grapheme joiner, the Arabic letter mark, Hangul and
+# Khmer fillers, Mongolian selectors and vowel separator, zero-width spaces and joiners, the left-to-right and
+# right-to-left marks, word joiners, invisible operators and deprecated format controls, the Braille blank, variation
+# selectors, the byte order mark. A name may hold them (an emoji sequence needs its joiner), but a name of these and
+# spaces alone is blank: it listed as an empty name (API walk, review)
+INVISIBLE_CLASS = ("\\u00ad\\u034f\\u061c\\u115f\\u1160\\u17b4\\u17b5\\u180b-\\u180f\\u200b-\\u200f\\u2060-\\u2064"
+                   "\\u206a-\\u206f\\u2800\\u3164\\ufe00-\\ufe0f\\ufeff\\uffa0")
 _VISIBLE_CHARACTER = re.compile(f"[^\\s{CONTROL_CLASS}{INVISIBLE_CLASS}]")
 NAME_RULE = ("must not be blank (spaces and invisible characters alone) or contain control characters "
              "(U+0000-U+001F, U+007F-U+009F, U+2028, U+2029, U+202A-U+202E, U+2066-U+2069)")

@@ -60,7 +60,7 @@ def test_malformed_key_gets_the_format_message(app, header):
     _assert_unauthorized(_with_key(app, header).get("/account"), FORMAT_MESSAGE)
     # the whole form, not the prefix alone: a key cut short has the prefix (API walk)
     assert "'lwa.' prefix" in FORMAT_MESSAGE and "32 letters or digits" in FORMAT_MESSAGE
-    assert "lwa.sk_live_" in FORMAT_MESSAGE and "lwa.sk_test_ on a test server" in FORMAT_MESSAGE  # either mode (review)
+    assert "lwa.sk_live_" in FORMAT_MESSAGE and "lwa.sk_test_ on a test server" in FORMAT_MESSAGE  # either (review)
 
 
 def test_well_formed_unknown_key_gets_the_invalid_message(app, alice):

@@ -401,7 +401,8 @@ def test_nul_in_a_query_parameter_without_a_key_is_a_401_first(anon, query):
     assert anon.get(query).status_code == 429
 
 
-@pytest.mark.parametrize("name", ["   ", "\t\n", "\u3000", "\u200b", "\u200f", " \ufeff\u2060 "])
+@pytest.mark.parametrize("name", ["   ", "\t\n", "\u3000", "\u200b", "\u200f", " \ufeff\u2060 ", "\u3164", "\u2800",
+                                  "\u00ad", "\u115f\uffa0", "\ufe0f", "\u061c\u180e\u206a"])
 def test_a_blank_key_name_is_a_400_and_stores_nothing(alice, name):
     response = alice.post("/account/api-keys", json={"name": name})
     assert is_validation_error(response, "name") and "blank" in response.json["message"]

@@ -156,7 +156,8 @@ def test_free_text_query_parameters_state_that_nul_is_refused(alice, document, p
 
 
 @pytest.mark.parametrize("name", ["CI pipeline", "Zoë 🚀 東京", " padded ", "", " ", "\u3000", "a\x00b", "a\nb", "a\tb",
-                                  "a\x85b", "a\u2028b", "a\u202eb", "a\u2066b", "\u200b", " \u200f ", "a\u200db"])
+                                  "a\x85b", "a\u2028b", "a\u202eb", "a\u2066b", "\u200b", " \u200f ", "a\u200db",
+                                  "\u3164", "\u2800\ufe0f", "a\u00adb"])
 def test_the_documented_key_name_pattern_is_the_rule_the_api_applies(alice, document, name):
     """The name's rule became a function, and the document kept only its length: NUL and line breaks looked valid."""
     pattern = document["components"]["schemas"]["ApiKeyCreate"]["properties"]["name"]["pattern"]
