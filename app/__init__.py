@@ -75,11 +75,12 @@ def _end_the_session(_error=None):
     has let it go: raised from the teardown, that turned the answer made (a write already committed too) into a 500
     with a traceback (PostgreSQL walk). Said in one line; the next request opens another connection."""
     from sqlalchemy.exc import DBAPIError
+    from app.database import first_line
     try:
         db.session.close()
     except DBAPIError as error:
         logging.getLogger(__name__).warning("the request's database connection was lost as it ended: %s",
-                                            str(error.orig).strip().splitlines()[0] if error.orig else error)
+                                            first_line(error))
 
 
 def _configure(app, test_config):

@@ -305,6 +305,21 @@ def end_read_transaction():
     db.session.rollback()
 
 
+def end_read_quietly(session) -> None:
+    """End a read whose connection the server may have ended under it (a restart, a failover, an outage): the rollback
+    fails too, after SQLAlchemy has let the connection go (the next read opens another), and must not escape a report
+    that promises an answer (/healthz, /metrics: PostgreSQL walk)."""
+    try:
+        session.rollback()
+    except Exception:  # noqa: BLE001 - the connection is gone; nothing of the read is left to end
+        pass
+
+
+def first_line(error: Exception) -> str:
+    """The first line of a database error's text (the driver's, under SQLAlchemy's wrapper), for a log line."""
+    return _first_line(_driver_error(error) or error)
+
+
 def newest_first_page(model, created_column, limit, offset, inline=(), total_query=None, **equal_to):
     """(rows, total) of `model` whose columns equal the given values (None: no filter), newest first then by
     id, for a paginated list; `total_query`: a statement that reads the total (from counters) instead of counting

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily
 
 from app.common import unix_seconds
+from app.database import end_read_quietly
 from app.exits import APP_LOAD_ERROR, stop
 from app.extensions import db
 
@@ -162,14 +163,7 @@ class _DatabaseGauges:
             except Exception as error:  # noqa: BLE001 - whatever the driver raised: the database did not answer
                 answer["error"] = type(error).__name__
             finally:
-                _end_quietly(db.session)
-
-
-def _end_quietly(session) -> None:
-    try:
-        session.rollback()
-    except Exception:  # noqa: BLE001 - a connection the outage broke: the pool replaces it
-        pass
+                end_read_quietly(db.session)
 
 
 def _gauge(name, documentation, value):

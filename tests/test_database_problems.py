@@ -212,3 +212,16 @@ def test_a_missing_table_met_by_a_request_is_a_500_with_its_traceback_not_a_503(
     answer = alice.get("/account")
     assert answer.status_code == 500 and answer.json["error"] == "INTERNAL_ERROR"
     assert [record.exc_info is not None for record in caplog.records if record.name == "app.api.errors"] == [True]
+
+
+def test_a_lost_connection_whose_error_has_no_text_is_still_one_line(app, caplog, monkeypatch):
+    """The teardown took the first line of the driver's text: an empty one raised IndexError out of it (review)."""
+    import sqlite3
+    from app import _end_the_session
+    from app.extensions import db
+
+    def lost():
+        raise OperationalError("ROLLBACK", {}, sqlite3.OperationalError(""))
+    monkeypatch.setattr(db.session, "close", lost)
+    _end_the_session()
+    assert "the request's database connection was lost as it ended: OperationalError" in caplog.text

@@ -7,7 +7,7 @@ from datetime import timedelta
 from sqlalchemy import delete, func, select
 
 from app.common import new_id, utcnow
-from app.database import PreparedSelect, upsert, write_transaction
+from app.database import PreparedSelect, end_read_quietly, upsert, write_transaction
 from app.extensions import db
 from app.models import OutboxDelivery, SchedulerHeartbeat
 from app.services.provider_status import provider_status
@@ -71,7 +71,7 @@ def report(max_scheduler_lag_seconds: float) -> dict:
         return _database_down("The database is not reachable.")
     finally:
         _reads_out.pop(reading, None)
-        _end_read()
+        end_read_quietly(db.session)
     problems = []
     if scheduler["lag_seconds"] is None:
         problems.append("No scheduler has ticked yet: checks and deliveries are not running.")
@@ -79,16 +79,6 @@ def report(max_scheduler_lag_seconds: float) -> dict:
         problems.append(f"No scheduler has ticked for {scheduler['lag_seconds']:.0f} s "
                         f"(allowed: {max_scheduler_lag_seconds:g} s): checks and deliveries are not running.")
     return {"database": "ok", "scheduler": scheduler, "outbox": outbox, "provider": provider, "problems": problems}
-
-
-def _end_read() -> None:
-    """End the report's read transaction. A connection the server ended under the read (a restart, a failover,
-    pg_terminate_backend) fails its rollback too, after SQLAlchemy has let it go (the next read opens another): that
-    must not turn the report into a 500 (PostgreSQL walk)."""
-    try:
-        db.session.rollback()
-    except Exception:  # noqa: BLE001 - the connection is gone; nothing of the read is left to end
-        pass
 
 
 def _database_down(problem: str) -> dict:
