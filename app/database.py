@@ -14,6 +14,7 @@ from contextlib import contextmanager, nullcontext
 from sqlalchemy import Float, LargeBinary, Numeric, bindparam, event, func, literal, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from app.extensions import db
 
@@ -260,6 +261,19 @@ def unreachable(error: Exception):
             or str(sqlstate).startswith("08") or sqlstate in _POSTGRESQL_UNUSABLE):
         return f"the database (DATABASE_URL) cannot be used: {_first_line(orig)}"
     return None
+
+
+def busy_or_unreachable(error: Exception):
+    """`unreachable`, or one line when the database is too busy to answer now: SQLite's write lock held by another
+    process past SQLITE_BUSY_TIMEOUT_MS, no connection free in the pool within its timeout. None for any other
+    error. What a request should be told to retry (503), not a bug of its own."""
+    if isinstance(error, PoolTimeoutError):
+        return f"the database (DATABASE_URL) is busy: no connection was free ({error})"
+    orig = _driver_error(error)
+    if orig is not None and _first_line(orig).startswith(("database is locked", "database table is locked")):
+        return (f"the database (DATABASE_URL) is busy: {_first_line(orig)} (another process held its write lock "
+                "past SQLITE_BUSY_TIMEOUT_MS)")
+    return unreachable(error)
 
 
 def cannot_serve(error: Exception):

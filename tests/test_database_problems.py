@@ -179,7 +179,14 @@ def test_a_connection_the_server_ends_once_the_answer_is_made_leaves_the_answer_
     assert created.status_code == 201  # the next request has a connection again
 
 
-def test_a_request_while_the_database_cannot_be_used_is_a_503_to_retry_said_once(app, alice, caplog, monkeypatch):
+@pytest.mark.parametrize("error, said", [
+    ("unable to open database file", "requests failed: the database (DATABASE_URL) cannot be used: unable to open "
+                                     "database file"),
+    ("database is locked", "requests failed: the database (DATABASE_URL) is busy: database is locked (another "
+                           "process held its write lock past SQLITE_BUSY_TIMEOUT_MS)"),
+])
+def test_a_request_while_the_database_cannot_be_used_is_a_503_to_retry_said_once(app, alice, caplog, monkeypatch,
+                                                                                  error, said):
     """Every request of a PostgreSQL outage answered 500 INTERNAL_ERROR with a traceback each: a client could not
     tell "retry later" from a bug, and the log flooded (PostgreSQL walk)."""
     import sqlite3
@@ -188,16 +195,15 @@ def test_a_request_while_the_database_cannot_be_used_is_a_503_to_retry_said_once
     monkeypatch.setattr(outage_log, "_places", {})
 
     def database_gone(*_args, **_kwargs):
-        raise sqlite3.OperationalError("unable to open database file")
+        raise sqlite3.OperationalError(error)
     monkeypatch.setattr(keys._BY_HASH, "first", database_gone)
     answers = [alice.get("/account"), alice.get("/subscriptions"), alice.post("/subscriptions", json={})]
     assert [answer.status_code for answer in answers] == [503] * 3
     assert all(answer.json["error"] == "UNAVAILABLE" and answer.headers["Retry-After"] == "5" for answer in answers)
     assert answers[0].json["message"] == "The service cannot use its database right now. Retry later."
-    said = [record for record in caplog.records if record.name == "app.api.errors"]
-    assert len(said) == 1 and said[0].exc_info is None
-    assert said[0].getMessage().startswith("requests failed: the database (DATABASE_URL) cannot be used: unable to "
-                                           "open database file")
+    lines = [record for record in caplog.records if record.name == "app.api.errors"]
+    assert len(lines) == 1 and lines[0].exc_info is None
+    assert lines[0].getMessage().startswith(said)
 
 
 def test_a_missing_table_met_by_a_request_is_a_500_with_its_traceback_not_a_503(app, alice, caplog, monkeypatch):
@@ -225,3 +231,10 @@ def test_a_lost_connection_whose_error_has_no_text_is_still_one_line(app, caplog
     monkeypatch.setattr(db.session, "close", lost)
     _end_the_session()
     assert "the request's database connection was lost as it ended: OperationalError" in caplog.text
+
+
+def test_no_free_connection_in_the_pool_is_a_busy_database_to_retry():
+    from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+    from app.database import busy_or_unreachable
+    said = busy_or_unreachable(PoolTimeoutError("QueuePool limit of size 20 overflow 0 reached"))
+    assert said.startswith("the database (DATABASE_URL) is busy: no connection was free (QueuePool limit")

@@ -7,7 +7,7 @@ from marshmallow import ValidationError
 from werkzeug.exceptions import HTTPException
 
 from app.common import isoformat, utcnow
-from app.database import unreachable
+from app.database import busy_or_unreachable
 from app.errors import RateLimited, ServiceError, ValidationFailed
 from app.extensions import limiter
 from app.outage_log import log_outage
@@ -15,7 +15,7 @@ from app.outage_log import log_outage
 log = logging.getLogger(__name__)
 
 UNEXPECTED_MESSAGE = "An unexpected error occurred. Quote the request id to support."
-# A database that cannot be reached answers every request 503: the PostgreSQL walk saw 500s with a traceback each,
+# A database that cannot be reached (or is too busy) answers 503: the PostgreSQL walk saw 500s with a traceback each,
 # which a client cannot tell from a bug and which flooded the log
 UNAVAILABLE_MESSAGE = "The service cannot use its database right now. Retry later."
 UNAVAILABLE_RETRY_SECONDS = 5
@@ -115,9 +115,10 @@ def register_error_handlers(app):
 
     @app.errorhandler(Exception)
     def _unexpected(error):
-        # a database that cannot be reached now: not this request's fault, a 503 to retry and no traceback. A missing
-        # table or column is a 500: serving refuses a schema of another release, so here it is a bug (review)
-        if log_outage(log, error, "requests failed", problem_of=unreachable):
+        # a database that cannot be reached, or is too busy to answer, now: not this request's fault, a 503 to retry
+        # and no traceback. A missing table or column is a 500: serving refuses a schema of another release, so here it
+        # is a bug (review)
+        if log_outage(log, error, "requests failed", problem_of=busy_or_unreachable):
             return error_response(503, "UNAVAILABLE", UNAVAILABLE_MESSAGE, None,
                                   {"Retry-After": str(UNAVAILABLE_RETRY_SECONDS)})
         log.exception("unhandled error (request_id=%s)", g.get("request_id"))
