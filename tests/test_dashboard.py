@@ -781,3 +781,21 @@ def test_the_dashboards_and_the_apis_subscription_ids_each_step_around_their_own
     assert "No subscription with id" in browser.client.get("/subscriptions/export").get_data(as_text=True)
     response = alice.get("/subscriptions/import")  # the API has no import route: an id like any other
     assert response.status_code == 404 and response.json["details"]["resource"] == "subscription"
+
+
+@pytest.mark.parametrize("error, status, says", [
+    ("database is locked", 503, "The service cannot use its database right now. Retry later."),
+    ("near \"SELEC\": syntax error", 500, "An unexpected error occurred. Quote the request id to support."),
+])
+def test_an_unexpected_error_is_a_page_not_the_apis_json(browser, monkeypatch, error, status, says):
+    """A dashboard page whose database was too busy (or that met a bug) answered the API's JSON (dashboard walk)."""
+    import sqlite3
+    from app.dashboard import views
+
+    def failing(_account):
+        raise sqlite3.OperationalError(error)
+    monkeypatch.setattr(views.overview, "summary", failing)
+    page = browser.get("/")
+    assert page.status_code == status and page.mimetype == "text/html"
+    assert says in page.get_data(as_text=True) and page.headers["Cache-Control"] == "no-store"
+    assert (page.headers.get("Retry-After") == "5") == (status == 503)

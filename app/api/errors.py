@@ -115,12 +115,17 @@ def register_error_handlers(app):
 
     @app.errorhandler(Exception)
     def _unexpected(error):
-        # a database that cannot be reached, or is too busy to answer, now: not this request's fault, a 503 to retry
-        # and no traceback. A missing table or column is a 500: serving refuses a schema of another release, so here it
-        # is a bug (review)
-        if log_outage(log, error, "requests failed", problem_of=busy_or_unreachable):
-            return error_response(503, "UNAVAILABLE", UNAVAILABLE_MESSAGE, None,
-                                  {"Retry-After": str(UNAVAILABLE_RETRY_SECONDS)})
-        log.exception("unhandled error (request_id=%s)", g.get("request_id"))
-        return error_response(500, "INTERNAL_ERROR", UNEXPECTED_MESSAGE)
+        status, code, message, headers = unexpected_error(error)
+        return error_response(status, code, message, None, headers)
+
+
+def unexpected_error(error: Exception) -> tuple:
+    """(status, code, message, headers) of an error no handler knows, logged (the API's answer, the dashboard's page).
+    A database that cannot be reached, or is too busy to answer, now: not the request's fault, a 503 to retry, said
+    once a minute without a traceback. Anything else is a 500 with its traceback, a missing table or column included:
+    serving refuses a schema of another release, so at request time it is a bug (review)."""
+    if log_outage(log, error, "requests failed", problem_of=busy_or_unreachable):
+        return 503, "UNAVAILABLE", UNAVAILABLE_MESSAGE, {"Retry-After": str(UNAVAILABLE_RETRY_SECONDS)}
+    log.exception("unhandled error (request_id=%s)", g.get("request_id"))
+    return 500, "INTERNAL_ERROR", UNEXPECTED_MESSAGE, None
 

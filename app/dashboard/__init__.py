@@ -13,6 +13,7 @@ from jinja2 import pass_context
 from markupsafe import Markup
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
+from app.api.errors import unexpected_error
 from app.api.limits import spend_as_key
 from app.common import isoformat
 from app.errors import ServiceError
@@ -172,6 +173,17 @@ def http_error(error):
     return render("error.html", code=error.code, title=_title_for(error.code), message=message)
 
 
+@bp.errorhandler(Exception)
+def unexpected_error_page(error):
+    """An error no other handler knows, as a page (it was the API's JSON): the page is rendered without the session's
+    notice, whose write would fail again when the database is what failed."""
+    status, _code, message, headers = unexpected_error(error)
+    page = render_template("error.html", notice=None, code=status, title=_title_for(status), message=message)
+    response = make_response(page, status)
+    response.headers.update({"Cache-Control": "no-store", **(headers or {})})
+    return response
+
+
 def _too_large() -> str:
     limit = current_app.config["MAX_CONTENT_LENGTH"]
     size = f"{limit / 2**20:g} MiB" if limit >= 2**20 else f"{limit:,} bytes"
@@ -183,7 +195,7 @@ def _too_large() -> str:
 
 def _title_for(status) -> str:
     return {403: "Not allowed", 404: "Not found", 409: "Not possible now", 413: "Too large",
-            429: "Too many attempts"}.get(status, "Something went wrong")
+            429: "Too many attempts", 503: "Try again in a moment"}.get(status, "Something went wrong")
 
 
 
