@@ -663,6 +663,26 @@ def test_configure_shows_the_secret_once_then_test_and_rotate(browser, alice):
         assert "hmac.compare_digest" in rotated
 
 
+def test_a_rotate_form_sent_again_does_not_rotate_a_second_time(browser, alice):
+    """A reload of the new secret's page posted the form again: a second rotation, so the secret receivers still
+    held lost its 24-hour overlap at once and every delivery failed their check (browser walk: 401s)."""
+    configure(alice, "http://127.0.0.1:9/hook")
+    form = browser.text("/webhook")
+    shown = re.search(r'name="rotated_at" value="([^"]*)"', form).group(1)
+    first = browser.post("/webhook/rotate", data={"rotated_at": shown})
+    assert first.status_code == 200 and 'id="secret">whsec_' in first.get_data(as_text=True)
+    config = webhooks.get_or_none(alice.account_id)
+    secret, previous = config.secret, config.previous_secret
+    again = browser.post("/webhook/rotate", data={"rotated_at": shown})  # the reload
+    assert again.status_code == 302 and "rotated since this form was shown" in browser.text("/webhook")
+    db.session.rollback()
+    config = webhooks.get_or_none(alice.account_id)
+    assert (config.secret, config.previous_secret) == (secret, previous)
+    fresh = re.search(r'name="rotated_at" value="([^"]*)"', browser.text("/webhook")).group(1)
+    assert fresh and fresh != shown
+    assert 'id="secret">whsec_' in browser.post("/webhook/rotate", data={"rotated_at": fresh}).get_data(as_text=True)
+
+
 def test_a_bad_endpoint_is_refused_and_nothing_saved(browser, alice):
     page = browser.post("/webhook", data={"endpoint_url": "ftp://example.com/x"}).get_data(as_text=True)
     assert "endpoint_url" in page and "whsec_" not in page

@@ -328,7 +328,7 @@ def recover():
 def _webhook_page(status=200, **context):
     return render("webhook.html", code=status, config=webhooks.get_or_none(account_id()),
                   event_types=events.EVENT_TYPES, families=webhooks.EVENT_FAMILIES,
-                  choices=webhooks.INITIAL_WEBHOOK_CHOICES, **context)
+                  choices=webhooks.INITIAL_WEBHOOK_CHOICES, rotation_mark=webhooks.rotation_mark, **context)
 
 
 @bp.get("/webhook")
@@ -376,9 +376,13 @@ def send_test():
 @default_limit
 def rotate_secret():
     try:
-        rotated = webhooks.rotate_secret(account_id())
+        rotated = webhooks.rotate_secret(account_id(), request.form.get("rotated_at"))
     except ServiceError as error:
         return _webhook_page(error=error.message, status=error.status)
+    if rotated is None:  # this form sent again: a second rotation would end the old secret's overlap
+        notify("error", "The secret was rotated since this form was shown (was the page reloaded?); nothing changed. "
+                        "Its new secret was shown once then. Rotate again below only if you need another one.")
+        return _back("dashboard.webhook_page")
     return _webhook_page(secret=rotated["secret"], rotated=True)
 
 

@@ -3,6 +3,7 @@ import ipaddress
 import re
 import socket
 from datetime import timedelta
+from typing import Optional
 
 from flask import current_app
 from sqlalchemy import bindparam, case, delete, update
@@ -212,10 +213,20 @@ def remove(account_id: str) -> dict:
         return {"id": config.id, "deleted": True}
 
 
-def rotate_secret(account_id: str) -> dict:
-    """A new secret; the old one keeps signing `X-Webhook-Signature-Previous` during the overlap."""
+def rotation_mark(config: WebhookConfig) -> str:
+    """The last rotation's moment as a rotate form shows it ('' for never): the form sends it back, so the same form
+    sent again (a refresh of its result, a double click) is told from a request for another secret."""
+    return config.rotated_at.isoformat() if config.rotated_at else ""
+
+
+def rotate_secret(account_id: str, shown_mark: Optional[str] = None) -> Optional[dict]:
+    """A new secret; the old one keeps signing `X-Webhook-Signature-Previous` during the overlap. With the
+    `rotation_mark` a form showed, None and nothing changed when a rotation happened since: a second one would end
+    that overlap for the secret receivers still hold."""
     with write_transaction() as session:
         config = _locked_config(session, account_id)
+        if shown_mark is not None and shown_mark != rotation_mark(config):
+            return None
         now = utcnow()
         config.previous_secret, config.secret, config.rotated_at = config.secret, new_secret(), now
         config.updated_at = now
