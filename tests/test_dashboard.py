@@ -683,6 +683,18 @@ def test_a_rotate_form_sent_again_does_not_rotate_a_second_time(browser, alice):
     assert 'id="secret">whsec_' in browser.post("/webhook/rotate", data={"rotated_at": fresh}).get_data(as_text=True)
 
 
+def test_the_first_setup_form_sent_again_keeps_deliveries_on(browser, alice):
+    """The first setup's form has no "Deliveries on" box; sent again (a reload of the secret's page, or a second tab
+    opened before the setup) it reached an existing configuration as a save with the box unticked: "Webhook settings
+    saved." and deliveries silently switched off (browser walk)."""
+    page = browser.text("/webhook")
+    hidden = dict(re.findall(r'<input type="hidden" name="(?!csrf_token)([^"]+)" value="([^"]*)"', page))
+    data = {**hidden, "endpoint_url": "http://127.0.0.1:9/hook", "events": ["*"], "initial_webhook": "latest"}
+    assert browser.post("/webhook", data=data).status_code == 201
+    assert browser.post("/webhook", data=data).status_code == 302  # the reload
+    assert alice.get("/webhooks/configure").json["is_active"] is True
+
+
 def test_a_bad_endpoint_is_refused_and_nothing_saved(browser, alice):
     page = browser.post("/webhook", data={"endpoint_url": "ftp://example.com/x"}).get_data(as_text=True)
     assert "endpoint_url" in page and "whsec_" not in page
