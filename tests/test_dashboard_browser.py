@@ -209,3 +209,15 @@ def test_import_a_csv_shows_every_rows_outcome_and_the_progress_reaching_100(ser
     header = Path(download.value.path()).read_text().splitlines()[0]
     assert header == "Name,LinkedIn URL,row,result,subscription_id,code,reason"
     shot(page, "13-import-result")
+
+
+def test_a_timeline_change_holding_a_long_url_fits_a_phone(page):
+    """A reaction's URL in a subscription's timeline widened the whole page to 648 px at 390 (browser walk)."""
+    page.set_viewport_size({"width": 390, "height": 844})
+    url = "https://www.linkedin.com/feed/update/act_1a9cf0eab696ed30"
+    page.set_content(f"""<main><section class="card"><ol class="timeline"><li><table class="diff"><thead><tr>
+        <th>Field</th><th>Before</th><th>After</th></tr></thead><tbody><tr><td>reaction</td><td class="before">—</td>
+        <td class="after">{url}</td></tr></tbody></table></li></ol></section></main>""")
+    page.add_style_tag(path=str(ROOT / "app" / "dashboard" / "static" / "dashboard.css"))
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    assert url in page.inner_text("td.after")
