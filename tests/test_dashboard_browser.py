@@ -221,3 +221,30 @@ def test_a_timeline_change_holding_a_long_url_fits_a_phone(page):
     page.add_style_tag(path=str(ROOT / "app" / "dashboard" / "static" / "dashboard.css"))
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
     assert url in page.inner_text("td.after")
+
+
+def test_cancelling_asks_first_and_a_no_cancels_nothing(server, page):
+    """Cancel (which cannot be undone) went at once, for one subscription and for every one selected, beside Pause
+    and Resume; only revoking a key and rotating the secret asked (browser walk)."""
+    base, env = server
+    key = new_account(env, "Careful team")
+    subscription_id = requests.post(f"{base}/api/v1/subscriptions", headers={"X-API-Key": key}, timeout=10,
+                                    json={"entity_type": "company", "network_id": "acme"}).json()["id"]
+    asking = page.context.new_page()  # without the fixture's page accepting every dialog
+    questions = []
+    asking.on("dialog", lambda dialog: (questions.append(dialog.message), dialog.dismiss()))
+    asking.goto(base + "/subscriptions")
+    asking.get_by_label("API key").fill(key)
+    asking.get_by_role("button", name="Sign in").click()
+    asking.wait_for_load_state()
+    asking.get_by_label("Select all on this page").check()
+    asking.get_by_role("button", name="Pause").click()
+    asking.wait_for_load_state()  # pausing does not ask
+    assert questions == [] and "Pause: 1 done." in asking.content()
+    asking.get_by_label("Select all on this page").check()
+    asking.get_by_role("button", name="Cancel").click()
+    asking.goto(f"{base}/subscriptions/{subscription_id}")
+    asking.get_by_role("button", name="Cancel").click()
+    asking.goto(f"{base}/subscriptions/{subscription_id}")
+    assert len(questions) == 2 and all("cannot be resumed" in question for question in questions)
+    assert ">paused<" in asking.content()

@@ -10,9 +10,12 @@ document.addEventListener("DOMContentLoaded", function () {
       box.form.querySelectorAll("input[name=ids]").forEach(function (item) { item.checked = box.checked; });
     });
   });
-  document.querySelectorAll("form[data-confirm]").forEach(function (form) {
+  // a form's question, or the question of the button that sent it (one form holds pause, resume and cancel)
+  document.querySelectorAll("form").forEach(function (form) {
     form.addEventListener("submit", function (event) {
-      if (!window.confirm(form.getAttribute("data-confirm"))) { event.preventDefault(); }
+      var button = event.submitter && event.submitter.hasAttribute("data-confirm") ? event.submitter : null;
+      var question = button ? button.getAttribute("data-confirm") : form.getAttribute("data-confirm");
+      if (question && !window.confirm(question)) { event.preventDefault(); }
     });
   });
   document.querySelectorAll("form[data-progress]").forEach(function (form) {
