@@ -305,6 +305,25 @@ def test_metadata_is_edited_as_json_and_bad_json_changes_nothing(browser, alice)
     assert alice.get(f"/subscriptions/{subscription.id}").json["custom_metadata"] == {}  # blank clears, as empty
 
 
+def test_a_metadata_save_over_a_change_made_since_the_page_opened_is_refused_and_keeps_the_text(browser, alice):
+    """The editor sends the whole object: a second member's save since the page was opened was overwritten unseen
+    (browser walk: two members editing one subscription's owner)."""
+    subscription = subscribe(alice.account_id)
+    page = browser.text(f"/subscriptions/{subscription.id}")
+    shown = html.unescape(re.search(r'name="shown_metadata" value="([^"]*)"', page).group(1))
+    other_member = alice.patch(f"/subscriptions/{subscription.id}", json={"custom_metadata": {"owner": "bo"}})
+    assert other_member.status_code == 200
+    db.session.rollback()  # the test's session, which the client's requests share, reads the row again
+    mine = '{"owner": "sam"}'
+    browser.post(f"/subscriptions/{subscription.id}/metadata", data={"custom_metadata": mine, "shown_metadata": shown})
+    page = browser.text(f"/subscriptions/{subscription.id}")
+    assert "changed since the page was opened" in page and f">{mine}</textarea>" in html.unescape(page)
+    assert alice.get(f"/subscriptions/{subscription.id}").json["custom_metadata"] == {"owner": "bo"}
+    shown = html.unescape(re.search(r'name="shown_metadata" value="([^"]*)"', page).group(1))
+    browser.post(f"/subscriptions/{subscription.id}/metadata", data={"custom_metadata": mine, "shown_metadata": shown})
+    assert alice.get(f"/subscriptions/{subscription.id}").json["custom_metadata"] == {"owner": "sam"}  # saved again
+
+
 @pytest.mark.parametrize("text", ['{"a": "\\ud800"}', '{"a": NaN}', '{"a": 1e999}'])
 def test_metadata_the_api_would_refuse_is_refused_here_too_and_changes_nothing(browser, alice, text):
     """A lone surrogate saved here (the API refused it) failed every check batch holding the subscription, other

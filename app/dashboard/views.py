@@ -246,10 +246,19 @@ def edit_metadata(subscription_id):
             raise ValidationFailed("custom_metadata",
                                    'Custom metadata must be a JSON object, e.g. {"owner": "sam"}.')
         body = load(metadata_schema, {"custom_metadata": value})
-        subscriptions.update_metadata(account_id(), subscription_id, body["custom_metadata"])
+        subscriptions.update_metadata(account_id(), subscription_id, body["custom_metadata"], _shown_metadata())
         return "Custom metadata saved."
     return _attempt(change, "dashboard.subscription_page", typed={"custom_metadata": typed},
                     subscription_id=subscription_id)
+
+
+def _shown_metadata():
+    """The object the editor was opened with (its page's hidden copy); None when the form sent none."""
+    try:
+        shown = parse_json_text(request.form["shown_metadata"])
+    except (KeyError, ValueError, ServiceError):
+        return None
+    return shown if isinstance(shown, dict) else None
 
 
 # --- events and deliveries ----------------------------------------------------------------------

@@ -1,4 +1,5 @@
 """Subscriptions: the rules of contract §3 (identity, duplicates, caps, trial, states)."""
+import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Optional
@@ -456,9 +457,16 @@ def set_status(account_id: str, subscription_id: str, status: str) -> Subscripti
     return subscription
 
 
-def update_metadata(account_id: str, subscription_id: str, custom_metadata: dict) -> Subscription:
+def update_metadata(account_id: str, subscription_id: str, custom_metadata: dict,
+                    shown: Optional[dict] = None) -> Subscription:
+    """Replaces the custom metadata; with the `shown` object an editor started from, 409 and nothing changed when it
+    is no longer what is stored: another member's save since would be overwritten unseen."""
     with write_transaction() as session:
         subscription = _locked(session, account_id, subscription_id)
+        if shown is not None and (subscription.custom_metadata or {}) != shown:
+            now = json.dumps(subscription.custom_metadata or {}, ensure_ascii=False)
+            raise InvalidState(f"This metadata was changed since the page was opened; it is now {now}. Your text is "
+                               "kept below: save again to replace it.", {"custom_metadata": subscription.custom_metadata})
         subscription.custom_metadata = custom_metadata
         subscription.updated_at = utcnow()
     return subscription
