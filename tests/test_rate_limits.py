@@ -281,6 +281,18 @@ def test_dashboard_actions_and_api_calls_share_the_keys_write_limit(app, alice):
     assert {item["network_id"] for item in alice.get("/subscriptions").json["data"]} == {"first", "third"}
 
 
+def test_the_dashboards_refusal_says_when_the_key_can_be_used_again(app, alice):
+    """It said "Retry later." only, and its one link, the overview, was refused too: the team reloaded pages blind
+    for up to 15 minutes (browser walk: 100 page views)."""
+    browser = _dashboard(app, alice)  # the overview: one of the default class's 3
+    for _ in range(LIMITS["default"] - 1):
+        assert browser.get("/events").status_code == 200
+    refused = browser.get("/events")
+    _refused_page(refused)
+    minutes = -(-int(refused.headers["Retry-After"]) // 60)
+    assert f"can be used again in {minutes} minute" in refused.get_data(as_text=True)
+
+
 def _tiers_with_a_key_prefix():
     tiers = copy.deepcopy(DEFAULT_TIERS)
     tiers["starter"]["rate_limits"] = dict(LIMITS)

@@ -161,7 +161,11 @@ def csrf_token() -> str:
 
 @bp.errorhandler(ServiceError)
 def service_error(error):
-    response = render("error.html", code=error.status, title=_title_for(error.status), message=error.message)
+    message = error.message
+    if error.status == 429:  # "Retry later." alone left the team guessing, reloading pages that spent nothing back
+        minutes = -(-(error.details or {}).get("retry_after", 60) // 60)
+        message = f"{message} This key can be used again in {minutes} minute{'' if minutes == 1 else 's'}."
+    response = render("error.html", code=error.status, title=_title_for(error.status), message=message)
     for name, value in (getattr(error, "headers", None) or {}).items():
         response.headers[name] = value
     return response
