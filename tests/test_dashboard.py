@@ -162,6 +162,14 @@ def test_revoking_the_key_ends_its_sessions(app, alice, browser):
 
 # --- CSRF and isolation ----------------------------------------------------------------------------
 
+def test_revoking_the_sessions_own_key_warns_that_it_signs_you_out(browser, alice):
+    """Its question read as any other key's, then the page went to sign-in without a word (browser walk)."""
+    keys.create_key(alice.account_id, "CRM sync")
+    questions = re.findall(r'data-confirm="([^"]*)"', browser.text("/keys"))
+    assert len(questions) == 2
+    assert sum("this signs you out" in question for question in questions) == 1
+
+
 def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(browser, alice):
     subscription = subscribe(alice.account_id)
     response = browser.client.post(f"/subscriptions/{subscription.id}/cancel")
