@@ -248,3 +248,26 @@ def test_cancelling_asks_first_and_a_no_cancels_nothing(server, page):
     asking.goto(f"{base}/subscriptions/{subscription_id}")
     assert len(questions) == 2 and all("cannot be resumed" in question for question in questions)
     assert ">paused<" in asking.content()
+
+
+def _contrast(first, second):
+    def luminance(rgb):
+        linear = [value / 12.92 if value <= 0.03928 else ((value + 0.055) / 1.055) ** 2.4
+                  for value in (channel / 255 for channel in rgb)]
+        return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+    lighter, darker = sorted((luminance(first), luminance(second)), reverse=True)
+    return (lighter + 0.05) / (darker + 0.05)
+
+
+def test_the_focus_ring_stands_out_from_the_page_and_the_cards(page):
+    """The ring was #8fb3ff: 2.1:1 on a card's white and 1.95:1 on the page, under WCAG's 3:1 for what shows focus,
+    so a keyboard user lost track of where they were (browser walk, keyboard only)."""
+    page.set_content('<main><section class="card"><input id="field" aria-label="x"><a href="#x">link</a></section>'
+                     '<button>Go</button></main>')
+    page.add_style_tag(path=str(ROOT / "app" / "dashboard" / "static" / "dashboard.css"))
+    for selector in ("#field", "a", "button"):
+        page.focus(selector)
+        ring = page.eval_on_selector(selector, "element => getComputedStyle(element).outlineColor")
+        rgb = [int(part) for part in ring[ring.index("(") + 1:ring.index(")")].split(",")[:3]]
+        for background in ((255, 255, 255), (0xf5, 0xf7, 0xfa)):
+            assert _contrast(rgb, background) >= 3, (selector, ring, background)
