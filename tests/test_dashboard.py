@@ -568,6 +568,16 @@ def test_events_filter_and_show_attempts_and_redeliver(browser, alice):
         assert "Queued for delivery" in browser.text(f"/events/{failed}")
 
 
+def test_the_event_list_names_whom_each_event_is_about(browser, alice, bob):
+    """The list showed an event's id, type and delivery only: who changed jobs took opening every row (browser
+    walk)."""
+    jane = subscribe(alice.account_id, "jane-doe")
+    record_events(alice.account_id, subscription=jane)
+    record_events(bob.account_id, subscription=subscribe(bob.account_id, "bobs-contact"))
+    page = browser.text("/events")
+    assert f'<a href="/subscriptions/{jane.id}">jane-doe</a>' in page and "bobs-contact" not in page
+
+
 def test_the_event_list_and_its_total_come_from_one_snapshot_while_events_are_added(browser, alice, monkeypatch):
     """PostgreSQL read each statement of a page in its own snapshot: an event committed between the total and the
     rows was listed but not counted. A page's reads now share one, as the API's do (and SQLite's always did)."""

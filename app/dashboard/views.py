@@ -274,7 +274,8 @@ def events_page():
     page_number = _page_number()
     rows, total = events.list_page(account_id(), PAGE_SIZE, (page_number - 1) * PAGE_SIZE, event_type,
                                    delivery_status=status)
-    return render("events.html", rows=rows, total=total, page=page_number, pages=_page_count(total),
+    entities = subscriptions.network_ids(account_id(), (row.subscription_id for row in rows))
+    return render("events.html", rows=rows, total=total, page=page_number, pages=_page_count(total), entities=entities,
                   event_type=event_type, status=status, event_types=events.EVENT_TYPES,
                   statuses=events.DELIVERY_STATUSES)
 

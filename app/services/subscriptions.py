@@ -207,6 +207,16 @@ def get(account_id: str, subscription_id: str) -> Subscription:
     return subscription
 
 
+def network_ids(account_id: str, subscription_ids) -> dict:
+    """{id: network_id} of the account's subscriptions among `subscription_ids` (a page's worth), for the lists that
+    name whom each row is about."""
+    wanted = {subscription_id for subscription_id in subscription_ids if subscription_id}
+    if not wanted:
+        return {}
+    return dict(db.session.execute(select(Subscription.id, Subscription.network_id).where(
+        Subscription.account_id == account_id, Subscription.id.in_(wanted))).all())
+
+
 DETAIL_COLUMNS = (Subscription.id, Subscription.entity_type, Subscription.network_id, Subscription.network_url,
                   Subscription.status, Subscription.custom_metadata, Subscription.created_at,
                   Subscription.updated_at, Subscription.last_checked_at, Subscription.last_change_at,
