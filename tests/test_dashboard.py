@@ -209,6 +209,14 @@ def test_a_new_account_sees_what_to_do_first(browser):
     assert "Default key" in browser.text("/keys")
 
 
+def test_the_charts_scale_reads_as_the_busiest_day_and_an_empty_one_says_so(browser, alice):
+    """It read "1 / day" with no event at all, and "290 / day" for a scale's top, taken for a daily rate (browser
+    walk)."""
+    assert "no events yet</text>" in browser.text("/") and "/ day" not in browser.text("/")
+    record_events(alice.account_id, count=2)
+    assert "busiest day 2</text>" in browser.text("/")
+
+
 @pytest.mark.parametrize("path", PAGES)
 def test_every_control_has_a_label(browser, path):
     html = browser.text(path)

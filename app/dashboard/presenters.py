@@ -92,7 +92,7 @@ def events_chart(per_day: dict, days: int = 30) -> Markup:
            f'<text x="0" y="{CHART_HEIGHT + CHART_TOP + 16}" font-size="12">{_short(day_list[0])}</text>'
            f'<text x="{CHART_WIDTH}" y="{CHART_HEIGHT + CHART_TOP + 16}" font-size="12" text-anchor="end">'
            f'{_short(day_list[-1])}</text><text x="{CHART_WIDTH}" y="{CHART_TOP + 2}" font-size="12" '
-           f'text-anchor="end">{peak:,} / day</text></svg>')
+           f'text-anchor="end">{f"busiest day {peak:,}" if any(totals) else "no events yet"}</text></svg>')
     legend = "".join(f'<li><svg class="swatch" viewBox="0 0 10 10" aria-hidden="true"><rect width="10" height="10" '
                      f'fill="{colour}"/></svg>{escape(event_type)}</li>'
                      for colour, event_type in zip(PALETTE * 2, types))
