@@ -476,7 +476,8 @@ def update_metadata(account_id: str, subscription_id: str, custom_metadata: dict
         if shown is not None and (subscription.custom_metadata or {}) != shown:
             now = json.dumps(subscription.custom_metadata or {}, ensure_ascii=False)
             raise InvalidState(f"This metadata was changed since the page was opened; it is now {now}. Your text is "
-                               "kept below: save again to replace it.", {"custom_metadata": subscription.custom_metadata})
+                               "kept below: save again to replace it.",
+                               {"custom_metadata": subscription.custom_metadata})
         subscription.custom_metadata = custom_metadata
         subscription.updated_at = utcnow()
     return subscription
