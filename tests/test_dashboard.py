@@ -809,6 +809,16 @@ def test_switching_deliveries_off_and_on(browser, alice):
     assert alice.get("/webhooks/configure").json["is_active"] is True
 
 
+def test_the_create_key_form_sent_again_creates_no_second_key(browser, alice):
+    """A reload of the new key's page re-posted its form: a second live key of the same name (dashboard walk)."""
+    form = browser.text("/keys").split('name="newest_key" value="')[1].split('"')[0]
+    first = browser.post("/keys", data={"name": "CRM sync", "newest_key": form})
+    assert first.status_code == 201
+    again = browser.post("/keys", data={"name": "CRM sync", "newest_key": form})
+    assert again.status_code == 409 and "no other was created" in again.get_data(as_text=True)
+    assert [key.name for key in keys.list_keys(alice.account_id)].count("CRM sync") == 1
+
+
 def test_keys_are_created_shown_once_listed_and_revoked(browser, alice):
     page = browser.post("/keys", data={"name": "CRM sync"}).get_data(as_text=True)
     plaintext = page.split('id="new-key">')[1].split("<")[0]

@@ -412,6 +412,13 @@ def keys_page():
 @bp.post("/keys")
 @default_limit
 def create_key():
+    shown_newest = request.form.get("newest_key")
+    listed = keys.list_keys(account_id())
+    if shown_newest is not None and shown_newest != (listed[-1].id if listed else ""):
+        # the form sent again (a reload of the new key's page re-posts it): a second key nobody asked for (walk)
+        return _keys_page(error="A key was created since this form was shown (was the page reloaded?); no other was "
+                                "created. Its value was shown once then. Create another below if you need one.",
+                          status=409)
     try:
         body = load(key_create_schema, {"name": request.form.get("name", "").strip()})
         key, plaintext = keys.create_key(account_id(), body["name"])
