@@ -886,3 +886,13 @@ def test_an_unexpected_error_is_a_page_not_the_apis_json(browser, monkeypatch, e
     assert page.status_code == status and page.mimetype == "text/html"
     assert says in page.get_data(as_text=True) and page.headers["Cache-Control"] == "no-store"
     assert (page.headers.get("Retry-After") == "5") == (status == 503)
+
+
+def test_pages_name_an_icon_the_server_serves_and_the_search_box_takes_what_search_takes(browser):
+    """Every page's load asked for /favicon.ico, a JSON 404 and a console error; a search past 200 characters was
+    refused and the box emptied (dashboard walk)."""
+    page = browser.text("/subscriptions")
+    icon = page.split('<link rel="icon" href="')[1].split('"')[0]
+    served = browser.get(icon)
+    assert served.status_code == 200 and served.mimetype == "image/svg+xml"
+    assert 'name="search"' in page and 'maxlength="200"' in page.split('name="search"')[1].split(">")[0]
