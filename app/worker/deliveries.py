@@ -11,9 +11,9 @@ from typing import Callable
 from flask import current_app
 
 from app.common import always
+from app.outage_log import log_loop_failure, log_loop_recovery
 from app.services import events, outbox
 from app.services.transport import transport_for
-from app.outage_log import log_loop_failure, log_loop_recovery
 
 STEP_BUDGET_SECONDS = 30
 RECHECK_SECONDS = 0.2  # while tries run: how soon a wake-up (new deliveries queued) is noticed

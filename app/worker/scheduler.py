@@ -23,9 +23,9 @@ from filelock import FileLock, Timeout
 from sqlalchemy.engine import make_url
 
 from app.common import utcnow
+from app.outage_log import log_loop_failure, log_loop_recovery
 from app.services import health, usage
 from app.worker import checks, deliveries, retention
-from app.outage_log import log_loop_failure, log_loop_recovery
 
 log = logging.getLogger(__name__)
 SENDER_JOIN_SECONDS = 20
