@@ -6,6 +6,7 @@ with "database is locked"; the threads of one process first queue on an in-proce
 `write_transaction`). On PostgreSQL the same code runs with ordinary transactions.
 """
 import json
+import re
 import threading
 import weakref
 from collections import namedtuple
@@ -261,6 +262,22 @@ def unreachable(error: Exception):
             or str(sqlstate).startswith("08") or sqlstate in _POSTGRESQL_UNUSABLE):
         return f"the database (DATABASE_URL) cannot be used: {_first_line(orig)}"
     return None
+
+
+def login_refused(error: Exception):
+    """One line for an operator when PostgreSQL refused the login DATABASE_URL names (an unknown role or database, a
+    wrong password, no pg_hba.conf entry): a setting to fix, which retrying will not (it read as unreachable, and the
+    units restarted the service for ever: PostgreSQL walk); None for any other error."""
+    orig = _driver_error(error)
+    if orig is None or type(orig).__name__ != "OperationalError" or not _LOGIN_REFUSED.search(_first_line(orig)):
+        return None
+    return (f"the database (DATABASE_URL) refused this login: {_LOGIN_REFUSED.search(_first_line(orig)).group(0)} "
+            "(check the URL's user, password and database name)")
+
+
+# psycopg gives a refused login no SQLSTATE: the server's words (in English, its default lc_messages) tell it apart
+_LOGIN_REFUSED = re.compile(r'FATAL:\s+(role ".*" does not exist|database ".*" does not exist|password authentication '
+                            r"failed.*|no pg_hba\.conf entry.*)")
 
 
 def busy_or_unreachable(error: Exception):

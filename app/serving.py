@@ -14,7 +14,7 @@ from sqlalchemy.exc import DBAPIError
 from app import cpu_affinity, create_app
 from app.admission import QueuedRequests
 from app.config import ConfigError, parse_whole_number
-from app.database import missing_schema, unreachable
+from app.database import login_refused, missing_schema, unreachable
 from app.exits import APP_LOAD_ERROR, WORKER_BOOT_ERROR, stop
 from app.extensions import db
 from app.services import usage
@@ -85,10 +85,10 @@ def refuse_a_schema_of_another_release(app):
 
 
 def _stop_in_one_line(error: DBAPIError):
-    """A database without its schema stops the service for good (APP_LOAD_ERROR: gunicorn halts, systemd does not
-    restart it); one that cannot be reached now stops it to be started again (gunicorn's boot error, which
-    systemd restarts: the database may be back by then). Anything else is raised as it is."""
-    problem = missing_schema(error)
+    """A database without its schema, or that refused the login, stops the service for good (APP_LOAD_ERROR: gunicorn
+    halts, systemd does not restart it); one that cannot be reached now stops it to be started again (gunicorn's boot
+    error, which systemd restarts: the database may be back by then). Anything else is raised as it is."""
+    problem = missing_schema(error) or login_refused(error)
     if problem is not None:
         stop(problem, APP_LOAD_ERROR)
     problem = unreachable(error)

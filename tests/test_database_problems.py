@@ -238,3 +238,17 @@ def test_no_free_connection_in_the_pool_is_a_busy_database_to_retry():
     from app.database import busy_or_unreachable
     said = busy_or_unreachable(PoolTimeoutError("QueuePool limit of size 20 overflow 0 reached"))
     assert said.startswith("the database (DATABASE_URL) is busy: no connection was free (QueuePool limit")
+
+
+@pytest.mark.skipif("postgresql" not in DATABASES, reason="needs a PostgreSQL server (TEST_POSTGRES_URL)")
+@pytest.mark.parametrize("command", [("serve",), ("scheduler", "run")])
+def test_a_login_postgresql_refuses_stops_the_service_for_good_with_one_line(tmp_path, command):
+    """An unknown role or database exited 3, "may be back in a moment", and the units restarted it for ever
+    (PostgreSQL walk): it is a setting to fix."""
+    host = os.environ["TEST_POSTGRES_URL"].split("@", 1)[1].split("/", 1)[0]
+    for url, says in ((f"postgresql://no_such_role_here@{host}/postgres", 'role "no_such_role_here" does not exist'),
+                      (f"postgresql://postgres@{host}/no_such_database_here",
+                       'database "no_such_database_here" does not exist')):
+        done = entity_monitor(tmp_path, url, *command, **SERVING)
+        assert done.returncode == 4 and "Traceback" not in done.stderr, done.stderr
+        assert f"entity-monitor: the database (DATABASE_URL) refused this login: FATAL:  {says}" in done.stderr
