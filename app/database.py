@@ -269,10 +269,11 @@ def login_refused(error: Exception):
     wrong password, no pg_hba.conf entry): a setting to fix, which retrying will not (it read as unreachable, and the
     units restarted the service for ever: PostgreSQL walk); None for any other error."""
     orig = _driver_error(error)
-    if orig is None or type(orig).__name__ != "OperationalError" or not _LOGIN_REFUSED.search(_first_line(orig)):
+    refused = _LOGIN_REFUSED.search(_first_line(orig)) if type(orig).__name__ == "OperationalError" else None
+    if refused is None:
         return None
-    return (f"the database (DATABASE_URL) refused this login: {_LOGIN_REFUSED.search(_first_line(orig)).group(0)} "
-            "(check the URL's user, password and database name)")
+    return (f"the database (DATABASE_URL) refused this login: {refused.group(0)} (check the URL's user, password and "
+            "database name)")
 
 
 # psycopg gives a refused login no SQLSTATE: the server's words (in English, its default lc_messages) tell it apart

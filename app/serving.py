@@ -24,22 +24,24 @@ from app.worker.scheduler import running_one_off_command, start_when_serving
 def load():
     """The application for this process, with its scheduler when it serves; exits with one line on stderr
     when a setting is bad."""
+    serving = not running_one_off_command()
     try:
         app = create_app()
-        if not running_one_off_command():
+        if serving:
             refuse_unsafe_process_model(app.config, gunicorn_settings())
     except ConfigError as error:
         stop(f"configuration refused: {error}", APP_LOAD_ERROR)
-    if not running_one_off_command():
+    serving_for_real = serving and not app.config.get("TESTING")
+    if serving:
         atexit.register(_write_buffered_usage_counts, app)
         queue_requests(app)
-        if not app.config.get("TESTING"):
+        if serving_for_real:
             refuse_a_database_that_cannot_serve(app)
     try:
         start_when_serving(app)
     except DBAPIError as error:
         _stop_in_one_line(error)
-    if not running_one_off_command() and not app.config.get("TESTING"):
+    if serving_for_real:
         keep_start_up_objects_out_of_collections()
     return app
 
