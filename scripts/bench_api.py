@@ -3,7 +3,8 @@
 bare Flask view served the same way, measured in the same run.
 
 Usage: `.venv/bin/python scripts/bench_api.py [--rows 1000000] [--seconds 10] [--rounds 3]` from the
-checkout; `--rows 10000 --seconds 3 --rounds 1` is a quick smoke run. `DATABASE_URL=postgresql://…` runs it
+checkout; `--rows 10000 --seconds 3 --rounds 1` is a quick smoke run; `--serve` sets up the same servers and
+leaves them serving for a load generator of your own. `DATABASE_URL=postgresql://…` runs it
 on PostgreSQL (an existing, migrated or empty database; the run adds its own account), else on a new
 SQLite file.
 
@@ -309,6 +310,24 @@ def check_limiter_runs(app_server, key):
         raise SystemExit(f"the rate limiter is not running as configured: {status} {headers}")
 
 
+def serve_until_interrupted(hello, hello_anywhere, service, key, id_prefix, rows):
+    """--serve: the run's servers, left up for a load generator of the reader's own (`wrk` lines printed)."""
+    lua = os.path.relpath(LUA_SCRIPT)
+    print(f"""serving until Ctrl-C (the database and servers go when this stops):
+  bare Flask view, same gunicorn   {hello.url("/hello")}
+  bare view, WORKER_CPU=off        {hello_anywhere.url("/hello")}
+  the service                      {service.url("/api/v1/subscriptions?limit=20")}
+  API key                          {key}
+for example, side by side:
+  wrk -t2 -c8 -d10s --latency {hello.url("/hello")}
+  wrk -t2 -c8 -d10s --latency -H 'X-API-Key: {key}' '{service.url("/api/v1/subscriptions?limit=20")}'
+  BENCH_MODE=byid BENCH_KEY={key} BENCH_PREFIX={id_prefix} BENCH_ROWS={rows} \\
+    wrk -t2 -c8 -d10s -s {lua} {service.url("/api/v1/subscriptions")}""", flush=True)
+    stop_signals = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)  # taken by sigwait, so the servers and files go too
+    signal.sigwait(stop_signals)
+
+
 def check_total(app_server, key, expected, in_flight=0):
     """The list's total counts every row: `expected`, plus up to `in_flight` creates wrk did not wait for."""
     _status, _headers, body = request("GET", app_server.url("/api/v1/subscriptions?limit=1"), {"X-API-Key": key})
@@ -366,6 +385,9 @@ def main():
                         help="then the same rounds at this load, every endpoint and POST (0: skip): the "
                              "latency of a request that does not queue behind others")
     parser.add_argument("--python-client", action="store_true", help="use the Python fallback even with wrk")
+    parser.add_argument("--serve", action="store_true",
+                        help="fill and start the servers as for a run, print their URLs, the key and wrk commands, "
+                             "and keep serving until Ctrl-C: the same setup measured with your own load generator")
     options = parser.parse_args()
 
     use_wrk = shutil.which("wrk") and not options.python_client
@@ -397,6 +419,9 @@ def main():
         with hello, hello_anywhere, service:
             check_limiter_runs(service, key)
             check_total(service, key, options.rows)
+            if options.serve:
+                serve_until_interrupted(hello, hello_anywhere, service, key, id_prefix, options.rows)
+                return
             endpoints = [
                 ("GET /hello (bare Flask, same gunicorn)", hello, "/hello", {}),
                 (BARE_ANYWHERE, hello_anywhere, "/hello", {}),
