@@ -321,7 +321,7 @@ def _validate_database_url(url):
             raise ConfigError(f"DATABASE_URL names the asyncio driver {parsed.get_driver_name()!r}, which this service "
                               "cannot use: write postgresql://USER@HOST/DB (psycopg)")
         dialect.import_dbapi()
-        dialect().create_connect_args(parsed)
+        _args, settings = dialect().create_connect_args(parsed)
     except ImportError as error:
         raise ConfigError(f"DATABASE_URL names {parsed.get_backend_name()} but its driver is not installed ({error}): "
                           "pip install 'entity-monitor[postgres]'") from None
@@ -329,6 +329,24 @@ def _validate_database_url(url):
         reason = str(error).splitlines()[0]
         raise ConfigError(f"DATABASE_URL={shown!r} cannot be used ({reason}): use sqlite:///PATH or "
                           "postgresql://USER@HOST/DB") from None
+    if dialect.driver == "psycopg":
+        _validate_connection_settings(shown, settings)
+
+
+def _validate_connection_settings(shown, settings):
+    """The URL's query as psycopg reads it before it connects: a setting libpq does not know (`?conect_timeout=3`) or
+    a connect_timeout that is no number (`?connect_timeout=abc`) were a traceback at start-up, of serve, db upgrade
+    and scheduler run alike."""
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo, timeout_from_conninfo
+    try:
+        read = conninfo_to_dict(make_conninfo(**settings))
+        if "connect_timeout" in read:  # (not PGCONNECT_TIMEOUT's: the service sets its own unless the URL does)
+            timeout_from_conninfo(read)
+    except ProgrammingError as error:
+        reason = str(error).strip().splitlines()[0]
+        raise ConfigError(f"DATABASE_URL={shown!r} cannot be used ({reason}): its query takes libpq's connection "
+                          "settings, e.g. ?connect_timeout=10 (whole seconds)") from None
 
 
 def _without_password(url: str) -> str:

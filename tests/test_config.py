@@ -38,6 +38,12 @@ def test_a_delay_past_ten_years_is_refused_at_start_up(app, name, value):
     validate({**app.config, name: longest})
 
 
+@pytest.mark.parametrize("query", ["", "?connect_timeout=3&sslmode=require", "?connect_timeout=",
+                                   "?connect_timeout=2.5", "?options=-csearch_path%3Dother&application_name=monitor"])
+def test_libpq_settings_in_the_postgresql_urls_query_are_accepted(app, query):
+    validate({**app.config, "SQLALCHEMY_DATABASE_URI": f"postgresql://u:pw@db/monitor{query}"})
+
+
 def test_the_documented_settings_are_read_from_the_environment_too():
     """SCHEDULER_STANDBY_POLL_SECONDS and the others were read from instance/config.py only: set in the
     environment, they were silently ignored."""

@@ -127,6 +127,19 @@ def test_serve_on_a_database_it_cannot_reach_stops_to_be_restarted(tmp_path, sch
     assert "entity-monitor: the database (DATABASE_URL) cannot be used: connection failed" in done.stderr
 
 
+@pytest.mark.parametrize("query, reason", [("connect_timeout=abc", "bad value for connect_timeout: 'abc'"),
+                                           ("conect_timeout=3", 'invalid connection option "conect_timeout"')])
+@pytest.mark.parametrize("args", [["serve"], ["db", "upgrade"], ["scheduler", "run"]])
+def test_a_bad_setting_in_the_postgresql_urls_query_is_refused_as_configuration(tmp_path, query, reason, args):
+    """psycopg refused it as it connected: a traceback, exit 1 (operability walk). It is read before connecting now,
+    refused as every bad setting is, with exit 4 (not restarted); the password never shown."""
+    done = entity_monitor(tmp_path, f"postgresql://u:s3cret@127.0.0.1:1/x?{query}", *args, **SERVING)
+    assert done.returncode == 4 and "Traceback" not in done.stderr and "s3cret" not in done.stderr
+    assert only_line(done) == (f"entity-monitor: configuration refused: DATABASE_URL='postgresql://u:***@127.0.0.1:1/x?"
+                               f"{query}' cannot be used ({reason}): its query takes libpq's connection settings, "
+                               "e.g. ?connect_timeout=10 (whole seconds)")
+
+
 @pytest.mark.parametrize("database", DATABASES)
 def test_serve_on_a_schema_of_another_release_stops_with_one_line(tmp_path, database):
     """A database one migration behind was served, and answered 500s where a constraint was missing."""
