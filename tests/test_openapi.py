@@ -3,8 +3,12 @@ import re
 import time
 
 import pytest
+from apispec import APISpec
+from apispec.ext.marshmallow import MarshmallowPlugin
+from marshmallow import Schema
 
-from app.api.openapi import PREFIX
+from app.api.openapi import PREFIX, _stated_constraints
+from app.schemas.webhooks import UtcDateTime
 from tests.webhook_helpers import configure
 
 _PARAMETER = re.compile(r"<(?:[a-z]+:)?([a-z_]+)>")
@@ -243,6 +247,18 @@ def test_recovery_times_are_documented_as_iso_8601_or_unix_seconds(alice, docume
         assert properties[name]["type"] == ["string", "number"] and properties[name]["format"] == "date-time"
     configure(alice, "https://hooks.example.com/in")
     assert alice.post("/webhooks/recover", json={"since": time.time() - 3600, "until": time.time()}).status_code == 202
+
+
+def test_a_times_own_json_schema_is_documented_beside_its_string_or_number_type():
+    """UtcDateTime set its `json_schema` metadata over the caller's: an example or rule given there never reached the
+    document."""
+    class Window(Schema):
+        since = UtcDateTime(metadata={"description": "From when.", "json_schema": {"examples": [1764057600]}})
+    plugin = MarshmallowPlugin()
+    APISpec(title="t", version="1", openapi_version="3.1.0", plugins=[plugin])
+    plugin.converter.add_attribute_function(_stated_constraints)
+    assert plugin.converter.field2property(Window().fields["since"]) == {
+        "type": ["string", "number"], "format": "date-time", "description": "From when.", "examples": [1764057600]}
 
 
 def test_every_keyed_operation_documents_the_503_of_a_database_it_cannot_use(document):

@@ -66,9 +66,11 @@ class UtcDateTime(fields.DateTime):
 
     def __init__(self, **kwargs):
         # documented as what it reads, a string or a number (`format` constrains only the string): the document said
-        # a date-time string only, so a client generated from it could not send the Unix seconds it describes
-        metadata = kwargs.pop("metadata", {})
-        super().__init__(metadata={**metadata, "json_schema": {"type": ["string", "number"]}}, **kwargs)
+        # a date-time string only, so a client generated from it could not send the Unix seconds it describes. A
+        # caller's own `json_schema` is merged with it, not replaced (its rules and examples were dropped)
+        metadata = kwargs.pop("metadata", None) or {}
+        json_schema = {"type": ["string", "number"], **metadata.get("json_schema", {})}
+        super().__init__(metadata={**metadata, "json_schema": json_schema}, **kwargs)
 
     def _deserialize(self, value, attr, data, **kwargs):
         if isinstance(value, (int, float)) and not isinstance(value, bool):
