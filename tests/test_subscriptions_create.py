@@ -102,6 +102,24 @@ def test_an_alias_pair_that_cannot_be_read_names_the_reason_not_a_difference(ali
     assert _count(alice.account_id) == 0
 
 
+@pytest.mark.parametrize("body, field, says", [
+    ({"entity_type": "contact", "linkedin_id": "bad id!"}, "linkedin_id", "may hold only letters"),
+    ({"entity_type": "company", "linkedin_url": "https://www.linkedin.com/in/jane"}, "linkedin_url", "/company/ path"),
+    ({"entity_type": "contact", "linkedin_id": "jane", "linkedin_url": "https://www.linkedin.com/in/john"},
+     "linkedin_url", "linkedin_url and linkedin_id name different entities"),
+    ({"entity_type": "contact", "network_id": "jane", "linkedin_url": "https://www.linkedin.com/in/john"},
+     "linkedin_url", "linkedin_url and network_id name different entities"),
+    ({"entity_type": "contact", "linkedin_id": "jane", "network_url": "https://www.linkedin.com/in/john"},
+     "network_url", "network_url and linkedin_id name different entities"),
+])
+def test_an_alias_refused_is_named_as_sent(alice, body, field, says):
+    """An alias was folded into the field it stands for before its value was read: its errors named network_id or
+    network_url, fields the client had not sent."""
+    error = _assert_validation_error(_create(alice, **body), field)
+    assert says in error["message"] and error["details"]["value"] == body[field]
+    assert _count(alice.account_id) == 0
+
+
 def test_custom_metadata_is_stored_and_returned(alice):
     body = _create(alice, entity_type="contact", network_id="meta-person",
                    custom_metadata={"crm_id": "42", "owner": "sales"}).get_json()

@@ -64,6 +64,17 @@ class SubscriptionCreateSchema(BodySchema):
                 raise ValidationError(f"{alias} is an alias of {field}; they differ.", alias)
         if not any(name in data for name in ("network_id", "network_url", "linkedin_id", "linkedin_url")):
             raise ValidationError("Give network_id or network_url (or both).", "network_id")
+        # An alias sent without its field is read here, under the name sent: folded into the field it stands for, its
+        # errors named that field, which the client had not sent
+        for field, alias in (("network_id", "linkedin_id"), ("network_url", "linkedin_url")):
+            if alias in data and field not in data:
+                _entity_named(alias, data[alias], data["entity_type"])
+        id_sent, url_sent = (next((name for name in names if name in data), None)  # the values _fold_aliases keeps
+                             for names in (("linkedin_id", "network_id"), ("linkedin_url", "network_url")))
+        if id_sent and url_sent and "linkedin_" in id_sent + url_sent and \
+                _entity_named(id_sent, data[id_sent], data["entity_type"]) != \
+                _entity_named(url_sent, data[url_sent], data["entity_type"]):
+            raise ValidationError(f"{url_sent} and {id_sent} name different entities.", url_sent)
 
     @post_load
     def _fold_aliases(self, data, **kwargs):
