@@ -111,12 +111,19 @@ def _profile_section(segment: str) -> bool:
 
 def network_id_from_url(url: str, entity_type: str, domain: str, field="network_url") -> str:
     """The id a profile URL names; its path kind must match `entity_type`."""
+    return read_network_url(url, domain, field, entity_type)[1]
+
+
+def read_network_url(url: str, domain: str, field="network_url", entity_type=None):
+    """(entity_type, canonical id) a profile URL names: the API's reading (`network_id_from_url`) and the importer's
+    (is a first line a URL?) are this one. With `entity_type`, the path kind must be that type's, checked before
+    the id is read."""
     found_type, segment = parse_network_url(url, domain, field)
-    if found_type != entity_type:
+    if entity_type is not None and found_type != entity_type:
         raise _invalid_url(url, field, canonical_url(domain, entity_type, "<id>"),
                            f"a {entity_type} URL must use the /{PATH_KIND[entity_type]}/ path.")
     try:
-        return normalize_network_id(segment, field)
+        return found_type, normalize_network_id(segment, field)
     except ValidationFailed as error:  # report the URL the client sent, not the segment
         raise ValidationFailed(field, f"Invalid network_url: {error.message}", url) from None
 

@@ -12,7 +12,7 @@ from flask import current_app
 
 from app.errors import DuplicateSubscription, ServiceError, ValidationFailed
 from app.services import subscriptions
-from app.services.entities import normalize_network_id, parse_network_url
+from app.services.entities import parse_network_url, read_network_url
 
 CHUNK_SIZE = 100  # the bulk-create cap
 # Header names (normalised: lower case, runs of other characters as `_`) tried in this order.
@@ -82,10 +82,8 @@ _BLANK_LINES_FIRST = re.compile(r"\A(?:[ \t\r]*\n)+")
 def _is_profile_url(text: str) -> bool:
     """A profile URL of the network, with or without its scheme (a header such as `LinkedIn/URL` is none: review)."""
     text = text.strip().strip('"')
-    try:
-        _kind, segment = parse_network_url(text if "://" in text else "https://" + text,
-                                           current_app.config["NETWORK_DOMAIN"])
-        normalize_network_id(segment)  # `…/in/first,Acme` is a row of two cells, not one URL
+    try:  # its id read too: `…/in/first,Acme` is a row of two cells, not one URL
+        read_network_url(text if "://" in text else "https://" + text, current_app.config["NETWORK_DOMAIN"])
     except ValidationFailed:
         return False
     return True
