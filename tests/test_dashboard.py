@@ -708,6 +708,21 @@ def test_recover_a_window(browser, alice, since):
     assert "2 events queued for delivery." in browser.text("/deliveries")
 
 
+def test_a_refused_recovery_window_comes_back_filled_in_with_why_beside_the_form(browser, alice):
+    """The refused form came back empty, its error on top of the page, above a page of deliveries (walk)."""
+    configure(alice, "http://127.0.0.1:9/hook")
+    since, until = ((utcnow() - timedelta(days=days)).strftime("%Y-%m-%dT%H:%M") for days in (1, 2))  # until first
+    response = browser.post("/deliveries/recover", data={"since": since, "until": until, "include_pending": "on"})
+    assert response.status_code == 302 and response.headers["Location"].endswith("/deliveries#recover")
+    above, form = browser.text("/deliveries").split('id="recover"')
+    assert "must be after since" in form and "must be after since" not in above
+    assert re.search(r'name="since" [^>]*value="([^"]*)"', form).group(1) == since
+    assert re.search(r'name="until" [^>]*value="([^"]*)"', form).group(1) == until
+    assert re.search(r'name="include_pending"\s+checked', form)
+    above, form = browser.text("/deliveries").split('id="recover"')  # shown once; the form empty again
+    assert "must be after since" not in form and re.search(r'name="since" [^>]*value=""', form)
+
+
 # --- webhook settings and keys -------------------------------------------------------------------------
 
 def test_configure_shows_the_secret_once_then_test_and_rotate(browser, alice):

@@ -142,8 +142,8 @@ def stream(template, **context):
     return response
 
 
-def notify(kind: str, message: str, typed=None) -> None:
-    dashboard_sessions.set_notice(g.dashboard_session, kind, message, typed)
+def notify(kind: str, message: str, typed=None, form=None) -> None:
+    dashboard_sessions.set_notice(g.dashboard_session, kind, message, typed, form)
 
 
 @bp.app_template_global()

@@ -50,18 +50,19 @@ def _back(endpoint, **values):
     return redirect(url_for(endpoint, **values))
 
 
-def _attempt(change, endpoint, typed=None, **values):
+def _attempt(change, endpoint, typed=None, form=None, **values):
     """Run a change, which returns what to tell on success; its refusal becomes an error notice (an id of
-    another account stays the 404 page) with what the form had `typed`. Then back to the page it came from."""
+    another account stays the 404 page) with what the form had `typed`. Then back to the page it came from (at the
+    `form` named, which shows the notice beside it, when given)."""
     try:
-        notify("success", change())
+        notify("success", change(), form=form)
     except webhooks.ConfigurationMissing:  # a NotFound of this account's own, not of an id in the URL
-        notify("error", NO_WEBHOOK_YET)
+        notify("error", NO_WEBHOOK_YET, form=form)
     except NotFound:
         raise
     except ServiceError as error:
-        notify("error", _in_dashboard_words(error), typed)
-    return _back(endpoint, **values)
+        notify("error", _in_dashboard_words(error), typed, form)
+    return _back(endpoint, **values, **({"_anchor": form} if form else {}))
 
 
 NO_WEBHOOK_YET = "Set up your webhook first (Webhook page): there is nowhere to send to yet."
@@ -330,7 +331,9 @@ def recover():
         body = load(recover_schema, {**form, "include_pending": request.form.get("include_pending") == "on"})
         queued = outbox.recover(account_id(), body["since"], body.get("until"), body["include_pending"])["queued"]
         return f"{queued:,} events queued for delivery."
-    return _attempt(change, "dashboard.deliveries_page")
+    typed = {name: request.form.get(name, "") for name in ("since", "until")}  # refused, shown again (walk: emptied)
+    typed["include_pending"] = "on" if request.form.get("include_pending") == "on" else ""
+    return _attempt(change, "dashboard.deliveries_page", typed=typed, form="recover")
 
 
 # --- webhook settings ---------------------------------------------------------------------------

@@ -48,10 +48,12 @@ def close(token) -> None:
 TYPED_KEPT_CHARACTERS = 20_000  # what a refused form had typed is shown again up to this size (a metadata object)
 
 
-def set_notice(row: DashboardSession, kind: str, message: str, typed: Optional[dict] = None) -> None:
+def set_notice(row: DashboardSession, kind: str, message: str, typed: Optional[dict] = None,
+               form: Optional[str] = None) -> None:
     """A message for the next page the browser shows (after a redirect), and what a refused form had typed, so that
-    page's form shows it again to be corrected rather than retyped."""
-    notice = {"kind": kind, "message": message}
+    page's form shows it again to be corrected rather than retyped; `form`: the form it is shown beside (else on
+    top of the page)."""
+    notice = {"kind": kind, "message": message, **({"form": form} if form else {})}
     if typed and sum(len(value) for value in typed.values()) <= TYPED_KEPT_CHARACTERS:
         notice["typed"] = typed
     _write_notice(row, notice)
