@@ -15,7 +15,8 @@ from sqlalchemy.orm import Session
 from app.common import utcnow
 from app.database import write_transaction
 from app.extensions import db
-from app.dashboard import views
+from app.dashboard import presenters, views
+from app.errors import ValidationFailed
 from app.models import Account, DashboardSession, Event, Subscription
 from app.services import dashboard_sessions, events, keys, webhooks
 from tests.conftest import make_tenant, subscription_count
@@ -301,7 +302,7 @@ def test_bulk_actions_on_the_selected(browser, alice):
     assert subscription_count(alice.account_id, status="cancelled") == 3
     assert "Cancel: 3 done." in browser.text("/subscriptions")
     browser.post("/subscriptions/bulk", data={"ids": [f"sub_{index}" for index in range(101)], "action": "pause"})
-    assert "subscription_ids" in browser.text("/subscriptions")  # the API's cap of 100, same message
+    assert "Send 1 to 100 subscription ids." in browser.text("/subscriptions")  # the API's cap of 100, same message
 
 
 def test_metadata_is_edited_as_json_and_bad_json_changes_nothing(browser, alice):
@@ -351,6 +352,42 @@ def test_metadata_the_api_would_refuse_is_refused_here_too_and_changes_nothing(b
     assert ("must be a JSON object" in page or "too large for a double" in page)
     assert text.replace('"', "&#34;") + "</textarea>" in page
     assert alice.get(f"/subscriptions/{subscription.id}").json["custom_metadata"] == {"owner": "sam"}
+
+
+@pytest.mark.parametrize("form, data, page, api_path, says", [
+    ("/subscriptions/{id}/metadata", {"custom_metadata": '{"foo": {"a": 1}}'}, "/subscriptions/{id}",
+     "custom_metadata.foo.value", "Metadata key &#39;foo&#39;: Not a valid string."),
+    ("/subscriptions", {"url": "https://example.com/jane"}, "/subscriptions", "network_url",
+     "Invalid profile URL: the host must be linkedin.com"),
+    ("/subscriptions", {"url": "https://www.linkedin.com/in/" + "a" * 2100}, "/subscriptions", "network_url",
+     "Profile URL: Longer than maximum length 2048."),
+    ("/webhook", {"endpoint_url": "ftp://example.com/x", "events": ["*"]}, None, "endpoint_url",
+     "Endpoint URL must be an https:// URL."),
+    ("/keys", {"name": "x" * 101}, None, "name", "Key name: Length must be between 1 and 100."),
+])
+def test_a_refusal_names_the_field_as_the_form_does_not_by_its_api_path(browser, alice, form, data, page, api_path,
+                                                                         says):
+    """`custom_metadata.foo.value: Not a valid string.` and the like, the API's field paths, were shown to people
+    (walk); the API's JSON keeps them (contract)."""
+    subscription = subscribe(alice.account_id)
+    response = browser.post(form.format(id=subscription.id), data=data)
+    shown = browser.text(page.format(id=subscription.id)) if page else response.get_data(as_text=True)
+    assert re.search(r'class="notice error"[^>]*>([^<]*)</p>', shown).group(1).startswith(says)
+    api = {"/subscriptions/{id}/metadata": lambda: alice.patch(f"/subscriptions/{subscription.id}", json={
+               "custom_metadata": {"foo": {"a": 1}}}),
+           "/subscriptions": lambda: alice.post("/subscriptions", json={"entity_type": "contact",
+                                                                        "network_url": data["url"]}),
+           "/webhook": lambda: alice.post("/webhooks/configure", json={"endpoint_url": data["endpoint_url"]}),
+           "/keys": lambda: alice.post("/account/api-keys", json={"name": data["name"]})}[form]()
+    assert api.status_code == 400 and api.json["details"]["field"] == api_path, api.json
+    assert api.json["message"].startswith(api_path) or f"Invalid {api_path}:" in api.json["message"]
+
+
+def test_a_whole_form_refusal_drops_marshmallows_body_path():
+    assert presenters.refusal_in_form_words(ValidationFailed("body", "body: Give network_id or network_url.")) \
+        == "Give profile id or profile URL."
+    assert presenters.refusal_in_form_words(ValidationFailed("Name", "The Name cell is empty.")) \
+        == "The Name cell is empty."  # a field the forms do not name (a CSV's column) is left as it is
 
 
 @pytest.mark.parametrize("page", ["²", "1⁰", "٣", "99999999999999999999", "-1", "+2", "2.0", ""])

@@ -1,14 +1,15 @@
 """Turning stored rows into what a page shows: diffs of an event, the events chart as inline SVG, an
-import's progress and results."""
+import's progress and results, a refusal in the forms' words."""
 import io
 import json
+import re
 from datetime import date, timedelta
 from urllib.parse import quote
 
 from markupsafe import Markup, escape
 
 from app.common import utcnow
-from app.errors import ServiceError
+from app.errors import ServiceError, ValidationFailed
 from app.services import importer
 
 CHART_WIDTH, CHART_HEIGHT, CHART_TOP = 720, 160, 10
@@ -38,6 +39,45 @@ def change_rows(envelope: dict) -> list:
     if "reason" in data:
         return [("availability", "available", data["reason"])]
     return []
+
+
+# The API's field names as the dashboard's forms call them: heading a refusal, and within its sentence
+FIELD_LABELS = {"custom_metadata": "Custom metadata", "network_url": "Profile URL", "linkedin_url": "Profile URL",
+                "network_id": "Profile id", "linkedin_id": "Profile id", "entity_type": "Type",
+                "endpoint_url": "Endpoint URL", "events": "Events to send",
+                "initial_webhook": "First event of a new subscription", "is_active": "Deliveries on",
+                "since": "Since", "until": "Until", "name": "Key name", "search": "Search", "status": "Status",
+                "subscription_ids": "Selected subscriptions"}
+IN_A_SENTENCE = {"custom_metadata": "custom metadata", "network_url": "profile URL", "linkedin_url": "profile URL",
+                 "network_id": "profile id", "linkedin_id": "profile id", "entity_type": "type",
+                 "endpoint_url": "endpoint URL", "initial_webhook": "first event", "is_active": "deliveries on",
+                 "subscription_ids": "subscription ids"}
+API_NAME = re.compile(rf"\b({'|'.join(IN_A_SENTENCE)})\b")
+
+
+def field_label(path: str):
+    """A form's words for an API field path (`custom_metadata.foo.value`: Metadata key 'foo'); None if unknown."""
+    parts = path.split(".")
+    if parts[0] == "custom_metadata" and len(parts) > 2 and parts[-1] in ("key", "value"):
+        return f"Metadata key '{'.'.join(parts[1:-1])}'"
+    return FIELD_LABELS.get(parts[0])
+
+
+def refusal_in_form_words(error: ServiceError) -> str:
+    """A refusal's message with the API field path heading it (`custom_metadata.foo.value: ...`, `endpoint_url
+    must ...`, marshmallow's whole-body `body: ...`) as the form's label, and the API's names in its sentence in
+    the form's words (`Invalid network_url: ...`); the API's JSON keeps them."""
+    message, field = error.message, getattr(error, "field", None)
+    label = (field_label(field) if field != "body" else "") if isinstance(error, ValidationFailed) and field else None
+    if label is None:
+        return message
+    head = ""
+    for separator in (": ", " "):
+        if message.startswith(f"{field}{separator}"):
+            rest = message[len(field) + len(separator):]
+            head, message = (f"{label}{separator}", rest) if label else ("", rest[:1].upper() + rest[1:])
+            break
+    return head + API_NAME.sub(lambda name: IN_A_SENTENCE[name.group(1)], message)  # (a metadata key left as typed)
 
 
 RESULT_COLUMNS = ("row", "result", "subscription_id", "code", "reason")

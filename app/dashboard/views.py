@@ -10,7 +10,8 @@ from app.api.limits import (bulk_limit, class_size, default_limit, limit_unauthe
                             spend_as_key, write_limit)
 from app.dashboard import (LOGIN_CSRF_COOKIE, SESSION_COOKIE, account_id, bp, check_login_csrf, new_login_csrf,
                            notify, render, safe_next, stream)
-from app.dashboard.presenters import change_rows, events_chart, import_results_href, import_steps, parse_body
+from app.dashboard.presenters import (change_rows, events_chart, import_results_href, import_steps, parse_body,
+                                      refusal_in_form_words)
 from app.errors import InvalidState, NotFound, ServiceError, Unauthorized, ValidationFailed
 from app.schemas.account import ApiKeyCreateSchema
 from app.schemas.base import MAX_OFFSET
@@ -69,10 +70,11 @@ NO_WEBHOOK_YET = "Set up your webhook first (Webhook page): there is nowhere to 
 
 
 def _in_dashboard_words(error: ServiceError) -> str:
-    """The service's message, but where it tells an API client which call to make first."""
+    """The service's message, but where it tells an API client which call to make first, and with the fields it
+    names as the forms label them (`custom_metadata.foo.value`: Metadata key 'foo')."""
     if isinstance(error, InvalidState) and (error.details or {}).get("is_active") is False:
         return "Deliveries are switched off: turn them on on the Webhook page first."
-    return error.message
+    return refusal_in_form_words(error)
 
 
 # --- signing in and out -------------------------------------------------------------------------
@@ -130,7 +132,7 @@ def subscriptions_page():
         query = load(list_query_schema, {**filters, "limit": str(PAGE_SIZE),
                                          "offset": str((page_number - 1) * PAGE_SIZE)})
     except ServiceError as error:
-        notify("error", error.message)
+        notify("error", _in_dashboard_words(error))
         return _back("dashboard.subscriptions_page")
     rows, total = subscriptions.list_page(account_id(), **query)
     return render("subscriptions.html", rows=rows, total=total, filters=filters, page=page_number,
@@ -149,7 +151,7 @@ def add_subscription():
             raise ValidationFailed(error.field, ADD_ONE_WORDS.get(error.field, error.message)) from error
         subscription = subscriptions.create(account_id(), load(create_schema, item))
     except ServiceError as error:
-        notify("error", error.message, typed=row)
+        notify("error", _in_dashboard_words(error), typed=row)
         return _back("dashboard.subscriptions_page")
     notify("success", f"Subscribed to {row['url']}.")
     return _back("dashboard.subscription_page", subscription_id=subscription.id)
@@ -175,7 +177,7 @@ def bulk_action():
                                              "status": "paused" if action == "pause" else "active"})
             done, errors = subscriptions.bulk_set_status(account_id(), body["subscription_ids"], body["status"])
     except ServiceError as error:
-        notify("error", error.message)
+        notify("error", _in_dashboard_words(error))
         return _back("dashboard.subscriptions_page")
     problems = "; ".join(error["error"] for error in errors)
     notify("error" if errors else "success", f"{action.capitalize()}: {len(done):,} done. {problems}".strip())
@@ -370,7 +372,7 @@ def save_webhook():
             return _webhook_page(secret=config.secret, status=201)
         webhooks.update_config(account_id(), load(update_schema, form))
     except ServiceError as error:
-        return _webhook_page(error=error.message, form=form, status=error.status)
+        return _webhook_page(error=_in_dashboard_words(error), form=form, status=error.status)
     notify("success", "Webhook settings saved.")
     return _back("dashboard.webhook_page")
 
@@ -381,7 +383,7 @@ def send_test():
     try:
         result = outbox.send_test(account_id(), transport_for(current_app._get_current_object()))
     except ServiceError as error:
-        return _webhook_page(error=error.message, status=error.status)
+        return _webhook_page(error=_in_dashboard_words(error), status=error.status)
     return _webhook_page(test_result=result)
 
 
@@ -391,7 +393,7 @@ def rotate_secret():
     try:
         rotated = webhooks.rotate_secret(account_id(), request.form.get("rotated_at"))
     except ServiceError as error:
-        return _webhook_page(error=error.message, status=error.status)
+        return _webhook_page(error=_in_dashboard_words(error), status=error.status)
     if rotated is None:  # this form sent again: a second rotation would end the old secret's overlap
         notify("error", "The secret was rotated since this form was shown (was the page reloaded?); nothing changed. "
                         "Its new secret was shown once then. Rotate again below only if you need another one.")
@@ -426,7 +428,7 @@ def create_key():
         body = load(key_create_schema, {"name": request.form.get("name", "").strip()})
         key, plaintext = keys.create_key(account_id(), body["name"])
     except ServiceError as error:
-        return _keys_page(error=error.message, status=error.status)
+        return _keys_page(error=_in_dashboard_words(error), status=error.status)
     return _keys_page(created=key, plaintext=plaintext, status=201)
 
 
