@@ -611,6 +611,26 @@ def test_the_timeline_shows_before_and_after(browser, alice):
     assert '<td class="before">Engineer</td><td class="after">CTO</td>' in page
 
 
+def test_every_event_of_a_subscription_is_reached_from_its_page_newest_first(browser, alice, monkeypatch):
+    """The timeline stopped at the newest 50 events, the older ones out of reach (walk)."""
+    monkeypatch.setattr(views, "PAGE_SIZE", 5)
+    subscription = subscribe(alice.account_id)
+    recorded = record_events(alice.account_id, count=12, subscription=subscription)
+    record_events(alice.account_id, count=3)  # another subscription's, not listed
+    path, shown = f"/subscriptions/{subscription.id}", []
+    while path:
+        page = browser.text(path)
+        shown += re.findall(r'<a href="/events/([^"]+)"><strong>', page)
+        older = re.search(r'<a href="([^"]+)" rel="next">Older', page)
+        path = html.unescape(older.group(1)) if older else None
+        assert path is None or path.endswith("#timeline")  # to the timeline, below the state and metadata
+    newest_first = [row.id for row in events.list_page(alice.account_id, 20, 0, subscription_id=subscription.id)[0]]
+    assert shown == newest_first and sorted(shown) == sorted(recorded)
+    assert "Page 3 of 3" in page and "(12 events)" in page
+    past = browser.text(f"/subscriptions/{subscription.id}?page=9")
+    assert "No events on page 9: there are 3 pages." in past and f"{subscription.id}?page=3#timeline" in past
+
+
 def test_events_filter_and_show_attempts_and_redeliver(browser, alice):
     with Receiver(Reply(status=500)) as receiver:
         configure(alice, receiver.url)

@@ -161,3 +161,15 @@ def test_the_claim_reads_each_accounts_oldest_due_delivery_by_the_index(app):
     assert "SEARCH webhook_configs USING INDEX" in accounts
     assert "SEARCH outbox USING COVERING INDEX ix_outbox_account_due (account_id=? AND next_attempt_at<?)" in turn
     assert not any("SCAN outbox" in plan or "SCAN webhook_configs" in plan for _, plan in plans)
+
+
+def test_a_later_page_of_a_subscriptions_timeline_is_walked_in_its_index(app):
+    """The subscription page's timeline pages (`?page=`): the offset is walked in the timeline's index, in order."""
+    tenant = make_tenant(app, "Plans", "growth")
+    [event_id] = record_events(tenant.account_id)
+    subscription_id = db.session.get(Event, event_id).subscription_id
+    plans = plans_of(Browser(app, tenant.key), f"/subscriptions/{subscription_id}?page=2", "events")
+    assert plans and all("OFFSET" in statement for statement, _ in plans), plans
+    for _, plan in plans:
+        assert "ix_events_subscription_order" in plan, plan
+        assert "TEMP B-TREE" not in walk_of(plan) and "Sort" not in walk_of(plan), plan

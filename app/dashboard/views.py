@@ -218,10 +218,15 @@ def import_subscriptions():
 @bp.get("/subscriptions/<dashboard_subscription:subscription_id>")
 @read_limit
 def subscription_page(subscription_id):
+    """Its state, metadata and timeline, paged as the other lists (`?page=`, newest first): it stopped at the newest
+    50 events, the older ones out of reach (walk)."""
     subscription = subscriptions.get(account_id(), subscription_id)
-    rows, total = events.list_page(account_id(), PAGE_SIZE, 0, subscription_id=subscription.id)
+    page_number = _page_number()
+    rows, total = events.list_page(account_id(), PAGE_SIZE, (page_number - 1) * PAGE_SIZE,
+                                   subscription_id=subscription.id)
     timeline = [{"event": row, "changes": change_rows(parse_body(row))} for row in rows]
-    return render("subscription.html", subscription=subscription, timeline=timeline, total=total,
+    return render("subscription.html", subscription=subscription, timeline=timeline, total=total, page=page_number,
+                  pages=_page_count(total),
                   metadata=json.dumps(subscription.custom_metadata or {}, indent=2, ensure_ascii=False))
 
 
