@@ -4,6 +4,7 @@ tests/screenshots/ for a reviewer. Skipped where Chromium or the playwright pack
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -248,6 +249,41 @@ def test_cancelling_asks_first_and_a_no_cancels_nothing(server, page):
     asking.goto(f"{base}/subscriptions/{subscription_id}")
     assert len(questions) == 2 and all("cannot be resumed" in question for question in questions)
     assert ">paused<" in asking.content()
+
+
+def test_what_was_typed_when_the_session_had_ended_is_back_after_signing_in_again(server, page):
+    """Metadata typed on a page whose session had ended (after 12 hours) was lost: the save reached the sign-in page,
+    which led back to the subscription's page with the box as stored (walk)."""
+    base, env = server
+    key = new_account(env, "Late team")
+    api = {"headers": {"X-API-Key": key}, "timeout": 10}
+    subscription_id = requests.post(f"{base}/api/v1/subscriptions", json={"entity_type": "company",
+                                                                          "network_id": "acme"}, **api).json()["id"]
+    page.goto(f"{base}/subscriptions/{subscription_id}")
+    page.get_by_label("API key").fill(key)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_load_state()
+    with sqlite3.connect(env["DATABASE_URL"].removeprefix("sqlite:///")) as database:  # the session ends
+        database.execute("UPDATE dashboard_sessions SET expires_at = '2000-01-01 00:00:00.000000'")
+    typed = '{"owner": "sam"}'
+    box = page.get_by_label("JSON object, sent with every event")
+    box.fill(typed)
+    page.get_by_role("button", name="Save metadata").click()
+    page.wait_for_load_state()
+    assert "/login" in page.url
+    page.get_by_label("API key").fill(key)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_load_state()
+    assert page.url == f"{base}/subscriptions/{subscription_id}" and box.input_value() == typed
+    assert "Your session had ended, so nothing was done." in page.content()
+    shot(page, "14-typed-text-back-after-signing-in")
+    page.get_by_role("button", name="Save metadata").click()
+    page.wait_for_load_state()
+    assert "Custom metadata saved." in page.content() and "Your session had ended" not in page.content()
+    assert requests.get(f"{base}/api/v1/subscriptions/{subscription_id}", **api).json()["custom_metadata"] == {
+        "owner": "sam"}
+    page.reload()
+    assert "Your session had ended" not in page.content()
 
 
 def _contrast(first, second):

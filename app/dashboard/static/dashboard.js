@@ -1,4 +1,5 @@
-// The dashboard's only script: local times, select-all, confirmations, a busy bar while an import's list is sent.
+// The dashboard's only script: local times, select-all, confirmations, a form's text kept across signing in again,
+// a busy bar while an import's list is sent.
 document.addEventListener("DOMContentLoaded", function () {
   var format = new Intl.DateTimeFormat(undefined, {dateStyle: "medium", timeStyle: "short"});
   document.querySelectorAll("time[datetime]").forEach(function (node) {
@@ -16,6 +17,41 @@ document.addEventListener("DOMContentLoaded", function () {
       var button = event.submitter && event.submitter.hasAttribute("data-confirm") ? event.submitter : null;
       var question = button ? button.getAttribute("data-confirm") : form.getAttribute("data-confirm");
       if (question && !window.confirm(question)) { event.preventDefault(); }
+    });
+  });
+  // A form sent once the session had ended reached the sign-in page, and what was typed was lost: a form marked
+  // data-keep keeps its fields in this tab when sent, given back to the same form (its action) on the first page
+  // after signing in again, and dropped on any other page (the form was answered). Never sent anywhere.
+  var kept = null;
+  try { kept = JSON.parse(sessionStorage.getItem("kept-form")); } catch (error) { kept = null; }
+  sessionStorage.removeItem("kept-form");
+  if (kept && document.querySelector("form[data-sign-in]")) {
+    sessionStorage.setItem("kept-form", JSON.stringify({action: kept.action, fields: kept.fields, signingIn: true}));
+  } else if (kept && kept.signingIn) {
+    document.querySelectorAll("form[data-keep]").forEach(function (form) {
+      if (form.action !== kept.action) { return; }
+      Object.keys(kept.fields).forEach(function (name) {
+        var field = form.elements[name];
+        if (field) { field[field.type === "checkbox" ? "checked" : "value"] = kept.fields[name]; }
+      });
+      var note = document.createElement("p");
+      note.className = "notice error";
+      note.setAttribute("role", "alert");
+      note.textContent = "Your session had ended, so nothing was done. What you typed is back: send it again.";
+      form.parentNode.insertBefore(note, form);
+    });
+  }
+  document.querySelectorAll("form[data-keep]").forEach(function (form) {
+    form.addEventListener("submit", function (event) {
+      if (event.defaultPrevented) { return; }
+      var fields = {};
+      Array.prototype.forEach.call(form.elements, function (field) {
+        if (!field.name || field.name === "csrf_token" || field.type === "file") { return; }
+        fields[field.name] = field.type === "checkbox" ? field.checked : field.value;
+      });
+      try {
+        sessionStorage.setItem("kept-form", JSON.stringify({action: form.action, fields: fields}));
+      } catch (error) { /* too large to keep: lost, as before */ }
     });
   });
   document.querySelectorAll("form[data-progress]").forEach(function (form) {
