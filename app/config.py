@@ -311,7 +311,7 @@ def _validate_database_url(url):
     except (ArgumentError, ValueError):
         raise ConfigError(f"DATABASE_URL={_without_password(url)!r} is not a database URL: use sqlite:///PATH or "
                           "postgresql://USER@HOST/DB") from None
-    shown = parsed.render_as_string(hide_password=True)
+    shown = _shown(parsed)
     if parsed.get_backend_name() not in ("sqlite", "postgresql"):
         raise ConfigError(f"DATABASE_URL names {parsed.get_backend_name()!r}: use sqlite:///PATH or "
                           "postgresql://USER@HOST/DB")
@@ -347,6 +347,16 @@ def _validate_connection_settings(shown, settings):
         reason = str(error).strip().splitlines()[0]
         raise ConfigError(f"DATABASE_URL={shown!r} cannot be used ({reason}): its query takes libpq's connection "
                           "settings, e.g. ?connect_timeout=10 (whole seconds)") from None
+
+
+# libpq takes a password in the URL's query too
+QUERY_SECRETS = ("password", "sslpassword")
+
+
+def _shown(parsed) -> str:
+    """A parsed database URL as a refusal shows it: its passwords hidden, before the host (`***`) or in the query."""
+    hidden = {name: "hidden" for name in QUERY_SECRETS if name in parsed.query}
+    return parsed.update_query_dict(hidden).render_as_string(hide_password=True)
 
 
 def _without_password(url: str) -> str:

@@ -44,6 +44,16 @@ def test_libpq_settings_in_the_postgresql_urls_query_are_accepted(app, query):
     validate({**app.config, "SQLALCHEMY_DATABASE_URI": f"postgresql://u:pw@db/monitor{query}"})
 
 
+@pytest.mark.parametrize("query", ["password=s3cret&conect_timeout=3", "sslpassword=s3cret&connect_timeout=abc",
+                                   "password=s3cret&sslmode=require&driver=x"])
+def test_a_refused_postgresql_url_never_shows_a_password_given_in_its_query(app, query):
+    """libpq takes `?password=` and `?sslpassword=`: the refusal printed them (review)."""
+    with pytest.raises(ConfigError) as refused:
+        validate({**app.config, "SQLALCHEMY_DATABASE_URI": f"postgresql+nodriver://u@db/monitor?{query}"
+                  if "driver=x" in query else f"postgresql://u@db/monitor?{query}"})
+    assert "s3cret" not in str(refused.value) and "password=hidden" in str(refused.value), refused.value
+
+
 def test_the_documented_settings_are_read_from_the_environment_too():
     """SCHEDULER_STANDBY_POLL_SECONDS and the others were read from instance/config.py only: set in the
     environment, they were silently ignored."""
