@@ -390,6 +390,18 @@ def test_a_whole_form_refusal_drops_marshmallows_body_path():
         == "The Name cell is empty."  # a field the forms do not name (a CSV's column) is left as it is
 
 
+def test_what_the_person_typed_is_quoted_in_a_refusal_as_typed(browser, alice):
+    """A metadata key or an event type that happens to be an API field's name was rewritten in the form's words:
+    "The JSON names 'profile URL' more than once" for a key typed `network_url` (review)."""
+    subscription = subscribe(alice.account_id)
+    browser.post(f"/subscriptions/{subscription.id}/metadata",
+                 data={"custom_metadata": '{"network_url": "a", "network_url": "b"}'})
+    shown = re.search(r'class="notice error"[^>]*>([^<]*)</p>', browser.text(f"/subscriptions/{subscription.id}"))
+    assert "&#39;network_url&#39;" in shown.group(1) and "profile URL" not in shown.group(1), shown.group(1)
+    assert presenters.refusal_in_form_words(ValidationFailed("events", "Unknown event type 'endpoint_url'.")) \
+        == "Unknown event type 'endpoint_url'."
+
+
 @pytest.mark.parametrize("page", ["²", "1⁰", "٣", "99999999999999999999", "-1", "+2", "2.0", ""])
 @pytest.mark.parametrize("path", ["/subscriptions", "/events", "/deliveries"])
 def test_a_page_number_that_is_no_page_shows_a_page(browser, alice, path, page):

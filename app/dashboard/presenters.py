@@ -77,7 +77,18 @@ def refusal_in_form_words(error: ServiceError) -> str:
             rest = message[len(field) + len(separator):]
             head, message = (f"{label}{separator}", rest) if label else ("", rest[:1].upper() + rest[1:])
             break
-    return head + API_NAME.sub(lambda name: IN_A_SENTENCE[name.group(1)], message)  # (a metadata key left as typed)
+    return head + _in_form_words(message)
+
+
+QUOTED = re.compile(r"""('[^']*'|"[^"]*")""")
+
+
+def _in_form_words(sentence: str) -> str:
+    """The API's field names in a sentence in the form's words, but not within quotes: a value the person typed (a
+    metadata key `'network_url'`, an event type) is shown as typed (review)."""
+    parts = QUOTED.split(sentence)  # quoted parts at odd indexes
+    return "".join(part if index % 2 else API_NAME.sub(lambda name: IN_A_SENTENCE[name.group(1)], part)
+                   for index, part in enumerate(parts))
 
 
 RESULT_COLUMNS = ("row", "result", "subscription_id", "code", "reason")
