@@ -8,6 +8,7 @@ import pytest
 from sqlalchemy import event, insert
 
 from app.common import utcnow
+from app.dashboard.views import PAGE_SIZE
 from app.extensions import db
 from app.models import DeliveryAttempt, Event
 from app.services import outbox
@@ -169,8 +170,19 @@ def test_a_later_page_of_a_subscriptions_timeline_is_walked_in_its_index(app):
     [event_id] = record_events(tenant.account_id)
     subscription_id = db.session.get(Event, event_id).subscription_id
     insert_rare_failures(tenant.account_id)  # the account's other events (of no subscription): the index is chosen
-    plans = plans_of(Browser(app, tenant.key), f"/subscriptions/{subscription_id}?page=2", "events")
+    offsets = []
+
+    def record(_connection, _cursor, statement, parameters, _context, _many):
+        if "FROM events" in statement and "OFFSET" in statement:
+            offsets.append(list(parameters.values() if isinstance(parameters, dict) else parameters))
+
+    event.listen(db.engine, "before_cursor_execute", record)
+    try:
+        plans = plans_of(Browser(app, tenant.key), f"/subscriptions/{subscription_id}?page=3", "events")
+    finally:
+        event.remove(db.engine, "before_cursor_execute", record)
     assert plans and all("OFFSET" in statement for statement, _ in plans), plans
+    assert offsets and all(2 * PAGE_SIZE in values for values in offsets), offsets  # page 3's, not page 1's (review)
     for _, plan in plans:
         assert "ix_events_subscription_order" in plan, plan
         assert "TEMP B-TREE" not in walk_of(plan) and "Sort" not in walk_of(plan), plan
