@@ -20,14 +20,14 @@ document.addEventListener("DOMContentLoaded", function () {
     });
   });
   // A form sent once the session had ended reached the sign-in page, and what was typed was lost: a form marked
-  // data-keep keeps its fields in this tab when sent, given back to the same form (its action) on the first page
-  // after signing in again, and dropped on any other page (the form was answered). Never sent anywhere.
-  var kept = null;
-  try { kept = JSON.parse(sessionStorage.getItem("kept-form")); } catch (error) { kept = null; }
-  sessionStorage.removeItem("kept-form");
+  // data-keep keeps its fields in this tab when sent, given back to the same form (its action) of the same account on
+  // the first page after signing in again, and dropped on any other page (the form was answered). Never sent
+  // anywhere. Where the browser refuses this tab's storage, nothing is kept and the rest of the script still runs.
+  var account = document.body.getAttribute("data-account");
+  var kept = takeKeptForm();
   if (kept && document.querySelector("form[data-sign-in]")) {
-    sessionStorage.setItem("kept-form", JSON.stringify({action: kept.action, fields: kept.fields, signingIn: true}));
-  } else if (kept && kept.signingIn) {
+    keepForm({action: kept.action, account: kept.account, fields: kept.fields, signingIn: true});
+  } else if (kept && kept.signingIn && kept.account === account) {
     document.querySelectorAll("form[data-keep]").forEach(function (form) {
       if (form.action !== kept.action) { return; }
       Object.keys(kept.fields).forEach(function (name) {
@@ -49,9 +49,7 @@ document.addEventListener("DOMContentLoaded", function () {
         if (!field.name || field.name === "csrf_token" || field.type === "file") { return; }
         fields[field.name] = field.type === "checkbox" ? field.checked : field.value;
       });
-      try {
-        sessionStorage.setItem("kept-form", JSON.stringify({action: form.action, fields: fields}));
-      } catch (error) { /* too large to keep: lost, as before */ }
+      keepForm({action: form.action, account: account, fields: fields});
     });
   });
   document.querySelectorAll("form[data-progress]").forEach(function (form) {
@@ -61,3 +59,18 @@ document.addEventListener("DOMContentLoaded", function () {
     });
   });
 });
+
+function takeKeptForm() {
+  try {
+    var text = window.sessionStorage.getItem("kept-form");
+    window.sessionStorage.removeItem("kept-form");
+    var kept = JSON.parse(text);
+    return kept && typeof kept.fields === "object" && kept.fields ? kept : null;
+  } catch (error) { return null; }  // storage refused, or not what this script wrote
+}
+
+function keepForm(kept) {
+  try {
+    window.sessionStorage.setItem("kept-form", JSON.stringify(kept));
+  } catch (error) { /* refused, or too large: lost, as before */ }
+}
