@@ -126,6 +126,18 @@ def test_a_utf8_body_is_still_accepted_with_or_without_a_byte_order_mark(alice, 
     assert response.status_code == 201 and response.json["name"] == "Zoë's key"
 
 
+def test_a_body_that_ends_before_its_content_length_is_refused_and_nothing_done(alice):
+    """A client that closed its side after 52 of the 200 bytes it announced had its subscription created (API walk):
+    an incomplete message is never acted on (RFC 9112 §6.3). gunicorn marks its input as ending where the body does
+    (`wsgi.input_terminated`), so the body is read to its end, as here."""
+    body = json.dumps({"entity_type": "contact", "network_id": "cut-short"}).encode()
+    response = alice.post("/subscriptions", data=body, content_type="application/json",
+                          environ_overrides={"CONTENT_LENGTH": "200", "wsgi.input_terminated": True})
+    assert response.status_code == 400 and response.json["error"] == "VALIDATION_ERROR", response.json
+    assert f"ended after {len(body)} of the 200 bytes" in response.json["message"]
+    assert alice.get("/subscriptions").json["pagination"]["total"] == 0
+
+
 def test_an_over_long_path_is_a_json_404(alice):
     response = alice.get("/subscriptions/" + "x" * 8000)
     assert response.status_code == 404 and response.json["error"] == "NOT_FOUND"

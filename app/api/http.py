@@ -117,8 +117,13 @@ def json_body() -> dict:
 def _body_within_limit() -> bytes:
     """The raw body; 413 past MAX_CONTENT_LENGTH for a streamed (chunked) body too. Werkzeug refuses a
     Content-Length over the limit, but reads a stream only up to the limit and stops there without telling
-    whether more followed: the JSON then failed to parse, a 400 instead of the contract's 413."""
+    whether more followed: the JSON then failed to parse, a 400 instead of the contract's 413. A body that ended
+    before its Content-Length (the client closed its side) is incomplete, never acted on (RFC 9112 §6.3); it was
+    (API walk)."""
     raw = request.get_data(cache=True)
+    if request.content_length is not None and len(raw) < request.content_length:
+        raise ValidationFailed("body", f"The request body ended after {len(raw)} of the {request.content_length} "
+                                       "bytes its Content-Length announced; nothing was done.")
     limit = request.max_content_length
     if request.content_length is None and limit is not None and len(raw) >= limit \
             and request.environ["wsgi.input"].read(1):
