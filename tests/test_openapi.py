@@ -145,7 +145,15 @@ def test_operations_that_take_no_body_document_the_answers_to_one(alice, documen
 
 def test_only_a_keyed_operation_that_may_carry_a_body_reads_one(document):
     assert "413" not in document["paths"]["/subscriptions"]["get"]["responses"]
-    assert "400" not in document["paths"]["/account"]["get"]["responses"]
+
+
+def test_every_operation_lists_the_400_of_a_nul_in_its_query(document, alice, anon):
+    """`/account?x=%00` answers 400, as every route does, but the operations without parameters did not list it
+    (API walk)."""
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            assert operation["responses"]["400"]["description"].startswith("VALIDATION_ERROR"), (method, path)
+    assert alice.get("/account?x=%00").status_code == 400 and anon.client.get("/healthz?x=%00").status_code == 400
 
 
 @pytest.mark.parametrize("path, name", [("/subscriptions", "search"), ("/events", "subscription_id"),

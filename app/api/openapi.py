@@ -78,12 +78,13 @@ def _unique_id(name: str, path: str, taken: set) -> str:
 
 
 def _error_codes(meta, rule, method) -> dict:
-    """{status: [codes]} this operation can answer with. A keyed operation whose method may carry a body reads it
-    even when it takes none (`refuse_a_body_where_none_is_taken`): fields are a 400, a body past the limit a 413."""
+    """{status: [codes]} this operation can answer with. Every one refuses a NUL in a query parameter, parameters it
+    takes or not (`refuse_nul_in_query_and_form`): a 400 (API walk: the operations without parameters did not list
+    it). A keyed operation whose method may carry a body reads it even when it takes none
+    (`refuse_a_body_where_none_is_taken`): fields are a 400, a body past the limit a 413."""
     codes = {status: list(names) for status, names in ALWAYS.items()} if meta["auth"] else {500: ["INTERNAL_ERROR"]}
+    codes[400] = ["VALIDATION_ERROR"]
     reads_a_body = meta["body"] is not None or (meta["auth"] and method in BODY_METHODS)
-    if reads_a_body or meta["query"] is not None:
-        codes.setdefault(400, []).append("VALIDATION_ERROR")
     if reads_a_body:
         codes.setdefault(413, []).append("PAYLOAD_TOO_LARGE")
     if rule.arguments:
