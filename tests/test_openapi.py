@@ -274,3 +274,17 @@ def test_every_keyed_operation_documents_the_503_of_a_database_it_cannot_use(doc
     keyed = [operation for path in document["paths"].values() for operation in path.values()
              if isinstance(operation, dict) and "401" in operation.get("responses", {})]
     assert keyed and all(operation["responses"]["503"]["description"] == "UNAVAILABLE" for operation in keyed)
+
+
+def test_the_create_body_says_what_is_accepted_beyond_its_variants(document, alice):
+    """Both fields together, the aliases, non-ASCII ids and URLs with a section were accepted but only the canonical
+    forms were documented: a client generated from the document refused them (API walk)."""
+    described = document["components"]["schemas"]["SubscriptionCreate"]["description"]
+    for accepted in ("both network_id and network_url", "linkedin_id and linkedin_url", "percent-encoded",
+                     "http://", "/details/experience/", "query string"):
+        assert accepted in described, accepted
+    for body in ({"network_id": "jane-doe", "network_url": "https://www.linkedin.com/in/jane-doe"},
+                 {"linkedin_id": "sam-roe"}, {"network_id": "jos%C3%A9"},
+                 {"network_url": "http://uk.linkedin.com/in/kim-poe/details/experience/?trk=1"}):
+        assert alice.post("/subscriptions", json={"entity_type": "contact", **body}).status_code == 201, body
+

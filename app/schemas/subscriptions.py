@@ -47,6 +47,15 @@ def _entity_named(field: str, value: str, entity_type: str) -> str:
         raise ValidationError(error.message, field) from None
 
 
+# What the document's variants leave out, said in words: a client generated from them would refuse it (API walk)
+CREATE_BODY_DESCRIPTION = (
+    "An entity type and its network_id or its network_url, in the canonical forms the variants state. Also accepted "
+    "(contract §3), beyond what these patterns say: both network_id and network_url when they name the same entity; "
+    "linkedin_id and linkedin_url as aliases of the two; in an id, letters beyond ASCII or their percent-encoded "
+    "UTF-8 (at most 100 characters encoded); in a URL, http://, a country subdomain (uk.), a section of the "
+    "profile after the id (/details/experience/) and a query string.")
+
+
 class SubscriptionCreateSchema(BodySchema):
     entity_type = EntityType
     network_id = fields.Str(validate=validate.Length(max=400), metadata={"description": "Username or slug."})
@@ -97,8 +106,7 @@ class SubscriptionCreateSchema(BodySchema):
                                  "properties": {"entity_type": {"const": entity_type},
                                                 name: {**generated["properties"][name], "pattern": pattern},
                                                 "custom_metadata": generated["properties"]["custom_metadata"]}})
-        return {"description": "An entity type and its network_id or its network_url (linkedin_id and linkedin_url "
-                               "are accepted as aliases).", "oneOf": variants}
+        return {"description": CREATE_BODY_DESCRIPTION, "oneOf": variants}
 
 
 class MetadataPatchSchema(BodySchema):
