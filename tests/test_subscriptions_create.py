@@ -103,14 +103,18 @@ def test_an_alias_pair_that_cannot_be_read_names_the_reason_not_a_difference(ali
 
 
 @pytest.mark.parametrize("body, field, says", [
-    ({"entity_type": "contact", "linkedin_id": "bad id!"}, "linkedin_id", "may hold only letters"),
-    ({"entity_type": "company", "linkedin_url": "https://www.linkedin.com/in/jane"}, "linkedin_url", "/company/ path"),
+    ({"entity_type": "contact", "linkedin_id": "bad id!"}, "linkedin_id", "linkedin_id may hold only letters"),
+    ({"entity_type": "company", "linkedin_url": "https://www.linkedin.com/in/jane"}, "linkedin_url",
+     "Invalid linkedin_url: a company URL must use the /company/ path"),
     ({"entity_type": "contact", "linkedin_id": "jane", "linkedin_url": "https://www.linkedin.com/in/john"},
-     "linkedin_url", "linkedin_url and linkedin_id name different entities"),
+     "linkedin_url", "linkedin_id and linkedin_url name different entities"),
     ({"entity_type": "contact", "network_id": "jane", "linkedin_url": "https://www.linkedin.com/in/john"},
-     "linkedin_url", "linkedin_url and network_id name different entities"),
+     "linkedin_url", "network_id and linkedin_url name different entities"),
     ({"entity_type": "contact", "linkedin_id": "jane", "network_url": "https://www.linkedin.com/in/john"},
-     "network_url", "network_url and linkedin_id name different entities"),
+     "network_url", "linkedin_id and network_url name different entities"),
+    # the id is read before the URL, whichever names were sent (as without an alias)
+    ({"entity_type": "contact", "network_id": "bad id!", "linkedin_url": "nope"}, "network_id",
+     "network_id may hold only letters"),
 ])
 def test_an_alias_refused_is_named_as_sent(alice, body, field, says):
     """An alias was folded into the field it stands for before its value was read: its errors named network_id or

@@ -44,7 +44,11 @@ def _entity_named(field: str, value: str, entity_type: str) -> str:
             return normalize_network_id(value, field)
         return network_id_from_url(value, entity_type, current_app.config["NETWORK_DOMAIN"], field)
     except ValidationFailed as error:
-        raise ValidationError(error.message, field) from None
+        message = error.message.replace(ALIASED[field], field) if field in ALIASED else error.message
+        raise ValidationError(message, field) from None
+
+
+ALIASED = {"linkedin_id": "network_id", "linkedin_url": "network_url"}  # alias: the field it stands for
 
 
 # What the document's variants leave out, said in words: a client generated from them would refuse it (API walk)
@@ -73,17 +77,14 @@ class SubscriptionCreateSchema(BodySchema):
                 raise ValidationError(f"{alias} is an alias of {field}; they differ.", alias)
         if not any(name in data for name in ("network_id", "network_url", "linkedin_id", "linkedin_url")):
             raise ValidationError("Give network_id or network_url (or both).", "network_id")
-        # An alias sent without its field is read here, under the name sent: folded into the field it stands for, its
-        # errors named that field, which the client had not sent
-        for field, alias in (("network_id", "linkedin_id"), ("network_url", "linkedin_url")):
-            if alias in data and field not in data:
-                _entity_named(alias, data[alias], data["entity_type"])
-        id_sent, url_sent = (next((name for name in names if name in data), None)  # the values _fold_aliases keeps
-                             for names in (("linkedin_id", "network_id"), ("linkedin_url", "network_url")))
-        if id_sent and url_sent and "linkedin_" in id_sent + url_sent and \
-                _entity_named(id_sent, data[id_sent], data["entity_type"]) != \
-                _entity_named(url_sent, data[url_sent], data["entity_type"]):
-            raise ValidationError(f"{url_sent} and {id_sent} name different entities.", url_sent)
+        # With an alias sent, the id and the URL kept (`_fold_aliases`) are read here, the id first as the service does,
+        # under the names sent: folded into the fields they stand for, their errors named fields the client had not sent
+        sent = [next((name for name in names if name in data), None)
+                for names in (("linkedin_id", "network_id"), ("linkedin_url", "network_url"))]
+        if any(name in ALIASED for name in sent):
+            named = [_entity_named(name, data[name], data["entity_type"]) for name in sent if name]
+            if len(named) == 2 and named[0] != named[1]:
+                raise ValidationError(f"{sent[0]} and {sent[1]} name different entities.", sent[1])
 
     @post_load
     def _fold_aliases(self, data, **kwargs):
