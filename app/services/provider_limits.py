@@ -20,11 +20,11 @@ from typing import Optional
 import limits.storage
 import limits.strategies
 from flask import current_app
-from sqlalchemy import bindparam, delete, func, or_, select, update
+from sqlalchemy import bindparam, delete, func, or_, select, type_coerce, update
+from sqlalchemy.types import NullType
 
 from app.common import utcnow
 from app.database import PreparedSelect, end_read_transaction, upsert, write_transaction
-from app.extensions import db
 from app.models import ProviderBudget, ProviderSlot, ProviderState
 
 log = logging.getLogger(__name__)
@@ -200,21 +200,32 @@ def pause(provider: str, reason: str, until: Optional[datetime], detail: str) ->
                     until.isoformat() + "Z" if until else "an operator resumes it", detail)
 
 
-# Prepared once: /healthz reads it on every call.
-_PAUSE = PreparedSelect(select(ProviderState.paused_reason, ProviderState.paused_at, ProviderState.paused_until,
-                               ProviderState.detail).where(ProviderState.provider == bindparam("provider")))
+# Prepared once: /healthz reads it on every call. (The balance's Float type cannot make its result processor
+# without the driver's type code, which a prepared select does not have; both drivers give a float as it is.)
+_STATE = PreparedSelect(select(ProviderState.paused_reason, ProviderState.paused_at, ProviderState.paused_until,
+                               ProviderState.detail,
+                               type_coerce(ProviderState.credits_remaining, NullType()).label("credits_remaining"))
+                        .where(ProviderState.provider == bindparam("provider")))
 
 
 def current_pause(provider: str):
     """The ongoing pause (a row: paused_reason, paused_at, paused_until, detail), or None. A pause whose
     time has come is lifted here (and logged once)."""
+    return pause_and_credits(provider)[0]
+
+
+def pause_and_credits(provider: str) -> tuple:
+    """(the ongoing pause as `current_pause` gives it, the balance the vendor last reported to any process: None
+    before it ever did), in one read: /healthz read the row twice, the second through the ORM, a third of its CPU."""
     now = utcnow()
-    state = _PAUSE.first({"provider": provider})
+    state = _STATE.first({"provider": provider})
     end_read_transaction()
-    if state is None or state.paused_reason is None:
-        return None
+    if state is None:
+        return None, None
+    if state.paused_reason is None:
+        return None, state.credits_remaining
     if _is_active(state, now):
-        return state
+        return state, state.credits_remaining
     with write_transaction() as session:
         lifted = session.execute(update(ProviderState).where(ProviderState.provider == provider,
                                                              ProviderState.paused_reason.is_not(None),
@@ -222,7 +233,7 @@ def current_pause(provider: str):
                                  .values(paused_reason=None, paused_until=None, paused_at=None, detail=None)).rowcount
     if lifted:
         log.warning("provider %s resumed: its pause (%s) has ended", provider, state.paused_reason)
-    return None
+    return None, state.credits_remaining
 
 
 def note_credits(provider: str, remaining: float) -> None:
@@ -231,13 +242,6 @@ def note_credits(provider: str, remaining: float) -> None:
     with write_transaction() as session:
         session.execute(upsert(session, ProviderState).values(provider=provider, **reported)
                         .on_conflict_do_update(index_elements=["provider"], set_=reported))
-
-
-def reported_credits(provider: str) -> Optional[float]:
-    """The balance the vendor last reported to any process; None before it ever did."""
-    remaining = db.session.scalar(select(ProviderState.credits_remaining).where(ProviderState.provider == provider))
-    end_read_transaction()
-    return remaining
 
 
 def resume(provider: str) -> bool:

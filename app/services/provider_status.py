@@ -9,7 +9,7 @@ def provider_status() -> dict:
     process, when it reports one)}."""
     provider = current_provider()
     spec = traits(provider)
-    pause = provider_limits.current_pause(spec.name)
+    pause, credits = provider_limits.pause_and_credits(spec.name)
     return {"provider": spec.name, "state": "paused" if pause else "active",
             "reason": pause.paused_reason if pause else None,
             "paused_at": pause.paused_at if pause else None,
@@ -17,7 +17,7 @@ def provider_status() -> dict:
             "detail": pause.detail if pause else None,
             "rate_limit": str(spec.rate) if spec.rate else None,
             "batch_size": spec.batch_size, "concurrency": spec.concurrency,
-            "credits_remaining": provider_limits.reported_credits(spec.name)}
+            "credits_remaining": credits}
 
 
 def resume_provider() -> bool:
