@@ -390,6 +390,17 @@ def test_a_whole_form_refusal_drops_marshmallows_body_path():
         == "The Name cell is empty."  # a field the forms do not name (a CSV's column) is left as it is
 
 
+def test_a_form_cut_short_is_refused_and_nothing_done(browser, alice):
+    """A form whose body ended before its Content-Length was acted on with its first half: the subscription of
+    `jane-doe` for the `jane-doe-smith` typed (review)."""
+    body = f"csrf_token={browser.csrf}&url=https%3A%2F%2Fwww.linkedin.com%2Fin%2Fjane-doe-smith&entity_type="
+    cut = body[:body.index("-smith")]
+    response = browser.client.post("/subscriptions", data=cut, content_type="application/x-www-form-urlencoded",
+                                   environ_overrides={"CONTENT_LENGTH": str(len(body)), "wsgi.input_terminated": True})
+    assert response.status_code == 400 and "ended after" in response.get_data(as_text=True)
+    assert alice.get("/subscriptions").json["pagination"]["total"] == 0
+
+
 def test_what_the_person_typed_is_quoted_in_a_refusal_as_typed(browser, alice):
     """A metadata key or an event type that happens to be an API field's name was rewritten in the form's words:
     "The JSON names 'profile URL' more than once" for a key typed `network_url` (review)."""

@@ -138,6 +138,17 @@ def test_a_body_that_ends_before_its_content_length_is_refused_and_nothing_done(
     assert alice.get("/subscriptions").json["pagination"]["total"] == 0
 
 
+@pytest.mark.parametrize("method, action", [("POST", "pause"), ("DELETE", "")])
+def test_a_body_cut_short_stops_a_view_that_takes_none(alice, method, action):
+    """A pause or a cancel announcing 20 bytes and sending none was acted on (review)."""
+    created = alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "cut-short-2"}).json
+    path = f"/subscriptions/{created['id']}" + (f"/{action}" if action else "")
+    response = alice.request(method, path, data=b"", content_type="application/json",
+                             environ_overrides={"CONTENT_LENGTH": "20", "wsgi.input_terminated": True})
+    assert response.status_code == 400 and "ended after 0 of the 20 bytes" in response.json["message"]
+    assert alice.get(f"/subscriptions/{created['id']}").json["status"] == "active"
+
+
 def test_an_over_long_path_is_a_json_404(alice):
     response = alice.get("/subscriptions/" + "x" * 8000)
     assert response.status_code == 404 and response.json["error"] == "NOT_FOUND"

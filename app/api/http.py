@@ -59,6 +59,8 @@ def refuse_nul_in_query_and_form():
     if is_api_request() and not g.get("api_key_id") and _takes_a_key():
         return
     reads_form = request.mimetype in FORM_MIMETYPES and not is_api_request()
+    if reads_form:
+        whole_body()  # (the form is then parsed from the bytes read)
     sources = (request.args, request.form) if reads_form else (request.args,)
     for source in sources:
         for name, value in source.items(multi=True):
@@ -84,7 +86,7 @@ def refuse_a_body_where_none_is_taken():
     to the 401 of `require_api_key`."""
     described = _view_description()
     if (described is None or described["body"] is not None or request.method not in BODY_METHODS
-            or not g.get("api_key_id") or not request.get_data(cache=True).strip()):
+            or not g.get("api_key_id") or not whole_body().strip()):
         return
     fields_sent = json_body()
     if fields_sent:
@@ -117,17 +119,24 @@ def json_body() -> dict:
 def _body_within_limit() -> bytes:
     """The raw body; 413 past MAX_CONTENT_LENGTH for a streamed (chunked) body too. Werkzeug refuses a
     Content-Length over the limit, but reads a stream only up to the limit and stops there without telling
-    whether more followed: the JSON then failed to parse, a 400 instead of the contract's 413. A body that ended
-    before its Content-Length (the client closed its side) is incomplete, never acted on (RFC 9112 §6.3); it was
-    (API walk)."""
-    raw = request.get_data(cache=True)
-    if request.content_length is not None and len(raw) < request.content_length:
-        raise ValidationFailed("body", f"The request body ended after {len(raw)} of the {request.content_length} "
-                                       "bytes its Content-Length announced; nothing was done.")
+    whether more followed: the JSON then failed to parse, a 400 instead of the contract's 413."""
+    raw = whole_body()
     limit = request.max_content_length
     if request.content_length is None and limit is not None and len(raw) >= limit \
             and request.environ["wsgi.input"].read(1):
         raise RequestEntityTooLarge()
+    return raw
+
+
+def whole_body() -> bytes:
+    """The raw body, read once (cached). One that ended before its Content-Length (the client closed its side) is
+    incomplete and never acted on (RFC 9112 §6.3): a 400. Cut short, a create was stored, a pause made, a dashboard
+    form acted on its first half (API walk, review). gunicorn marks its input as ending where the body does
+    (`wsgi.input_terminated`), so Werkzeug does not compare the two."""
+    raw = request.get_data(cache=True)
+    if request.content_length is not None and len(raw) < request.content_length:
+        raise ValidationFailed("body", f"The request body ended after {len(raw)} of the {request.content_length} "
+                                       "bytes its Content-Length announced; nothing was done.")
     return raw
 
 
