@@ -355,15 +355,17 @@ QUERY_SECRETS = ("password", "sslpassword")
 
 def _shown(parsed) -> str:
     """A parsed database URL as a refusal shows it: its passwords hidden, before the host (`***`) or in the query."""
-    hidden = {name: "hidden" for name in QUERY_SECRETS if name in parsed.query}
+    hidden = {name: "hidden" for name in parsed.query if name.lower() in QUERY_SECRETS}
     return parsed.update_query_dict(hidden).render_as_string(hide_password=True)
 
 
 def _without_password(url: str) -> str:
     """A URL shown in a refusal without what may be its user and password: only its scheme when it holds an `@`
-    (a password may hold `/` and `@` unescaped, so where it ends cannot be told), nothing of it without one."""
+    (a password may hold `/` and `@` unescaped, so where it ends cannot be told), nothing of it without one; and
+    without its query, which may hold one too (`?password=`: review)."""
     if "@" not in url:
-        return url
+        address, separator, _query = url.partition("?")
+        return f"{address}?…" if separator else url
     scheme, separator, _rest = url.partition("://")
     return f"{scheme}://…" if separator else "…"
 

@@ -45,13 +45,22 @@ def test_libpq_settings_in_the_postgresql_urls_query_are_accepted(app, query):
 
 
 @pytest.mark.parametrize("query", ["password=s3cret&conect_timeout=3", "sslpassword=s3cret&connect_timeout=abc",
-                                   "password=s3cret&sslmode=require&driver=x"])
+                                   "password=s3cret&sslmode=require&driver=x", "PASSWORD=s3cret&conect_timeout=3"])
 def test_a_refused_postgresql_url_never_shows_a_password_given_in_its_query(app, query):
     """libpq takes `?password=` and `?sslpassword=`: the refusal printed them (review)."""
     with pytest.raises(ConfigError) as refused:
         validate({**app.config, "SQLALCHEMY_DATABASE_URI": f"postgresql+nodriver://u@db/monitor?{query}"
                   if "driver=x" in query else f"postgresql://u@db/monitor?{query}"})
-    assert "s3cret" not in str(refused.value) and "password=hidden" in str(refused.value), refused.value
+    assert "s3cret" not in str(refused.value) and "password=hidden" in str(refused.value).lower(), refused.value
+
+
+@pytest.mark.parametrize("url", ["postgresql://db:abc/monitor?password=s3cret",
+                                 "postgresql://[::1/monitor?password=s3cret"])
+def test_a_url_that_does_not_parse_is_refused_without_its_query(app, url):
+    """Its query may hold a password too: the refusal printed it whole (review)."""
+    with pytest.raises(ConfigError) as refused:
+        validate({**app.config, "SQLALCHEMY_DATABASE_URI": url})
+    assert "s3cret" not in str(refused.value) and "?…" in str(refused.value), refused.value
 
 
 def test_the_documented_settings_are_read_from_the_environment_too():
