@@ -409,6 +409,9 @@ def test_what_the_person_typed_is_quoted_in_a_refusal_as_typed(browser, alice):
                  data={"custom_metadata": '{"network_url": "a", "network_url": "b"}'})
     shown = re.search(r'class="notice error"[^>]*>([^<]*)</p>', browser.text(f"/subscriptions/{subscription.id}"))
     assert "&#39;network_url&#39;" in shown.group(1) and "profile URL" not in shown.group(1), shown.group(1)
+    assert presenters.refusal_in_form_words(ValidationFailed(
+        "body", "The JSON names 'owner's network_url' more than once in one object.")) \
+        == "The JSON names 'owner's network_url' more than once in one object."
     assert presenters.refusal_in_form_words(ValidationFailed("events", "Unknown event type 'endpoint_url'.")) \
         == "Unknown event type 'endpoint_url'."
 

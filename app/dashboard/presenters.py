@@ -80,15 +80,13 @@ def refusal_in_form_words(error: ServiceError) -> str:
     return head + _in_form_words(message)
 
 
-QUOTED = re.compile(r"""('[^']*'|"[^"]*")""")
-
-
 def _in_form_words(sentence: str) -> str:
-    """The API's field names in a sentence in the form's words, but not within quotes: a value the person typed (a
-    metadata key `'network_url'`, an event type) is shown as typed (review)."""
-    parts = QUOTED.split(sentence)  # quoted parts at odd indexes
-    return "".join(part if index % 2 else API_NAME.sub(lambda name: IN_A_SENTENCE[name.group(1)], part)
-                   for index, part in enumerate(parts))
+    """The API's field names in a sentence in the form's words, unless it quotes something: what it quotes is what
+    the person typed (a metadata key `'network_url'`, an event type), shown as typed, and where a quote ends cannot
+    be told when the value holds one (`'owner's network_url'`: review)."""
+    if "'" in sentence or '"' in sentence:
+        return sentence
+    return API_NAME.sub(lambda name: IN_A_SENTENCE[name.group(1)], sentence)
 
 
 RESULT_COLUMNS = ("row", "result", "subscription_id", "code", "reason")
