@@ -115,6 +115,10 @@ def test_an_alias_pair_that_cannot_be_read_names_the_reason_not_a_difference(ali
     # the id is read before the URL, whichever names were sent (as without an alias)
     ({"entity_type": "contact", "network_id": "bad id!", "linkedin_url": "nope"}, "network_id",
      "network_id may hold only letters"),
+    ({"entity_type": "contact", "network_id": "bad id!", "network_url": "nope", "linkedin_url": "nope2"},
+     "network_id", "network_id may hold only letters"),
+    ({"entity_type": "contact", "linkedin_id": "bad id!", "network_url": "nope", "linkedin_url": "nope2"},
+     "linkedin_id", "linkedin_id may hold only letters"),
 ])
 def test_an_alias_refused_is_named_as_sent(alice, body, field, says):
     """An alias was folded into the field it stands for before its value was read: its errors named network_id or

@@ -49,6 +49,7 @@ def _entity_named(field: str, value: str, entity_type: str) -> str:
 
 
 ALIASED = {"linkedin_id": "network_id", "linkedin_url": "network_url"}  # alias: the field it stands for
+READ_ORDER = ("network_id", "linkedin_id", "network_url", "linkedin_url")
 
 
 # What the document's variants leave out, said in words: a client generated from them would refuse it (API walk)
@@ -70,21 +71,20 @@ class SubscriptionCreateSchema(BodySchema):
 
     @validates_schema
     def _aliases_agree(self, data, **kwargs):
-        for field, alias in (("network_id", "linkedin_id"), ("network_url", "linkedin_url")):
-            if field in data and alias in data and data[field] != data[alias] and \
-                    _entity_named(field, data[field], data["entity_type"]) != \
-                    _entity_named(alias, data[alias], data["entity_type"]):  # `JaneDoe` and `janedoe` agree (API walk)
-                raise ValidationError(f"{alias} is an alias of {field}; they differ.", alias)
-        if not any(name in data for name in ("network_id", "network_url", "linkedin_id", "linkedin_url")):
+        if not any(name in data for name in READ_ORDER):
             raise ValidationError("Give network_id or network_url (or both).", "network_id")
-        # With an alias sent, the id and the URL kept (`_fold_aliases`) are read here, the id first as the service does,
-        # under the names sent: folded into the fields they stand for, their errors named fields the client had not sent
-        sent = [next((name for name in names if name in data), None)
+        if not any(alias in data for alias in ALIASED):
+            return  # the service reads network_id and network_url
+        # With an alias sent, every id and URL is read here, the ids first as the service reads them, each under the
+        # name sent: folded into the fields they stand for, their errors named fields the client had not sent
+        named = {name: _entity_named(name, data[name], data["entity_type"]) for name in READ_ORDER if name in data}
+        for alias, field in ALIASED.items():
+            if field in named and alias in named and named[field] != named[alias]:  # `JaneDoe`, `janedoe` agree
+                raise ValidationError(f"{alias} is an alias of {field}; they differ.", alias)
+        kept = [next((name for name in names if name in named), None)  # the values `_fold_aliases` keeps
                 for names in (("linkedin_id", "network_id"), ("linkedin_url", "network_url"))]
-        if any(name in ALIASED for name in sent):
-            named = [_entity_named(name, data[name], data["entity_type"]) for name in sent if name]
-            if len(named) == 2 and named[0] != named[1]:
-                raise ValidationError(f"{sent[0]} and {sent[1]} name different entities.", sent[1])
+        if all(kept) and named[kept[0]] != named[kept[1]]:
+            raise ValidationError(f"{kept[0]} and {kept[1]} name different entities.", kept[1])
 
     @post_load
     def _fold_aliases(self, data, **kwargs):
