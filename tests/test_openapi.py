@@ -281,10 +281,13 @@ def test_the_create_body_says_what_is_accepted_beyond_its_variants(document, ali
     forms were documented: a client generated from the document refused them (API walk)."""
     described = document["components"]["schemas"]["SubscriptionCreate"]["description"]
     for accepted in ("both network_id and network_url", "linkedin_id and linkedin_url", "percent-encoded",
-                     "http://", "/details/experience/", "query string"):
+                     "http://", "/details/experience/", "query string", "letter case", ":443", "m.", "/mwlite/",
+                     "/en", "fragment", "spaces around"):
         assert accepted in described, accepted
     for body in ({"network_id": "jane-doe", "network_url": "https://www.linkedin.com/in/jane-doe"},
                  {"linkedin_id": "sam-roe"}, {"network_id": "jos%C3%A9"},
-                 {"network_url": "http://uk.linkedin.com/in/kim-poe/details/experience/?trk=1"}):
+                 {"network_url": "http://uk.linkedin.com/in/kim-poe/details/experience/?trk=1"},
+                 {"network_url": " HTTPS://M.LINKEDIN.COM:443/in/lee-moe/en#top "},
+                 {"network_url": "https://www.linkedin.com/mwlite/in/ada-lo"}):
         assert alice.post("/subscriptions", json={"entity_type": "contact", **body}).status_code == 201, body
 

@@ -57,8 +57,9 @@ CREATE_BODY_DESCRIPTION = (
     "An entity type and its network_id or its network_url, in the canonical forms the variants state. Also accepted "
     "(contract §3), beyond what these patterns say: both network_id and network_url when they name the same entity; "
     "linkedin_id and linkedin_url as aliases of the two; in an id, letters beyond ASCII or their percent-encoded "
-    "UTF-8 (at most 100 characters encoded); in a URL, http://, a country subdomain (uk.), a section of the "
-    "profile after the id (/details/experience/) and a query string.")
+    "UTF-8 (at most 100 characters encoded); in a URL, http://, any letter case in the scheme and host, the "
+    "scheme's own port (:443), a country or mobile subdomain (uk., m.) or /mwlite/ before the path, a section or "
+    "language after the id (/details/experience/, /en), a query string, a fragment, and spaces around it.")
 
 
 class SubscriptionCreateSchema(BodySchema):
