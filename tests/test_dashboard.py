@@ -412,6 +412,11 @@ def test_what_the_person_typed_is_quoted_in_a_refusal_as_typed(browser, alice):
     assert presenters.refusal_in_form_words(ValidationFailed(
         "body", "The JSON names 'owner's network_url' more than once in one object.")) \
         == "The JSON names 'owner's network_url' more than once in one object."
+    # ...while the words around what it quotes are still the form's (dashboard walk: the id rule's message, which
+    # quotes '-' and '_', came back in the API's words)
+    assert presenters.refusal_in_form_words(ValidationFailed("network_url", "Invalid network_url: network_id may hold "
+                                                             "only letters, digits, '-', '_' and more.")) \
+        == "Invalid profile URL: profile id may hold only letters, digits, '-', '_' and more."
     assert presenters.refusal_in_form_words(ValidationFailed("events", "Unknown event type 'endpoint_url'.")) \
         == "Unknown event type 'endpoint_url'."
 

@@ -80,13 +80,17 @@ def refusal_in_form_words(error: ServiceError) -> str:
     return head + _in_form_words(message)
 
 
+# A quoted value: a quote not inside a word opens it, and one not followed by a letter or digit closes it (so the
+# apostrophe in `'owner's network_url'` is part of what was typed)
+QUOTED = re.compile(r"""((?<!\w)'(?:[^']|'(?=\w))*'(?!\w)|(?<!\w)"[^"]*"(?!\w))""")
+
+
 def _in_form_words(sentence: str) -> str:
-    """The API's field names in a sentence in the form's words, unless it quotes something: what it quotes is what
-    the person typed (a metadata key `'network_url'`, an event type), shown as typed, and where a quote ends cannot
-    be told when the value holds one (`'owner's network_url'`: review)."""
-    if "'" in sentence or '"' in sentence:
-        return sentence
-    return API_NAME.sub(lambda name: IN_A_SENTENCE[name.group(1)], sentence)
+    """The API's field names in a sentence in the form's words, outside what it quotes: that is what the person
+    typed (a metadata key `'network_url'`, an event type), shown as typed (review)."""
+    parts = QUOTED.split(sentence)  # the quoted ones at odd positions
+    return "".join(part if index % 2 else API_NAME.sub(lambda name: IN_A_SENTENCE[name.group(1)], part)
+                   for index, part in enumerate(parts))
 
 
 RESULT_COLUMNS = ("row", "result", "subscription_id", "code", "reason")
