@@ -715,6 +715,22 @@ def test_the_event_list_and_its_total_come_from_one_snapshot_while_events_are_ad
     assert "4 events." in browser.text("/events")  # the next page sees it
 
 
+def test_a_notice_and_what_was_typed_show_on_the_page_they_were_made_for_alone(browser, alice, monkeypatch):
+    """The refusal of X's metadata, with its text, showed on whichever page rendered next: another tab's Y, whose
+    editor then held X's text for a Save to write into Y (dashboard walk). Nor is one shown long after."""
+    first, second = subscribe(alice.account_id), subscribe(alice.account_id, "second-one")
+    refused = browser.post(f"/subscriptions/{first.id}/metadata", data={"custom_metadata": '{"note-for-x": 1}'})
+    assert refused.status_code == 302 and refused.headers["Location"].endswith(f"/subscriptions/{first.id}")
+    other_tab = browser.text(f"/subscriptions/{second.id}")
+    assert "note-for-x" not in other_tab and "Not a valid string" not in other_tab
+    own_page = browser.text(f"/subscriptions/{first.id}")
+    assert "Not a valid string" in own_page and "note-for-x" in own_page
+    assert "Not a valid string" not in browser.text(f"/subscriptions/{first.id}")  # shown once
+    browser.post(f"/subscriptions/{first.id}/metadata", data={"custom_metadata": '{"late": 1}'})
+    monkeypatch.setattr(dashboard_sessions, "NOTICE_KEPT_SECONDS", -1)  # (as if its page were visited much later)
+    assert "late" not in browser.text(f"/subscriptions/{first.id}")
+
+
 def test_a_page_with_a_notice_is_rendered_from_its_own_reads(browser, alice, monkeypatch):
     """The notice was cleared (a write, which ends the read transaction) before the template read the listed rows:
     each was loaded again, one query per row, and one deleted in between (retention) made the page a 500."""

@@ -125,8 +125,9 @@ def render(template, code=200, **context):
     once the page is rendered: the write ends the page's read transaction, and the rows the template reads would
     have been loaded again outside its snapshot, one query each (or failed, deleted in between)."""
     row = g.get("dashboard_session")
-    page = render_template(template, notice=row.notice if row else None, **context)
-    if row:
+    notice = row.notice if row and dashboard_sessions.notice_is_for(row.notice, request.path) else None
+    page = render_template(template, notice=notice, **context)
+    if notice:
         dashboard_sessions.pop_notice(row)
     response = make_response(page, code)
     response.headers["Cache-Control"] = "no-store"
@@ -143,7 +144,19 @@ def stream(template, **context):
 
 
 def notify(kind: str, message: str, typed=None, form=None) -> None:
-    dashboard_sessions.set_notice(g.dashboard_session, kind, message, typed, form)
+    """A notice for the page `back_to` sends the browser to next (with what a refused form had typed)."""
+    g.notice = {"kind": kind, "message": message, "typed": typed, "form": form}
+
+
+def back_to(endpoint, **values):
+    """A redirect to a dashboard page, with the notice `notify` made for it: shown on that page alone. It went to
+    whichever page of the session rendered next, another tab's or another subscription's, whose metadata editor
+    then held the text typed for the first (dashboard walk)."""
+    target = url_for(endpoint, **values)
+    notice = g.pop("notice", None)
+    if notice:
+        dashboard_sessions.set_notice(g.dashboard_session, **notice, path=urlsplit(target).path)
+    return redirect(target)
 
 
 @bp.app_template_global()

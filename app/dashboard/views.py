@@ -3,13 +3,13 @@ refused change comes back as a notice on the page it was made from."""
 import json
 import re
 
-from flask import current_app, g, redirect, request, url_for
+from flask import current_app, g, redirect, request
 
 from app.api.http import load, parse_json_text
 from app.api.limits import (bulk_limit, class_size, default_limit, limit_unauthenticated, read_limit,
                             spend_as_key, write_limit)
-from app.dashboard import (LOGIN_CSRF_COOKIE, SESSION_COOKIE, account_id, bp, check_login_csrf, new_login_csrf,
-                           notify, render, safe_next, stream)
+from app.dashboard import (LOGIN_CSRF_COOKIE, SESSION_COOKIE, account_id, back_to, bp, check_login_csrf,
+                           new_login_csrf, notify, render, safe_next, stream)
 from app.dashboard.presenters import (change_rows, events_chart, import_results_href, import_steps, parse_body,
                                       refusal_in_form_words)
 from app.errors import InvalidState, NotFound, ServiceError, Unauthorized, ValidationFailed
@@ -47,10 +47,6 @@ def _page_count(total: int) -> int:
     return max(1, -(-total // PAGE_SIZE))
 
 
-def _back(endpoint, **values):
-    return redirect(url_for(endpoint, **values))
-
-
 def _attempt(change, endpoint, typed=None, form=None, **values):
     """Run a change, which returns what to tell on success; its refusal becomes an error notice (an id of
     another account stays the 404 page) with what the form had `typed`. Then back to the page it came from (at the
@@ -63,7 +59,7 @@ def _attempt(change, endpoint, typed=None, form=None, **values):
         raise
     except ServiceError as error:
         notify("error", _in_dashboard_words(error), typed, form)
-    return _back(endpoint, **values, **({"_anchor": form} if form else {}))
+    return back_to(endpoint, **values, **({"_anchor": form} if form else {}))
 
 
 NO_WEBHOOK_YET = "Set up your webhook first (Webhook page): there is nowhere to send to yet."
@@ -107,7 +103,7 @@ def _login_page(status=200, **context):
 @bp.post("/logout")
 def logout():
     dashboard_sessions.close(request.cookies.get(SESSION_COOKIE))
-    response = _back("dashboard.login", signed_out="1")
+    response = back_to("dashboard.login", signed_out="1")
     response.delete_cookie(SESSION_COOKIE)
     return response
 
@@ -133,7 +129,7 @@ def subscriptions_page():
                                          "offset": str((page_number - 1) * PAGE_SIZE)})
     except ServiceError as error:
         notify("error", _in_dashboard_words(error))
-        return _back("dashboard.subscriptions_page")
+        return back_to("dashboard.subscriptions_page")
     rows, total = subscriptions.list_page(account_id(), **query)
     return render("subscriptions.html", rows=rows, total=total, filters=filters, page=page_number,
                   pages=_page_count(total))
@@ -152,9 +148,9 @@ def add_subscription():
         subscription = subscriptions.create(account_id(), load(create_schema, item))
     except ServiceError as error:
         notify("error", _in_dashboard_words(error), typed=row)
-        return _back("dashboard.subscriptions_page")
+        return back_to("dashboard.subscriptions_page")
     notify("success", f"Subscribed to {row['url']}.")
-    return _back("dashboard.subscription_page", subscription_id=subscription.id)
+    return back_to("dashboard.subscription_page", subscription_id=subscription.id)
 
 
 ADD_ONE_WORDS = {"url": "Enter a profile URL, or an id with its type.",
@@ -167,7 +163,7 @@ def bulk_action():
     ids, action = request.form.getlist("ids"), request.form.get("action")
     if not ids or action not in ("pause", "resume", "cancel"):
         notify("error", "Select at least one subscription, then pause, resume or cancel.")
-        return _back("dashboard.subscriptions_page")
+        return back_to("dashboard.subscriptions_page")
     try:
         if action == "cancel":
             body = load(bulk_ids_schema, {"subscription_ids": ids})
@@ -178,10 +174,10 @@ def bulk_action():
             done, errors = subscriptions.bulk_set_status(account_id(), body["subscription_ids"], body["status"])
     except ServiceError as error:
         notify("error", _in_dashboard_words(error))
-        return _back("dashboard.subscriptions_page")
+        return back_to("dashboard.subscriptions_page")
     problems = "; ".join(error["error"] for error in errors)
     notify("error" if errors else "success", f"{action.capitalize()}: {len(done):,} done. {problems}".strip())
-    return _back("dashboard.subscriptions_page")
+    return back_to("dashboard.subscriptions_page")
 
 
 @bp.post("/subscriptions/import")
@@ -192,21 +188,21 @@ def import_subscriptions():
     if upload and upload.filename and request.form.get("rows", "").strip():  # the pasted rows were ignored
         notify("error", "Paste a list or choose a file, not both: import them one after the other.",
                typed={"rows": request.form["rows"]})
-        return _back("dashboard.subscriptions_page")
+        return back_to("dashboard.subscriptions_page")
     try:
         text = importer.text_of_upload(upload.read()) if upload and upload.filename else ""
         header, rows = importer.rows_from_text(text or request.form.get("rows", ""))
         plan = importer.Plan.for_header(header)
     except ServiceError as error:
         notify("error", error.message)
-        return _back("dashboard.subscriptions_page")
+        return back_to("dashboard.subscriptions_page")
     calls, allowed = -(-len(rows) // importer.CHUNK_SIZE), class_size("bulk")
     if calls > allowed and current_app.config.get("RATELIMIT_ENABLED", True):  # no window would ever have room for it
         notify("error", f"{len(rows):,} rows take {calls:,} bulk calls, and this key may make {allowed:,} in "
                         f"{current_app.config['RATELIMIT_WINDOW_SECONDS'] / 60:g} minutes: import at most "
                         f"{allowed * importer.CHUNK_SIZE:,} rows at a time here, or the whole file with "
                         "entity-monitor subscriptions import.")
-        return _back("dashboard.subscriptions_page")
+        return back_to("dashboard.subscriptions_page")
     if calls > 1:  # one bulk call of the key's a chunk, as the same rows sent through the API would take
         spend_as_key(g.dashboard_session.api_key_id, "bulk", cost=calls - 1)  # (the first was spent coming in)
     report = importer.ImportReport(total=len(rows))
@@ -277,7 +273,7 @@ def events_page():
     refused = _unknown_filter({"type": events.EVENT_TYPES, "status": events.DELIVERY_STATUSES})
     if refused:
         notify("error", refused)
-        return _back("dashboard.events_page")
+        return back_to("dashboard.events_page")
     event_type, status = request.args.get("type") or None, request.args.get("status") or None
     page_number = _page_number()
     rows, total = events.list_page(account_id(), PAGE_SIZE, (page_number - 1) * PAGE_SIZE, event_type,
@@ -320,7 +316,7 @@ def deliveries_page():
     refused = _unknown_filter({"status": ("succeeded", "failed")})
     if refused:
         notify("error", refused)
-        return _back("dashboard.deliveries_page")
+        return back_to("dashboard.deliveries_page")
     status = request.args.get("status") or None
     page_number = _page_number()
     rows, total = outbox.attempts_page(account_id(), PAGE_SIZE, (page_number - 1) * PAGE_SIZE, status=status)
@@ -379,7 +375,7 @@ def save_webhook():
     except ServiceError as error:
         return _webhook_page(error=_in_dashboard_words(error), form=form, status=error.status)
     notify("success", "Webhook settings saved.")
-    return _back("dashboard.webhook_page")
+    return back_to("dashboard.webhook_page")
 
 
 @bp.post("/webhook/test")
@@ -402,7 +398,7 @@ def rotate_secret():
     if rotated is None:  # this form sent again: a second rotation would end the old secret's overlap
         notify("error", "The secret was rotated since this form was shown (was the page reloaded?); nothing changed. "
                         "Its new secret was shown once then. Rotate again below only if you need another one.")
-        return _back("dashboard.webhook_page")
+        return back_to("dashboard.webhook_page")
     return _webhook_page(secret=rotated["secret"], rotated=True)
 
 

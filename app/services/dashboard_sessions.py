@@ -1,6 +1,7 @@
 """The dashboard's server-side sessions: an API key is exchanged once for a random session token; the browser
 keeps only that token (in an HttpOnly cookie), the database only its SHA-256."""
 import secrets
+import time
 from datetime import timedelta
 from typing import Optional
 
@@ -49,14 +50,25 @@ TYPED_KEPT_CHARACTERS = 20_000  # what a refused form had typed is shown again u
 
 
 def set_notice(row: DashboardSession, kind: str, message: str, typed: Optional[dict] = None,
-               form: Optional[str] = None) -> None:
-    """A message for the next page the browser shows (after a redirect), and what a refused form had typed, so that
-    page's form shows it again to be corrected rather than retyped; `form`: the form it is shown beside (else on
-    top of the page)."""
-    notice = {"kind": kind, "message": message, **({"form": form} if form else {})}
+               form: Optional[str] = None, path: Optional[str] = None) -> None:
+    """A message for the page at `path` (the redirect's), shown there alone (`notice_is_for`), and what a refused form
+    had typed, so that page's form shows it again to be corrected rather than retyped; `form`: the form it is shown
+    beside (else on top of the page)."""
+    notice = {"kind": kind, "message": message, **({"form": form} if form else {}),
+              **({"path": path} if path else {}), "at": time.time()}
     if typed and sum(len(value) for value in typed.values()) <= TYPED_KEPT_CHARACTERS:
         notice["typed"] = typed
     _write_notice(row, notice)
+
+
+NOTICE_KEPT_SECONDS = 600  # a notice whose page was never shown is not shown on a visit much later
+
+
+def notice_is_for(notice: Optional[dict], path: str) -> bool:
+    """Whether the page at `path` shows `notice`: the page it was made for, not long ago."""
+    now = time.time()
+    return (notice is not None and notice.get("path", path) == path  # (one made before paths were kept: any page)
+            and now - notice.get("at", now) <= NOTICE_KEPT_SECONDS)
 
 
 def pop_notice(row: DashboardSession):
