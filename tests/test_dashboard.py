@@ -607,6 +607,19 @@ def test_the_import_results_csv_opens_cells_like_formulas_as_text(browser, alice
     assert not any(cell.startswith(("=", "+", "-", "@", "\t", "\r")) for line in lines for cell in line)
 
 
+def test_the_import_results_csv_keeps_the_files_own_columns_of_a_results_name(browser, alice):
+    """A file's own `row`, `reason` and `code` columns were overwritten by the outcome's (dashboard walk)."""
+    upload = (io.BytesIO(b"url,row,reason,code\nhttps://www.linkedin.com/in/collide-one,CRM-17,met at expo,A1\n"),
+              "crm.csv")
+    page = browser.post("/subscriptions/import", data={"file": upload},
+                        content_type="multipart/form-data").get_data(as_text=True)
+    results = unquote(re.search(r'href="data:text/csv;charset=utf-8,([^"]+)" download', page).group(1))
+    header, line = csv.reader(io.StringIO(results))
+    assert header == ["url", "row", "reason", "code", "import_row", "result", "subscription_id", "import_code",
+                      "import_reason"]
+    assert line[:6] == ["https://www.linkedin.com/in/collide-one", "CRM-17", "met at expo", "A1", "1", "created"]
+
+
 def test_a_long_import_shows_progress_per_chunk_and_lists_refused_rows_past_the_cap(app, monkeypatch):
     monkeypatch.setattr(views, "IMPORT_ROWS_LISTED", 150)
     big = make_tenant(app, "Big Co", "enterprise")

@@ -238,15 +238,17 @@ class ImportReport:
 
 
 def write_outcomes(file, header, outcomes, columns, formulas_inert=False) -> None:
-    """A CSV of the rows as read, each followed by the outcome's `columns` (RowOutcome fields). With
-    `formulas_inert`, every cell (header names too) a spreadsheet would run as a formula is written as text
+    """A CSV of the rows as read, each followed by the outcome's `columns` (RowOutcome fields), named `import_…` where
+    the file has a column of that name (a file's own `row` or `code` column was overwritten by the outcome's: walk).
+    With `formulas_inert`, every cell (header names too) a spreadsheet would run as a formula is written as text
     (`formula_inert`)."""
     cell = formula_inert if formulas_inert else (lambda value: value)
     writer = csv.writer(file)
-    writer.writerow([cell(name) for name in [*header, *columns]])
+    writer.writerow([cell(name) for name in header] + [f"import_{name}" if name in header else name
+                                                       for name in columns])
     for outcome in outcomes:
-        values = {**outcome.values, **{name: getattr(outcome, name) for name in columns}}
-        writer.writerow([cell(values.get(name)) for name in [*header, *columns]])
+        writer.writerow([cell(outcome.values.get(name)) for name in header]
+                        + [cell(getattr(outcome, name)) for name in columns])
 
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
