@@ -607,6 +607,15 @@ def test_the_import_results_csv_opens_cells_like_formulas_as_text(browser, alice
     assert not any(cell.startswith(("=", "+", "-", "@", "\t", "\r")) for line in lines for cell in line)
 
 
+def test_a_refused_pasted_list_comes_back_to_be_corrected(browser, alice):
+    """A list refused as a whole (a header naming no URL column) came back empty (dashboard walk)."""
+    pasted = "name,owner\nfoo,bar"
+    refused = browser.post("/subscriptions/import", data={"rows": pasted})
+    assert refused.status_code == 302
+    page = browser.text("/subscriptions")
+    assert 'class="notice error"' in page and f">{pasted}</textarea>" in page
+
+
 def test_the_import_results_csv_keeps_the_files_own_columns_of_a_results_name(browser, alice):
     """A file's own `row`, `reason` and `code` columns were overwritten by the outcome's (dashboard walk)."""
     upload = (io.BytesIO(b"url,row,reason,code\nhttps://www.linkedin.com/in/collide-one,CRM-17,met at expo,A1\n"),

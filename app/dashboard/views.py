@@ -185,23 +185,23 @@ def bulk_action():
 def import_subscriptions():
     """The result page streams: each chunk's rows and the progress show as soon as the chunk is done."""
     upload = request.files.get("file")
-    if upload and upload.filename and request.form.get("rows", "").strip():  # the pasted rows were ignored
-        notify("error", "Paste a list or choose a file, not both: import them one after the other.",
-               typed={"rows": request.form["rows"]})
+    pasted = {"rows": request.form.get("rows", "")}  # shown again with a refusal (up to TYPED_KEPT_CHARACTERS)
+    if upload and upload.filename and pasted["rows"].strip():  # the pasted rows were ignored
+        notify("error", "Paste a list or choose a file, not both: import them one after the other.", typed=pasted)
         return back_to("dashboard.subscriptions_page")
     try:
         text = importer.text_of_upload(upload.read()) if upload and upload.filename else ""
         header, rows = importer.rows_from_text(text or request.form.get("rows", ""))
         plan = importer.Plan.for_header(header)
     except ServiceError as error:
-        notify("error", error.message)
+        notify("error", error.message, typed=pasted)
         return back_to("dashboard.subscriptions_page")
     calls, allowed = -(-len(rows) // importer.CHUNK_SIZE), class_size("bulk")
     if calls > allowed and current_app.config.get("RATELIMIT_ENABLED", True):  # no window would ever have room for it
         notify("error", f"{len(rows):,} rows take {calls:,} bulk calls, and this key may make {allowed:,} in "
                         f"{current_app.config['RATELIMIT_WINDOW_SECONDS'] / 60:g} minutes: import at most "
                         f"{allowed * importer.CHUNK_SIZE:,} rows at a time here, or the whole file with "
-                        "entity-monitor subscriptions import.")
+                        "entity-monitor subscriptions import.", typed=pasted)
         return back_to("dashboard.subscriptions_page")
     if calls > 1:  # one bulk call of the key's a chunk, as the same rows sent through the API would take
         spend_as_key(g.dashboard_session.api_key_id, "bulk", cost=calls - 1)  # (the first was spent coming in)
