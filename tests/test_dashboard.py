@@ -607,6 +607,17 @@ def test_the_import_results_csv_opens_cells_like_formulas_as_text(browser, alice
     assert not any(cell.startswith(("=", "+", "-", "@", "\t", "\r")) for line in lines for cell in line)
 
 
+@pytest.mark.parametrize("path", ["/nope", "/subscriptions/", "/Subscriptions", "/keys/"])
+def test_an_address_that_matches_nothing_is_the_dashboards_page_to_a_browser(browser, anon, path):
+    """It was the API's JSON (dashboard walk); a client asking for JSON (or anything: curl) still gets JSON, as does
+    every API path."""
+    html_first = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
+    page = browser.client.get(path, headers=html_first)
+    assert page.status_code == 404 and page.mimetype == "text/html" and "Not found" in page.get_data(as_text=True)
+    assert anon.client.get(path, headers={"Accept": "*/*"}).json["error"] == "NOT_FOUND"
+    assert anon.client.get("/api/v1" + path, headers=html_first).json["error"] == "NOT_FOUND"
+
+
 def test_a_refused_pasted_list_comes_back_to_be_corrected(browser, alice):
     """A list refused as a whole (a header naming no URL column) came back empty (dashboard walk)."""
     pasted = "name,owner\nfoo,bar"

@@ -98,6 +98,9 @@ def register_error_handlers(app):
 
     @app.errorhandler(HTTPException)
     def _http_error(error):
+        if error.code in (404, 405) and _a_browser_outside_the_api():  # `/nope`, `/subscriptions/`: walk
+            from app.dashboard import http_error as dashboard_page
+            return dashboard_page(error)
         code = _HTTP_CODES.get(error.code, "HTTP_ERROR")
         details, headers = None, None
         message = error.description
@@ -117,6 +120,14 @@ def register_error_handlers(app):
     def _unexpected(error):
         status, code, message, headers = unexpected_error(error)
         return error_response(status, code, message, None, headers)
+
+
+def _a_browser_outside_the_api() -> bool:
+    """A request outside the API from a browser (one that prefers HTML to JSON): an address that matches no route is
+    the dashboard's page to it, not the API's JSON."""
+    from app.api.http import is_api_request  # (it imports this module)
+    return (not is_api_request()
+            and request.accept_mimetypes.best_match(["application/json", "text/html"]) == "text/html")
 
 
 def unexpected_error(error: Exception) -> tuple:
