@@ -181,6 +181,29 @@ def test_a_post_without_the_csrf_token_is_refused_and_changes_nothing(browser, a
     assert subscription_count(alice.account_id, status="active") == 1
 
 
+def test_a_form_of_a_page_opened_before_signing_in_again_links_back_and_signing_out_still_works(app, alice):
+    """Signing in again in another tab left every older tab's forms refused with a dead end (reloading sent the stale
+    token again) and its Sign out refused too, the browser staying signed in (dashboard walk)."""
+    older = Browser(app, alice.key)
+    subscription = subscribe(alice.account_id)
+    with write_transaction() as session:  # the session ends; another tab signs in again: a new session and token
+        session.execute(update(DashboardSession).values(expires_at=utcnow() - timedelta(minutes=1)))
+    assert sign_in(older.client, alice.key).status_code == 302
+    assert csrf_of(older.client.get("/").get_data(as_text=True)) != older.csrf
+    refused = older.client.post(f"/subscriptions/{subscription.id}/cancel", data={"csrf_token": older.csrf},
+                                headers={"Referer": f"http://localhost/subscriptions/{subscription.id}?page=2"})
+    page = refused.get_data(as_text=True)
+    assert refused.status_code == 403 and "data-keeps-form" in page
+    assert f'href="/subscriptions/{subscription.id}?page=2">Open the page again' in page
+    assert subscription_count(alice.account_id, status="active") == 1
+    elsewhere = older.client.post(f"/subscriptions/{subscription.id}/cancel", data={"csrf_token": older.csrf},
+                                  headers={"Referer": "https://evil.example/x"}).get_data(as_text=True)
+    assert 'href="/">Open the page again' in elsewhere
+    signed_out = older.client.post("/logout", data={"csrf_token": older.csrf})
+    assert signed_out.status_code == 302 and "/login" in signed_out.headers["Location"]
+    assert older.client.get("/subscriptions").status_code == 302  # to the sign-in page: signed out
+
+
 def test_another_accounts_ids_are_404_pages(app, alice, bob, browser):
     theirs = subscribe(bob.account_id, "bobs-person")
     [event_id] = record_events(bob.account_id, subscription=theirs)

@@ -298,6 +298,36 @@ def test_what_was_typed_when_the_session_had_ended_is_back_after_signing_in_agai
     assert "Your session had ended" not in page.content() and "late-team-lead" not in page.content()
 
 
+def test_what_was_typed_in_a_tab_opened_before_signing_in_again_is_back_on_its_page(server, page):
+    """Signing in again in another tab refused the older tab's form with a dead end, and what it had typed was lost
+    (dashboard walk)."""
+    base, env = server
+    key = new_account(env, "Two tabs team")
+    subscription_id = requests.post(f"{base}/api/v1/subscriptions", json={"entity_type": "company",
+                                    "network_id": "acme"}, headers={"X-API-Key": key}, timeout=10).json()["id"]
+    page.goto(f"{base}/subscriptions/{subscription_id}")
+    page.get_by_label("API key").fill(key)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_load_state()
+    other_tab = page.context.new_page()
+    with sqlite3.connect(env["DATABASE_URL"].removeprefix("sqlite:///")) as database:  # the session ends
+        database.execute("UPDATE dashboard_sessions SET expires_at = '2000-01-01 00:00:00.000000'")
+    other_tab.goto(f"{base}/subscriptions")
+    other_tab.get_by_label("API key").fill(key)
+    other_tab.get_by_role("button", name="Sign in").click()
+    other_tab.wait_for_load_state()
+    typed = '{"owner": "kim"}'
+    page.get_by_label("JSON object, sent with every event").fill(typed)
+    page.get_by_role("button", name="Save metadata").click()
+    page.wait_for_load_state()
+    assert "security token is not this session" in page.content()
+    page.get_by_role("link", name="Open the page again").click()
+    page.wait_for_load_state()
+    assert page.url == f"{base}/subscriptions/{subscription_id}"
+    assert page.get_by_label("JSON object, sent with every event").input_value() == typed
+    assert "What you typed is back: send it again." in page.content()
+
+
 def test_the_page_script_runs_where_the_browser_refuses_its_storage(server, page):
     """Reading the tab's storage threw where the browser refuses it (a privacy setting): the rest of the script
     stopped, and an import showed no progress bar (review)."""

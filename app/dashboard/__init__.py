@@ -38,13 +38,32 @@ def require_session():
     if g.dashboard_session is None:
         return redirect(url_for("dashboard.login", next=request.full_path.rstrip("?")))
     if request.method == "POST" and not _same_token(request.form.get("csrf_token"), g.dashboard_session.csrf_token):
-        abort(403, "This form is missing its security token or it has expired. Reload the page and try again.")
+        if request.endpoint == "dashboard.logout":  # from a tab opened before a newer sign-in: it must still sign out
+            return None  # (its SameSite=Strict cookie is not sent from another site, so no other site can do this)
+        return _form_of_an_older_session()
     g.account = accounts.get_account(g.dashboard_session.account_id)
     rate_class = getattr(current_app.view_functions.get(request.endpoint), "rate_limit_class", None)
     if rate_class:  # as the API view doing the same would be: the key's limits are not escaped through here
         g.tier = g.account.tier
         spend_as_key(g.dashboard_session.api_key_id, rate_class)
     return None
+
+
+def _form_of_an_older_session():
+    """A form sent with a token this session never gave: its page was opened before the browser signed in again
+    (another tab), or the token is missing. Nothing is done; the page keeps what the form had typed for its page
+    (`data-keeps-form`, dashboard.js) and links back to it, from this site's Referer. It was a dead end: reloading
+    sent the stale token again, and what was typed was lost (dashboard walk)."""
+    referrer = urlsplit(request.referrer or "")
+    back = safe_next(referrer.path + (f"?{referrer.query}" if referrer.query else "")) \
+        if referrer.netloc == request.host else url_for("dashboard.overview_page")
+    page = render_template("error.html", notice=None, code=403, title=_title_for(403), back=back, keeps_form=True,
+                           message="This form's security token is not this session's (its page was opened before "
+                                   "you last signed in, in another tab perhaps), so nothing changed. Open the page "
+                                   "again: what you typed is back in it.")
+    response = make_response(page, 403)
+    response.headers["Cache-Control"] = "no-store"
+    return response
 
 
 # The pages load their one script and style sheet from here and post their forms here, nothing else: an injected

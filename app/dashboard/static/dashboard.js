@@ -19,13 +19,14 @@ document.addEventListener("DOMContentLoaded", function () {
       if (question && !window.confirm(question)) { event.preventDefault(); }
     });
   });
-  // A form sent once the session had ended reached the sign-in page, and what was typed was lost: a form marked
+  // A form sent once the session had ended reached the sign-in page (or, sent from a page opened before the browser
+  // signed in again, a page refusing it: data-keeps-form), and what was typed was lost: a form marked
   // data-keep keeps its fields in this tab when sent, given back to the same form (its action) of the same account on
   // the first page after signing in again, and dropped on any other page (the form was answered). Never sent
   // anywhere. Where the browser refuses this tab's storage, nothing is kept and the rest of the script still runs.
   var account = document.body.getAttribute("data-account");
   var kept = takeKeptForm();
-  if (kept && document.querySelector("form[data-sign-in]")) {
+  if (kept && document.querySelector("form[data-sign-in], [data-keeps-form]")) {
     keepForm({action: kept.action, account: kept.account, fields: kept.fields, signingIn: true});
   } else if (kept && kept.signingIn && kept.account === account) {
     document.querySelectorAll("form[data-keep]").forEach(function (form) {
