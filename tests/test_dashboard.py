@@ -1010,7 +1010,19 @@ def test_the_create_key_form_sent_again_creates_no_second_key(browser, alice):
     assert first.status_code == 201
     again = browser.post("/keys", data={"name": "CRM sync", "newest_key": form})
     assert again.status_code == 409 and "no other was created" in again.get_data(as_text=True)
+    assert 'value="CRM sync"' in again.get_data(as_text=True)  # the name typed, kept
     assert [key.name for key in keys.list_keys(alice.account_id)].count("CRM sync") == 1
+
+
+def test_a_key_made_meanwhile_in_another_tab_does_not_refuse_the_next(browser, alice):
+    """The reload guard refused a key of another name because someone had made one since the form was shown, and
+    emptied the name typed (dashboard walk)."""
+    form = browser.text("/keys").split('name="newest_key" value="')[1].split('"')[0]
+    keys.create_key(alice.account_id, "Made in another tab")
+    made = browser.post("/keys", data={"name": "Zapier integration for sales", "newest_key": form})
+    assert made.status_code == 201
+    assert {"Made in another tab", "Zapier integration for sales"} <= {key.name for key in keys.list_keys(
+        alice.account_id)}
 
 
 def test_keys_are_created_shown_once_listed_and_revoked(browser, alice):

@@ -418,18 +418,19 @@ def keys_page():
 @bp.post("/keys")
 @default_limit
 def create_key():
-    shown_newest = request.form.get("newest_key")
+    shown_newest, name = request.form.get("newest_key"), request.form.get("name", "").strip()
     listed = keys.list_keys(account_id())
-    if shown_newest is not None and shown_newest != (listed[-1].id if listed else ""):
-        # the form sent again (a reload of the new key's page re-posts it): a second key nobody asked for (walk)
-        return _keys_page(error="A key was created since this form was shown (was the page reloaded?); no other was "
-                                "created. Its value was shown once then. Create another below if you need one.",
-                          status=409)
+    if shown_newest is not None and listed and shown_newest != listed[-1].id and listed[-1].name == name:
+        # the form sent again (a reload of the new key's page re-posts it): a second key nobody asked for (walk). A
+        # newer key of another name is someone else's, made meanwhile: this one is made too (dashboard walk)
+        return _keys_page(error="A key of this name was created since this form was shown (was the page reloaded?); "
+                                "no other was created. Its value was shown once then. Create another below if you "
+                                "need one.", typed_name=name, status=409)
     try:
-        body = load(key_create_schema, {"name": request.form.get("name", "").strip()})
+        body = load(key_create_schema, {"name": name})
         key, plaintext = keys.create_key(account_id(), body["name"])
     except ServiceError as error:
-        return _keys_page(error=_in_dashboard_words(error), status=error.status)
+        return _keys_page(error=_in_dashboard_words(error), typed_name=name, status=error.status)
     return _keys_page(created=key, plaintext=plaintext, status=201)
 
 
