@@ -1003,6 +1003,16 @@ def test_switching_deliveries_off_and_on(browser, alice):
     assert alice.get("/webhooks/configure").json["is_active"] is True
 
 
+@pytest.mark.parametrize("form", ["/webhook/test", "/webhook/rotate"])
+def test_a_webhook_form_after_its_configuration_was_deleted_says_so_in_the_forms_words(browser, alice, form):
+    """A page opened before `DELETE /webhooks/configure` answered Send test or Rotate with the API's
+    "POST /webhooks/configure first" (dashboard walk)."""
+    configure(alice, "http://127.0.0.1:9/hook")
+    assert alice.delete("/webhooks/configure").status_code in (200, 204)
+    page = browser.post(form).get_data(as_text=True)
+    assert views.NO_WEBHOOK_YET.split(":")[0] in page and "/webhooks/configure" not in page
+
+
 def test_the_create_key_form_sent_again_creates_no_second_key(browser, alice):
     """A reload of the new key's page re-posted its form: a second live key of the same name (dashboard walk)."""
     form = browser.text("/keys").split('name="newest_key" value="')[1].split('"')[0]

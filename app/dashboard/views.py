@@ -70,6 +70,8 @@ def _in_dashboard_words(error: ServiceError) -> str:
     names as the forms label them (`custom_metadata.foo.value`: Metadata key 'foo')."""
     if isinstance(error, InvalidState) and (error.details or {}).get("is_active") is False:
         return "Deliveries are switched off: turn them on on the Webhook page first."
+    if isinstance(error, webhooks.ConfigurationMissing):  # (its message names the API's call: walk)
+        return NO_WEBHOOK_YET
     return refusal_in_form_words(error)
 
 
