@@ -1013,6 +1013,15 @@ def test_a_webhook_form_after_its_configuration_was_deleted_says_so_in_the_forms
     assert views.NO_WEBHOOK_YET.split(":")[0] in page and "/webhooks/configure" not in page
 
 
+def test_an_id_with_letters_beyond_ascii_is_shown_as_written(browser, alice):
+    """`renée-o-connor` is stored percent-encoded; the pages showed `ren%c3%a9e-o-connor` (dashboard walk)."""
+    subscription = subscribe(alice.account_id, "renée-o-connor")
+    record_events(alice.account_id, subscription=subscription)
+    for path in (f"/subscriptions/{subscription.id}", "/subscriptions", "/events"):
+        page = browser.text(path)
+        assert "renée-o-connor" in page and "ren%c3%a9e" not in page.replace(subscription.network_url, ""), path
+
+
 def test_the_create_key_form_sent_again_creates_no_second_key(browser, alice):
     """A reload of the new key's page re-posted its form: a second live key of the same name (dashboard walk)."""
     form = browser.text("/keys").split('name="newest_key" value="')[1].split('"')[0]

@@ -5,7 +5,7 @@ an HttpOnly, SameSite=Strict cookie. Every POST carries the session's CSRF token
 double-submit one)."""
 import hmac
 import secrets
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from flask import (Blueprint, Response, abort, current_app, g, make_response, redirect, render_template,
                    request, stream_template, url_for)
@@ -247,6 +247,13 @@ def when(moment):
 @bp.app_template_filter("thousands")
 def thousands(number):
     return "—" if number is None else f"{number:,}"
+
+
+@bp.app_template_filter("readable")
+def readable(network_id):
+    """A stored id as people write it: its letters beyond ASCII, stored percent-encoded (`ren%c3%a9e`), shown as
+    themselves (`renée`: dashboard walk)."""
+    return unquote(network_id) if network_id else network_id
 
 
 from app.dashboard import views  # noqa: E402,F401 - registers the routes on `bp`
