@@ -1022,6 +1022,20 @@ def test_an_id_with_letters_beyond_ascii_is_shown_as_written(browser, alice):
         assert "renée-o-connor" in page and "ren%c3%a9e" not in page.replace(subscription.network_url, ""), path
 
 
+def test_revoking_a_key_revoked_meanwhile_says_why_and_leads_back_to_the_keys(browser, alice, bob):
+    """It was a dead end: "No api_key with id 'key_…' was found." (dashboard walk). Another account's key id gets the
+    same page, and its key stays."""
+    key, _plaintext = keys.create_key(alice.account_id, "Old sync")
+    keys.delete_key(alice.account_id, key.id)
+    theirs, _plaintext = keys.create_key(bob.account_id, "Theirs")
+    for key_id in (key.id, theirs.id):
+        response = browser.post(f"/keys/{key_id}/revoke")
+        page = response.get_data(as_text=True)
+        assert response.status_code == 404 and "it was revoked already" in page
+        assert 'href="/keys">Back to the API keys' in page and key_id not in page
+    assert theirs.id in {listed.id for listed in keys.list_keys(bob.account_id)}
+
+
 def test_the_create_key_form_sent_again_creates_no_second_key(browser, alice):
     """A reload of the new key's page re-posted its form: a second live key of the same name (dashboard walk)."""
     form = browser.text("/keys").split('name="newest_key" value="')[1].split('"')[0]

@@ -3,7 +3,7 @@ refused change comes back as a notice on the page it was made from."""
 import json
 import re
 
-from flask import current_app, g, redirect, request
+from flask import current_app, g, redirect, request, url_for
 
 from app.api.http import load, parse_json_text
 from app.api.limits import (bulk_limit, class_size, default_limit, limit_unauthenticated, read_limit,
@@ -442,4 +442,9 @@ def revoke_key(key_id):
     def change():
         keys.delete_key(account_id(), key_id)
         return "Key revoked."
-    return _attempt(change, "dashboard.keys_page")
+    try:
+        return _attempt(change, "dashboard.keys_page")
+    except NotFound:  # revoked meanwhile (another tab), or another account's: the same page, telling nothing more
+        return render("error.html", code=404, title="Not found", back=url_for("dashboard.keys_page"),
+                      back_label="Back to the API keys", message="That key is not there: it was revoked already (in "
+                      "another tab, perhaps), or it is not this account's. Nothing changed.")
