@@ -2,12 +2,14 @@
 refused change comes back as a notice on the page it was made from."""
 import json
 import re
+from datetime import timedelta
 
 from flask import current_app, g, redirect, request, url_for
 
 from app.api.http import load, parse_json_text
 from app.api.limits import (bulk_limit, class_size, default_limit, limit_unauthenticated, read_limit,
                             spend_as_key, write_limit)
+from app.common import utcnow
 from app.dashboard import (LOGIN_CSRF_COOKIE, SESSION_COOKIE, account_id, back_to, bp, check_login_csrf,
                            new_login_csrf, notify, render, safe_next, stream)
 from app.dashboard.presenters import (change_rows, events_chart, import_results_href, import_steps, parse_body,
@@ -335,7 +337,10 @@ def recover():
                 for name, value in ((name, request.form.get(name, "")) for name in ("since", "until")) if value}
         body = load(recover_schema, {**form, "include_pending": request.form.get("include_pending") == "on"})
         queued = outbox.recover(account_id(), body["since"], body.get("until"), body["include_pending"])["queued"]
-        return f"{queued:,} events queued for delivery."
+        days = current_app.config["WEBHOOK_RECOVER_MAX_DAYS"]
+        clamped = body["since"] < utcnow() - timedelta(days=days)  # (said: the window was cut silently, walk)
+        return f"{queued:,} events queued for delivery" + (f" (from {days} days ago: no further back)." if clamped
+                                                           else ".")
     typed = {name: request.form.get(name, "") for name in ("since", "until")}  # refused, shown again (walk: emptied)
     typed["include_pending"] = "on" if request.form.get("include_pending") == "on" else ""
     return _attempt(change, "dashboard.deliveries_page", typed=typed, form="recover")
