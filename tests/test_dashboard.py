@@ -131,7 +131,11 @@ def test_failed_sign_ins_share_the_unauthenticated_limit(app, alice):
     client = app.test_client()
     statuses = [sign_in(client, "lwa.sk_live_" + "y" * 32).status_code for _ in range(4)]
     assert statuses == [401, 401, 401, 429]
-    assert int(sign_in(client, "lwa.sk_live_" + "y" * 32).headers["Retry-After"]) >= 1
+    refused = sign_in(client, "lwa.sk_live_" + "y" * 32)
+    assert int(refused.headers["Retry-After"]) >= 1
+    # the address is what is limited, not a key (it said "This key can be used again": dashboard walk)
+    assert "from this address. Try again in" in refused.get_data(as_text=True)
+    assert "This key" not in refused.get_data(as_text=True)
     assert alice.get("/account").status_code == 200  # keyed API calls are not in that bucket
 
 

@@ -196,7 +196,10 @@ def service_error(error):
     message = error.message
     if error.status == 429:  # "Retry later." alone left the team guessing, reloading pages that spent nothing back
         minutes = -(-(error.details or {}).get("retry_after", 60) // 60)
-        message = f"{message} This key can be used again in {minutes} minute{'' if minutes == 1 else 's'}."
+        after = f"{minutes} minute{'' if minutes == 1 else 's'}"
+        message = (f"Too many sign-ins without a valid key from this address. Try again in {after}."
+                   if request.endpoint == "dashboard.login"  # limited by address, not a key (dashboard walk)
+                   else f"{message} This key can be used again in {after}.")
     response = render("error.html", code=error.status, title=_title_for(error.status), message=message)
     for name, value in (getattr(error, "headers", None) or {}).items():
         response.headers[name] = value
