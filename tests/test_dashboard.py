@@ -201,9 +201,12 @@ def test_a_form_of_a_page_opened_before_signing_in_again_links_back_and_signing_
     assert f'href="/subscriptions/{subscription.id}?page=2">Open the page again' in page
     assert subscription_count(alice.account_id, status="active") == 1
     elsewhere = older.client.post(f"/subscriptions/{subscription.id}/cancel", data={"csrf_token": older.csrf},
-                                  headers={"Referer": "https://evil.example/x"}).get_data(as_text=True)
-    assert 'href="/">Open the page again' in elsewhere
-    signed_out = older.client.post("/logout", data={"csrf_token": older.csrf})
+                                  headers={"Referer": "https://evil.example//evil.example/x"}).get_data(as_text=True)
+    assert 'href="/">Open the page again' in elsewhere  # a path of this site, whatever the Referer holds
+    not_ours = older.client.post("/logout", data={}, headers={"Sec-Fetch-Site": "same-site"})
+    assert not_ours.status_code == 403 and older.client.get("/subscriptions").status_code == 200  # (review)
+    signed_out = older.client.post("/logout", data={"csrf_token": older.csrf},
+                                   headers={"Sec-Fetch-Site": "same-origin"})
     assert signed_out.status_code == 302 and "/login" in signed_out.headers["Location"]
     assert older.client.get("/subscriptions").status_code == 302  # to the sign-in page: signed out
 
@@ -643,6 +646,9 @@ def test_an_address_that_matches_nothing_is_the_dashboards_page_to_a_browser(bro
     assert page.status_code == 404 and page.mimetype == "text/html" and "Not found" in page.get_data(as_text=True)
     assert anon.client.get(path, headers={"Accept": "*/*"}).json["error"] == "NOT_FOUND"
     assert anon.client.get("/api/v1" + path, headers=html_first).json["error"] == "NOT_FOUND"
+    assert page.headers["X-Frame-Options"] == "DENY" and "Content-Security-Policy" in page.headers  # (review)
+    wrong_method = browser.client.put("/healthz", headers=html_first)
+    assert wrong_method.status_code == 405 and "GET" in wrong_method.headers["Allow"]
 
 
 def test_a_refused_pasted_list_comes_back_to_be_corrected(browser, alice):
@@ -656,15 +662,16 @@ def test_a_refused_pasted_list_comes_back_to_be_corrected(browser, alice):
 
 def test_the_import_results_csv_keeps_the_files_own_columns_of_a_results_name(browser, alice):
     """A file's own `row`, `reason` and `code` columns were overwritten by the outcome's (dashboard walk)."""
-    upload = (io.BytesIO(b"url,row,reason,code\nhttps://www.linkedin.com/in/collide-one,CRM-17,met at expo,A1\n"),
-              "crm.csv")
+    upload = (io.BytesIO(b"url,row,reason,code,import_code\n"
+                         b"https://www.linkedin.com/in/collide-one,CRM-17,met at expo,A1,B2\n"), "crm.csv")
     page = browser.post("/subscriptions/import", data={"file": upload},
                         content_type="multipart/form-data").get_data(as_text=True)
     results = unquote(re.search(r'href="data:text/csv;charset=utf-8,([^"]+)" download', page).group(1))
     header, line = csv.reader(io.StringIO(results))
-    assert header == ["url", "row", "reason", "code", "import_row", "result", "subscription_id", "import_code",
-                      "import_reason"]
-    assert line[:6] == ["https://www.linkedin.com/in/collide-one", "CRM-17", "met at expo", "A1", "1", "created"]
+    assert header == ["url", "row", "reason", "code", "import_code", "import_row", "result", "subscription_id",
+                      "import_import_code", "import_reason"]
+    assert line[:7] == ["https://www.linkedin.com/in/collide-one", "CRM-17", "met at expo", "A1", "B2", "1",
+                        "created"]
 
 
 def test_a_long_import_shows_progress_per_chunk_and_lists_refused_rows_past_the_cap(app, monkeypatch):
@@ -1062,6 +1069,10 @@ def test_a_key_made_meanwhile_in_another_tab_does_not_refuse_the_next(browser, a
     keys.create_key(alice.account_id, "Made in another tab")
     made = browser.post("/keys", data={"name": "Zapier integration for sales", "newest_key": form})
     assert made.status_code == 201
+    keys.create_key(alice.account_id, "A teammate's")  # then the page of the new key is reloaded: no second one
+    again = browser.post("/keys", data={"name": "Zapier integration for sales", "newest_key": form})
+    assert again.status_code == 409 and [key.name for key in keys.list_keys(alice.account_id)].count(
+        "Zapier integration for sales") == 1  # (review: only the newest key was compared)
     assert {"Made in another tab", "Zapier integration for sales"} <= {key.name for key in keys.list_keys(
         alice.account_id)}
 

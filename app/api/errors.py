@@ -99,8 +99,8 @@ def register_error_handlers(app):
     @app.errorhandler(HTTPException)
     def _http_error(error):
         if error.code in (404, 405) and _a_browser_outside_the_api():  # `/nope`, `/subscriptions/`: walk
-            from app.dashboard import http_error as dashboard_page
-            return dashboard_page(error)
+            from app.dashboard import page_for_a_browser
+            return page_for_a_browser(error)
         code = _HTTP_CODES.get(error.code, "HTTP_ERROR")
         details, headers = None, None
         message = error.description

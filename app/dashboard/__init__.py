@@ -38,8 +38,8 @@ def require_session():
     if g.dashboard_session is None:
         return redirect(url_for("dashboard.login", next=request.full_path.rstrip("?")))
     if request.method == "POST" and not _same_token(request.form.get("csrf_token"), g.dashboard_session.csrf_token):
-        if request.endpoint == "dashboard.logout":  # from a tab opened before a newer sign-in: it must still sign out
-            return None  # (its SameSite=Strict cookie is not sent from another site, so no other site can do this)
+        if request.endpoint == "dashboard.logout" and _sent_from_this_origin():  # from a tab opened before a newer
+            return None  # sign-in: it must still sign out, but no other origin of the site may (review)
         return _form_of_an_older_session()
     g.account = accounts.get_account(g.dashboard_session.account_id)
     rate_class = getattr(current_app.view_functions.get(request.endpoint), "rate_limit_class", None)
@@ -54,15 +54,33 @@ def _form_of_an_older_session():
     (another tab), or the token is missing. Nothing is done; the page keeps what the form had typed for its page
     (`data-keeps-form`, dashboard.js) and links back to it, from this site's Referer. It was a dead end: reloading
     sent the stale token again, and what was typed was lost (dashboard walk)."""
-    referrer = urlsplit(request.referrer or "")
-    back = safe_next(referrer.path + (f"?{referrer.query}" if referrer.query else "")) \
-        if referrer.netloc == request.host else url_for("dashboard.overview_page")
+    referrer = urlsplit(request.referrer or "")  # (its host is not compared: behind a proxy the app may see another)
+    back = safe_next(referrer.path + (f"?{referrer.query}" if referrer.query else ""))
     page = render_template("error.html", notice=None, code=403, title=_title_for(403), back=back, keeps_form=True,
                            message="This form's security token is not this session's (its page was opened before "
                                    "you last signed in, in another tab perhaps), so nothing changed. Open the page "
                                    "again: what you typed is back in it.")
     response = make_response(page, 403)
     response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def _sent_from_this_origin() -> bool:
+    """The browser says the form came from a page of this origin (Fetch Metadata; `Origin` where it is not sent)."""
+    site = request.headers.get("Sec-Fetch-Site")
+    if site is not None:
+        return site == "same-origin"
+    origin = request.headers.get("Origin")
+    return origin is not None and urlsplit(origin).netloc == request.host
+
+
+def page_for_a_browser(error):
+    """The Not found (or Method not allowed) page for a browser's address outside the API that matches no route, with
+    the pages' security headers and the 405's `Allow`, as the dashboard's own pages and the API's answer carry."""
+    response = http_error(error)
+    response.headers.update(SECURITY_HEADERS)
+    if error.code == 405:
+        response.headers["Allow"] = ", ".join(error.valid_methods or ())
     return response
 
 

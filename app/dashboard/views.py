@@ -427,9 +427,9 @@ def keys_page():
 def create_key():
     shown_newest, name = request.form.get("newest_key"), request.form.get("name", "").strip()
     listed = keys.list_keys(account_id())
-    if shown_newest is not None and listed and shown_newest != listed[-1].id and listed[-1].name == name:
+    if shown_newest is not None and name in {key.name for key in _made_since(listed, shown_newest)}:
         # the form sent again (a reload of the new key's page re-posts it): a second key nobody asked for (walk). A
-        # newer key of another name is someone else's, made meanwhile: this one is made too (dashboard walk)
+        # key of another name made meanwhile is someone else's: this one is made too (dashboard walk)
         return _keys_page(error="A key of this name was created since this form was shown (was the page reloaded?); "
                                 "no other was created. Its value was shown once then. Create another below if you "
                                 "need one.", typed_name=name, status=409)
@@ -439,6 +439,13 @@ def create_key():
     except ServiceError as error:
         return _keys_page(error=_in_dashboard_words(error), typed_name=name, status=error.status)
     return _keys_page(created=key, plaintext=plaintext, status=201)
+
+
+def _made_since(listed: list, shown_newest: str) -> list:
+    """The keys made since the form was shown, when its newest was `shown_newest` ("" for none; one revoked since:
+    every key, to be safe)."""
+    ids = [key.id for key in listed]
+    return listed[ids.index(shown_newest) + 1:] if shown_newest in ids else listed
 
 
 @bp.post("/keys/<key_id>/revoke")

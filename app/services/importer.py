@@ -244,11 +244,16 @@ def write_outcomes(file, header, outcomes, columns, formulas_inert=False) -> Non
     (`formula_inert`)."""
     cell = formula_inert if formulas_inert else (lambda value: value)
     writer = csv.writer(file)
-    writer.writerow([cell(name) for name in header] + [f"import_{name}" if name in header else name
-                                                       for name in columns])
+    writer.writerow([cell(name) for name in header] + [_name_apart(name, header) for name in columns])
     for outcome in outcomes:
         writer.writerow([cell(outcome.values.get(name)) for name in header]
                         + [cell(getattr(outcome, name)) for name in columns])
+
+
+def _name_apart(name: str, header) -> str:
+    while name in header:
+        name = f"import_{name}"
+    return name
 
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
