@@ -56,13 +56,10 @@ def _form_of_an_older_session():
     sent the stale token again, and what was typed was lost (dashboard walk)."""
     referrer = urlsplit(request.referrer or "")  # (its host is not compared: behind a proxy the app may see another)
     back = safe_next(referrer.path + (f"?{referrer.query}" if referrer.query else ""))
-    page = render_template("error.html", notice=None, code=403, title=_title_for(403), back=back, keeps_form=True,
-                           message="This form's security token is not this session's (its page was opened before "
-                                   "you last signed in, in another tab perhaps), so nothing changed. Open the page "
-                                   "again: what you typed is back in it.")
-    response = make_response(page, 403)
-    response.headers["Cache-Control"] = "no-store"
-    return response
+    return _error_page_without_notice(403, "This form's security token is not this session's (its page was opened "
+                                          "before you last signed in, in another tab perhaps), so nothing changed. "
+                                          "Open the page again: what you typed is back in it.",
+                                     back=back, keeps_form=True)
 
 
 def _sent_from_this_origin() -> bool:
@@ -235,7 +232,13 @@ def unexpected_error_page(error):
     """An error no other handler knows, as a page (it was the API's JSON): the page is rendered without the session's
     notice, whose write would fail again when the database is what failed."""
     status, _code, message, headers = unexpected_error(error)
-    page = render_template("error.html", notice=None, code=status, title=_title_for(status), message=message)
+    return _error_page_without_notice(status, message, headers)
+
+
+def _error_page_without_notice(status: int, message: str, headers=None, **context):
+    """The error page, never cached, rendered without reading or clearing the session's notice (`render` does both),
+    which belongs to the page it was made for."""
+    page = render_template("error.html", notice=None, code=status, title=_title_for(status), message=message, **context)
     response = make_response(page, status)
     response.headers.update({"Cache-Control": "no-store", **(headers or {})})
     return response
