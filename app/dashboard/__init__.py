@@ -56,10 +56,9 @@ def _form_of_an_older_session():
     sent the stale token again, and what was typed was lost (dashboard walk)."""
     referrer = urlsplit(request.referrer or "")  # (its host is not compared: behind a proxy the app may see another)
     back = safe_next(referrer.path + (f"?{referrer.query}" if referrer.query else ""))
-    return _error_page_without_notice(403, "This form's security token is not this session's (its page was opened "
-                                          "before you last signed in, in another tab perhaps), so nothing changed. "
-                                          "Open the page again: what you typed is back in it.",
-                                     back=back, keeps_form=True)
+    message = ("This form's security token is not this session's (its page was opened before you last signed in, in "
+               "another tab perhaps), so nothing changed. Open the page again: what you typed is back in it.")
+    return _error_page_without_notice(403, message, back=back, keeps_form=True)
 
 
 def _sent_from_this_origin() -> bool:
