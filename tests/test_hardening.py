@@ -224,6 +224,8 @@ def test_the_check_reads_the_host_the_sender_connects_to():
     with_credentials = parse_endpoint("https://user:pw@Example.COM:8443/x")
     assert with_credentials.host == "example.com" and with_credentials.port == 8443
     assert with_credentials.has_credentials
+    assert parse_endpoint("https://@example.com/x").has_credentials  # an empty user part, which urllib3 drops
+    assert not parse_endpoint("https://example.com/x@y").has_credentials  # an @ in the path is no user part
 
 
 @pytest.mark.parametrize("url,error", [("https://127.0.0.1\\@example.com/", "refused: 127.0.0.1 is not a public"),

@@ -77,8 +77,11 @@ def test_localhost_numeric_tricks_and_plain_http_are_refused(alice, url):
 
 @pytest.mark.parametrize("url,message", [("https://hooks.example.com:0/hook", "not a valid URL"),
                                          ("https://user:secret@hooks.example.com/hook", "credentials"),
-                                         ("https://user@hooks.example.com/hook", "credentials")])
+                                         ("https://user@hooks.example.com/hook", "credentials"),
+                                         ("https://@hooks.example.com/hook", "credentials"),  # an empty user
+                                         ("https://:@hooks.example.com/hook", "credentials")])
 def test_port_zero_and_credentials_in_the_url_are_refused(alice, dns, url, message):
+    """An empty user part (`https://@host/`) was configured: urllib3 reads it as no credentials (API walk)."""
     dns.table["hooks.example.com"] = PUBLIC_ADDRESS
     response = alice.post("/webhooks/configure", json={"endpoint_url": url})
     assert response.status_code == 400 and response.get_json()["details"]["field"] == "endpoint_url"

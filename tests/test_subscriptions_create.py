@@ -213,7 +213,8 @@ def test_invalid_urls_are_rejected_and_create_nothing(alice, entity_type, url):
 
 
 @pytest.mark.parametrize("url", ["https://www.linkedin.com:8443/in/jane-doe",
-                                 "https://user@www.linkedin.com/in/jane-doe", "https://:@www.linkedin.com/in/jane-doe"])
+                                 "https://user@www.linkedin.com/in/jane-doe", "https://:@www.linkedin.com/in/jane-doe",
+                                 "https://@www.linkedin.com/in/jane-doe"])
 def test_a_port_or_user_in_a_profile_url_is_named_as_the_problem(alice, url):
     body = _assert_validation_error(_create(alice, entity_type="contact", network_url=url), "network_url")
     assert "must name no user and no port but the scheme's" in body["message"] and "host must be" not in body["message"]

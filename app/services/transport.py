@@ -74,7 +74,11 @@ class Endpoint:
     scheme: str
     host: str  # lower-case, without IPv6 brackets; "" when the URL names none
     port: int
-    has_credentials: bool = False  # a `user:password@` part
+    has_credentials: bool = False  # a user part: `user:password@`, `user@`, an empty `@`
+
+
+# An empty user part (`https://@host/`): urllib3 reads it as no auth at all
+_EMPTY_USER_PART = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.-]*:)?//@")
 
 
 def parse_endpoint(url: str) -> Endpoint:
@@ -89,7 +93,8 @@ def parse_endpoint(url: str) -> Endpoint:
         raise ValueError("port 0 cannot be connected to")
     scheme = parts.scheme or ""
     port = parts.port or (443 if scheme == "https" else 80)
-    return Endpoint(scheme, (parts.host or "").strip("[]").lower(), port, parts.auth is not None)
+    has_credentials = parts.auth is not None or bool(_EMPTY_USER_PART.match(url))
+    return Endpoint(scheme, (parts.host or "").strip("[]").lower(), port, has_credentials)
 
 
 def is_forbidden_address(address, allow_loopback=False) -> bool:
