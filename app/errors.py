@@ -3,6 +3,11 @@ import math
 import time
 
 RATE_LIMIT_MESSAGE = "Rate limit exceeded for this API key. Retry after the window resets."
+# A string an error response repeats from the request (a value, an id, a field name, the path) is cut to its first
+# ECHO_LIMIT characters followed by ECHO_CUT, in `details` and in the message alike (`app.api.errors`): a 100 kB
+# value came back whole (API walk)
+ECHO_LIMIT = 200
+ECHO_CUT = "…"
 
 
 class ServiceError(Exception):

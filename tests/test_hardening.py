@@ -93,7 +93,7 @@ def test_an_integer_query_parameter_is_ascii_digits(alice, query, field):
 
 @pytest.mark.parametrize("metadata, field, value", [
     ({"crm": 5}, "custom_metadata.crm.value", 5),
-    ({"crm": "x" * 501}, "custom_metadata.crm.value", "x" * 501),
+    ({"crm": "x" * 501}, "custom_metadata.crm.value", "x" * 200 + "…"),  # cut: the next test
     ({"k" * 41: "x"}, f"custom_metadata.{'k' * 41}.key", "k" * 41),
 ])
 def test_a_refused_metadata_value_or_key_is_the_error_s_value(alice, metadata, field, value):
@@ -101,6 +101,49 @@ def test_a_refused_metadata_value_or_key_is_the_error_s_value(alice, metadata, f
     response = alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "ab",
                                                   "custom_metadata": metadata})
     assert is_validation_error(response, field) and response.json["details"]["value"] == value
+
+
+LONG = "x" * 100_000
+
+
+@pytest.mark.parametrize("body, field, sent", [
+    ({"entity_type": "contact", "network_id": "ab", "custom_metadata": {"crm": LONG}}, "custom_metadata.crm.value",
+     LONG),
+    ({"entity_type": "contact", "network_id": LONG}, "network_id", LONG),
+    ({"entity_type": "contact", "network_url": f"https://www.linkedin.com/in/{LONG}"}, "network_url",
+     f"https://www.linkedin.com/in/{LONG}"),
+])
+def test_an_over_long_value_is_echoed_cut_to_200_characters(alice, body, field, sent):
+    """A 100 kB value came back whole in `details.value` (API walk): an error repeats at most the first 200 characters
+    of a string it was sent, followed by `…`."""
+    response = alice.post("/subscriptions", json=body)
+    assert is_validation_error(response, field) and len(response.data) < 2_000
+    assert response.json["details"]["value"] == sent[:200] + "…"
+
+
+def test_an_over_long_field_name_is_cut_in_the_field_the_errors_and_the_message(alice):
+    response = alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "ab", LONG: 1})
+    cut = LONG[:200] + "…"
+    assert is_validation_error(response, cut) and len(response.data) < 2_000
+    assert response.json["message"] == f"{cut}: Unknown field."
+    assert response.json["details"]["errors"] == [{"field": cut, "message": "Unknown field."}]
+
+
+def test_an_over_long_id_or_path_is_cut_in_the_404(alice):
+    cut = "y" * 200 + "…"
+    response = alice.get("/subscriptions/" + "y" * 8000)
+    assert response.json["details"] == {"resource": "subscription", "id": cut}
+    assert response.json["message"] == f"No subscription with id '{cut}' was found."
+    path = "/api/v1/nope/" + "y" * 8000
+    route = alice.client.get(path, headers=alice.headers)
+    assert route.status_code == 404 and route.json["message"] == f"No route matches GET {path[:200]}…."
+
+
+def test_a_long_message_of_the_service_s_own_is_not_cut(alice):
+    response = alice.post("/subscriptions", json={"entity_type": "contact", "network_url": "https://www.linkedin.com/x"})
+    assert is_validation_error(response, "network_url") and len(response.json["message"]) > 200
+    assert response.json["message"].endswith("Expected https://www.linkedin.com/in/<id> or /company/<id>.")
+    assert response.json["details"]["errors"][0]["message"] == response.json["message"]
 
 
 def test_the_largest_offset_is_an_empty_page(alice):

@@ -8,7 +8,7 @@ from werkzeug.exceptions import HTTPException
 
 from app.common import isoformat, utcnow
 from app.database import busy_or_unreachable
-from app.errors import RateLimited, ServiceError, ValidationFailed
+from app.errors import ECHO_CUT, ECHO_LIMIT, RateLimited, ServiceError, ValidationFailed
 from app.extensions import limiter
 from app.outage_log import log_outage
 
@@ -24,6 +24,10 @@ _HTTP_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "PAYLOAD_TOO_LA
 
 
 def error_response(status, code, message, details=None, headers=None):
+    """The one error shape; what it repeats from the request is cut to ECHO_LIMIT characters (app.errors)."""
+    message, details = _cut_echoes(message, details or {}, also=(request.path,))
+    if isinstance(details.get("errors"), list):
+        details["errors"] = [_cut_item(item) for item in details["errors"]]
     body = {"error": code, "message": message}
     if details:
         body["details"] = details
@@ -34,6 +38,27 @@ def error_response(status, code, message, details=None, headers=None):
     for name, value in (headers or {}).items():
         response.headers[name] = value
     return response
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= ECHO_LIMIT else text[:ECHO_LIMIT] + ECHO_CUT
+
+
+def _cut_echoes(message: str, fields: dict, also=()) -> tuple:
+    """(message, fields) with each string of `fields` over ECHO_LIMIT characters cut, and the message cut likewise
+    where it repeats one of them or of `also`."""
+    echoes = {text for text in (*fields.values(), *also) if isinstance(text, str) and len(text) > ECHO_LIMIT}
+    for echo in sorted(echoes, key=len, reverse=True):  # a longer echo first: a shorter one may be part of it
+        message = message.replace(echo, _cut(echo))
+    return message, {name: _cut(value) if isinstance(value, str) else value for name, value in fields.items()}
+
+
+def _cut_item(item):
+    """One `{field, message}` of `details.errors`, its echoes cut (the field's name is one)."""
+    if not isinstance(item, dict) or not isinstance(item.get("message"), str):
+        return item
+    message, fields = _cut_echoes(item["message"], {name: value for name, value in item.items() if name != "message"})
+    return {name: message if name == "message" else fields[name] for name in item}
 
 
 def flatten_messages(messages, prefix=""):

@@ -4,6 +4,7 @@ import re
 from marshmallow import EXCLUDE, RAISE, Schema, fields, validate
 
 from app.common import isoformat
+from app.errors import ECHO_CUT, ECHO_LIMIT
 from app.sql_json import JSON, TIMESTAMP, VALUE, JsonField
 
 MAX_JSON_KEY_BYTES = 63  # PostgreSQL's longest name: row_to_json takes the keys from column names
@@ -70,10 +71,14 @@ class PageQuerySchema(QuerySchema):
                       metadata={"description": "Items to skip."})
 
 
+ECHO_RULE = (f"A string repeated from the request (a value, an id, a field name, the path) is cut to its first "
+             f"{ECHO_LIMIT} characters and ends in {ECHO_CUT} (U+2026).")
+
+
 class ErrorSchema(Schema):
     error = fields.Str(required=True)
-    message = fields.Str(required=True)
-    details = fields.Dict()
+    message = fields.Str(required=True, metadata={"description": ECHO_RULE})
+    details = fields.Dict(metadata={"description": ECHO_RULE})
     timestamp = Timestamp()
     request_id = fields.Str()
 
