@@ -63,7 +63,13 @@ def request_rate_class():
     valid key (limited apart, per address), an untagged view, or OPTIONS (answered by Flask, never counted)."""
     if not g.get("api_key_id") or request.method == "OPTIONS":
         return None
-    return getattr(current_app.view_functions.get(request.endpoint), "rate_limit_class", None)
+    return view_rate_class(current_app.view_functions.get(request.endpoint), request.method)
+
+
+def view_rate_class(view, method: str):
+    """The class `view` is tagged with (`app.api.limits.rate_class`) for a request of `method`: a HEAD may have a
+    class of its own (the export's is a read); None for an untagged view."""
+    return getattr(view, "head_rate_limit_class" if method == "HEAD" else "rate_limit_class", None)
 
 
 def _class_limit() -> str:

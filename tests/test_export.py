@@ -117,6 +117,20 @@ def test_export_walks_every_row_across_chunks_with_equal_created_at(alice, monke
     assert exported["total"] == 11 and len({item["subscription_id"] for item in exported["data"]}) == 11
 
 
+@pytest.mark.parametrize("export_format, content_type", [("csv", "text/csv; charset=utf-8"),
+                                                          ("json", "application/json")])
+def test_head_answers_the_get_s_headers_without_reading_a_row(alice, three, monkeypatch, export_format, content_type):
+    """A HEAD runs no export (contract §8's bulk class is for the GET, README: Rate limits)."""
+    reads = []
+    monkeypatch.setattr(export, "_fetch", lambda *args: reads.append(args))
+    path = f"/subscriptions/export?format={export_format}"
+    head = alice.request("HEAD", path)
+    assert head.status_code == 200 and head.data == b"" and reads == []
+    assert head.headers["Content-Type"] == content_type
+    assert head.headers["Content-Disposition"] == f'attachment; filename="subscriptions.{export_format}"'
+    assert alice.request("HEAD", "/subscriptions/export?format=xml").status_code == 400  # as the GET answers
+
+
 def test_export_is_streamed(alice, three):
     response = alice.get("/subscriptions/export", buffered=False)
     assert response.is_streamed

@@ -92,6 +92,21 @@ def test_bulk_class_is_shared_by_bulk_create_bulk_cancel_batch_status_and_export
     _assert_limited(alice.get("/subscriptions/export?format=json"), LIMITS["bulk"])
 
 
+def test_a_head_of_the_export_is_a_read_and_leaves_the_bulk_class_unspent(alice):
+    """A HEAD of the export spent the bulk class as its GET does (API walk), though it runs no export: it counts in
+    the read class, shared with the list, and its headers describe that class."""
+    heads = _spend(alice, "HEAD", "/subscriptions/export", LIMITS["bulk"] + 1)  # more than the bulk class holds
+    assert heads[-1].headers["X-RateLimit-Limit"] == str(LIMITS["read"])
+    assert heads[-1].headers["X-RateLimit-Remaining"] == str(LIMITS["read"] - LIMITS["bulk"] - 1)
+    gets = _spend(alice, "GET", "/subscriptions/export", LIMITS["bulk"])
+    assert gets[0].headers["X-RateLimit-Limit"] == str(LIMITS["bulk"])
+    assert gets[0].headers["X-RateLimit-Remaining"] == str(LIMITS["bulk"] - 1)
+    _assert_limited(alice.get("/subscriptions/export"), LIMITS["bulk"])
+    _spend(alice, "GET", "/subscriptions", LIMITS["read"] - LIMITS["bulk"] - 1)
+    _assert_limited(alice.get("/subscriptions"), LIMITS["read"])
+    assert alice.request("HEAD", "/subscriptions/export").status_code == 429
+
+
 def test_write_class_is_shared_by_create_cancel_pause_resume_and_patch(alice):
     created = alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "jane"}).get_json()
     alice.post(f"/subscriptions/{created['id']}/pause")

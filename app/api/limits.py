@@ -3,6 +3,7 @@ and the per-address limit of requests refused for want of a valid key."""
 import logging
 import threading
 from functools import lru_cache
+from typing import Optional
 
 from flask import current_app, g
 from limits import RateLimitItemPerSecond, parse
@@ -17,11 +18,13 @@ log = logging.getLogger(__name__)
 _storage_down = threading.Event()
 
 
-def rate_class(name: str):
+def rate_class(name: str, head: Optional[str] = None):
     """Tags a view with its rate-limit class; the limiter's one default limit (app.extensions) sizes and
-    buckets each keyed request by it, so the class is shared by every view tagged with it."""
+    buckets each keyed request by it, so the class is shared by every view tagged with it. `head`: the class a
+    HEAD of the view spends instead (`view_rate_class`)."""
     def tag(view):
         view.rate_limit_class = name
+        view.head_rate_limit_class = head or name
         return view
     return tag
 
@@ -30,6 +33,8 @@ read_limit = rate_class("read")
 write_limit = rate_class("write")
 bulk_limit = rate_class("bulk")
 default_limit = rate_class("default")
+# The export: its GET reads every row, a bulk call; its HEAD answers the same headers without reading one, a read
+export_limit = rate_class("bulk", head="read")
 
 
 def limit_unauthenticated():

@@ -2,7 +2,7 @@ from flask import Blueprint, Response, stream_with_context
 
 from app.api.auth import require_api_key
 from app.api.http import account_id, load, load_body, load_query, spec
-from app.api.limits import bulk_limit, read_limit, write_limit
+from app.api.limits import bulk_limit, export_limit, read_limit, write_limit
 from app.schemas.subscriptions import (BulkCancelResultSchema, BulkCreateResultSchema, BulkCreateSchema,
                                        BulkIdsSchema, BulkStatusResultSchema, BulkStatusSchema,
                                        ExportQuerySchema, ExportSchema, MetadataPatchSchema,
@@ -127,7 +127,7 @@ def bulk_set_status():
 
 
 @bp.get("/subscriptions/export")
-@bulk_limit
+@export_limit
 @spec("Export subscriptions as CSV or JSON, streamed", query=ExportQuerySchema, tag="subscriptions",
       response={"text/csv": {"type": "string", "description": "A header line, then one line per subscription."},
                 "application/json": ExportSchema})

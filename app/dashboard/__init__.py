@@ -18,6 +18,7 @@ from app.api.limits import spend_as_key
 from app.common import isoformat
 from app.errors import ServiceError
 from app.database import read_in_a_new_snapshot
+from app.extensions import view_rate_class
 from app.services import accounts, dashboard_sessions
 
 SESSION_COOKIE = "em_session"
@@ -42,7 +43,7 @@ def require_session():
             return None  # sign-in: it must still sign out, but no other origin of the site may (review)
         return _form_of_an_older_session()
     g.account = accounts.get_account(g.dashboard_session.account_id)
-    rate_class = getattr(current_app.view_functions.get(request.endpoint), "rate_limit_class", None)
+    rate_class = view_rate_class(current_app.view_functions.get(request.endpoint), request.method)
     if rate_class:  # as the API view doing the same would be: the key's limits are not escaped through here
         g.tier = g.account.tier
         spend_as_key(g.dashboard_session.api_key_id, rate_class)
