@@ -7,7 +7,8 @@ monitoring N subscriptions (default 1,000,000) takes, and the linearity of `chec
     DATABASE_URL=postgresql://postgres@127.0.0.1:5432/bench python scripts/bench_checks.py ...
 
 Runs on DATABASE_URL when it is set (PostgreSQL: the schema `bench_checks` in that database is dropped
-and created again), else on a throw-away SQLite file; the schema comes from the Alembic migrations.
+and created again, and dropped at the end unless --keep), else on a throw-away SQLite file; the schema
+comes from the Alembic migrations.
 1. Creates ACCOUNTS accounts of --tier, each with a webhook to a local receiver (its own process,
    plain HTTP on 127.0.0.1 with WEBHOOK_ALLOW_HTTP and WEBHOOK_ALLOW_PRIVATE_ADDRESSES, which this
    benchmark alone sets; the TLS send path is measured by the delivery benchmark), all event types,
@@ -28,8 +29,8 @@ CPU per check (checks and deliveries) Ã— checks in a day at N subscriptions (N Ã
 interval), as a share of one core (86,400 CPU-seconds a day). With --sample below --subscriptions the
 figures measured on the sample are projected to N, and the output says so.
 
-Stops by itself; the SQLite file is deleted afterwards (unless --keep). `measure_disk.py` imports
-ACCOUNTS, insert_subscriptions and make_all_due from here.
+Stops by itself; the SQLite file (or the PostgreSQL schema) is deleted afterwards (unless --keep).
+`measure_disk.py` imports ACCOUNTS, insert_subscriptions and make_all_due from here.
 """
 import argparse
 import cProfile
@@ -177,6 +178,15 @@ def database_uri(directory) -> str:
     return url_with_fresh_schema(url, POSTGRES_SCHEMA)
 
 
+def drop_postgres_schema(url, schema):
+    """Drop the benchmark's own schema (and its tables) from the PostgreSQL database at `url`."""
+    from sqlalchemy import create_engine, text
+    engine = create_engine(url)
+    with engine.begin() as connection:
+        connection.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+    engine.dispose()
+
+
 def database_size(db) -> str:
     if db.engine.dialect.name == "sqlite":
         return f"{os.path.getsize(db.engine.url.database) / 1e6:,.0f} MB (SQLite file, WAL aside)"
@@ -290,7 +300,7 @@ def main(argv=None):
     parser.add_argument("--tier", default="growth", help="the accounts' tier; its interval sets the checks a day")
     parser.add_argument("--batch-size", type=int, default=None, help="CHECK_BATCH_SIZE (default: the app's)")
     parser.add_argument("--profile", action="store_true", help="cProfile the measured day")
-    parser.add_argument("--keep", action="store_true", help="keep the SQLite file")
+    parser.add_argument("--keep", action="store_true", help="keep the SQLite file (PostgreSQL: the schema)")
     args = parser.parse_args(argv)
     args.sample = min(args.sample or args.subscriptions, args.subscriptions)
 
@@ -349,10 +359,15 @@ def main(argv=None):
             db.engine.dispose()
     finally:
         receiver.terminate()
+        postgres_url = os.environ.get("DATABASE_URL")
         if args.keep:
-            print(f"kept {directory}")
+            print(f"kept {directory}" + (f" and the schema {POSTGRES_SCHEMA}" if postgres_url else ""))
         else:
             shutil.rmtree(directory, ignore_errors=True)
+            if postgres_url:
+                with app.app_context():
+                    db.engine.dispose()  # no connection of the run left to hold up the drop
+                drop_postgres_schema(postgres_url, POSTGRES_SCHEMA)
     return 0
 
 
