@@ -12,7 +12,8 @@ receiver, same number of threads, same run.
    relaxed: WEBHOOK_TEST_CA_BUNDLE (the CA to verify against; verification stays on) and
    WEBHOOK_TEST_ALLOW_LOOPBACK (127.0.0.1 passes the address rule; the name is still resolved, the address
    checked and the connection pinned to it, as requests-hardened does for a public endpoint).
-   DATABASE_URL chooses the database (it must be empty); else a fresh SQLite file in a temporary directory.
+   DATABASE_URL chooses the database (PostgreSQL: the run works in a schema of its own, `bench_deliveries`,
+   dropped at the end; SQLite: an empty file); else a fresh SQLite file in a temporary directory.
 3. Throughput, alternating for --rounds: N events are queued with events.record (event and outbox row in
    one transaction, as monitoring does) and delivered by `deliver_until_idle()`: claim, sign, send over TLS
    with WEBHOOK_WORKERS threads, record every attempt. Then the same N bodies are POSTed over TLS (verified
@@ -43,6 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from scripts.tls_receiver import RECEIVER_HOST, StaticResolver, TLSServer, make_certificates  # noqa: E402
 
 WAIT_LIMIT_SECONDS = 120
+POSTGRES_SCHEMA = "bench_deliveries"
 
 
 # --- the receiver, in its own process so it does not share the sender's interpreter lock -----------
@@ -136,7 +138,11 @@ def build_app(directory, workers, ca_file):
     from app import create_app
     settings = {"TESTING": True, "SCHEDULER_ENABLED": False, "RATELIMIT_ENABLED": False,
                 "WEBHOOK_WORKERS": workers, "WEBHOOK_TEST_CA_BUNDLE": ca_file, "WEBHOOK_TEST_ALLOW_LOOPBACK": True}
-    if not os.environ.get("DATABASE_URL", "").strip():
+    database_url = os.environ.get("DATABASE_URL", "").strip()
+    if database_url.startswith("postgresql"):
+        from app.database import url_with_fresh_schema
+        settings["SQLALCHEMY_DATABASE_URI"] = url_with_fresh_schema(database_url, POSTGRES_SCHEMA)
+    elif not database_url:
         settings["SQLALCHEMY_DATABASE_URI"] = f"sqlite:///{directory}/bench.db"
     app = create_app(settings)
     app.logger.setLevel("WARNING")
@@ -279,6 +285,7 @@ def main():
         base = f"https://{RECEIVER_HOST}:{port}"
         receiver, url = ReceiverControl(base, certificates.ca_file), base + "/hook"
         session = plain_session(certificates.ca_file, args.workers)
+        app = None
         try:
             app = build_app(directory, args.workers, certificates.ca_file)
             with app.app_context():
@@ -300,6 +307,14 @@ def main():
             session.close()
             receiver_process.terminate()
             receiver_process.join(timeout=5)
+            database_url = os.environ.get("DATABASE_URL", "").strip()
+            if database_url.startswith("postgresql"):
+                from scripts.bench_checks import drop_postgres_schema
+                if app is not None:
+                    with app.app_context():
+                        from app.extensions import db
+                        db.engine.dispose()  # no connection of the run left to hold up the drop
+                drop_postgres_schema(database_url, POSTGRES_SCHEMA)
 
     best_ours, best_plain = max(ours), max(plain)
     from sqlalchemy.engine import make_url
