@@ -24,9 +24,9 @@ Other tables (accounts, keys, usage counters…) do not grow with subscriptions 
     python scripts/measure_disk.py [--subscriptions 100000] [--days 3] [--project-subscriptions 1000000]
                                    [--project-days 30]
 
-With DATABASE_URL set it measures that database (it must be empty: the migrations create the schema),
-e.g. DATABASE_URL=postgresql://postgres@127.0.0.1:5432/measure; otherwise a temporary SQLite file, deleted
-afterwards. `--subscriptions 1000000 --days 30` measures the real thing instead of projecting it.
+With DATABASE_URL set it measures that database: on PostgreSQL in a schema of its own, `measure_disk`, made
+by the migrations and dropped at the end (e.g. DATABASE_URL=postgresql://postgres@127.0.0.1:5432/measure); a
+SQLite file must be empty. Otherwise a temporary SQLite file, deleted afterwards. `--subscriptions 1000000 --days 30` measures the real thing instead of projecting it.
 """
 import argparse
 import os
@@ -38,16 +38,17 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench_checks import ACCOUNTS, insert_subscriptions, make_all_due  # noqa: E402
+from bench_checks import ACCOUNTS, drop_postgres_schema, insert_subscriptions, make_all_due  # noqa: E402
 
 SUBSCRIPTION_TABLES = ("subscriptions",)
 EVENT_TABLES = ("events", "outbox", "delivery_attempts")
+POSTGRES_SCHEMA = "measure_disk"
 
 
 def object_bytes(db) -> dict:
     """{(table, table or index name): bytes} for every table and index, and the whole database under
     (None, None): pages in use (SQLite's dbstat after a WAL checkpoint; PostgreSQL's relation sizes after
-    VACUUM, a table's TOAST counted with it)."""
+    VACUUM, a table's TOAST counted with it, and for the whole, every relation of the run's schema)."""
     db.session.remove()  # no open snapshot keeps dead rows from VACUUM
     with db.engine.connect() as connection:
         if db.engine.dialect.name == "postgresql":
@@ -59,7 +60,7 @@ def object_bytes(db) -> dict:
                 "LEFT JOIN pg_class t ON t.oid = i.indrelid "
                 "WHERE c.relkind IN ('r', 'i') AND c.relnamespace = to_regnamespace(current_schema())").all()
             sizes = {(table, name): size for table, name, size in rows}
-            sizes[None, None] = connection.exec_driver_sql("SELECT pg_database_size(current_database())").scalar()
+            sizes[None, None] = sum(sizes.values())
             return sizes
         connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
         owners = dict(connection.exec_driver_sql(
@@ -118,14 +119,14 @@ def event_count(db) -> int:
 
 
 def print_breakdown(sizes: dict, rows: dict):
-    print(f"  {'table / index':<40}      MB  bytes/row")
+    print(f"  {'table / index':<44}      MB  bytes/row")
     for table in SUBSCRIPTION_TABLES + EVENT_TABLES:
         for (owner, name), size in sorted(sizes.items(), key=lambda item: (item[0][1] != table, str(item[0][1]))):
             if owner == table:
                 label = name if name == table else f"  {name}"
                 per_row = f"{size / rows[table]:8,.0f}" if rows[table] else "       -"
-                print(f"  {label:<40}{size / 1e6:8,.1f}  {per_row}")
-    print(f"  {'whole database':<40}{sizes[None, None] / 1e6:8,.1f}")
+                print(f"  {label:<44}{size / 1e6:8,.1f}  {per_row}")
+    print(f"  {'whole database':<44}{sizes[None, None] / 1e6:8,.1f}")
 
 
 def row_counts(db) -> dict:
@@ -156,7 +157,10 @@ def main(argv=None):
     from app.worker import checks as worker
 
     directory = None
-    url = os.environ.get("DATABASE_URL")
+    given = url = os.environ.get("DATABASE_URL")
+    if url and url.startswith("postgresql"):
+        from app.database import url_with_fresh_schema
+        url = url_with_fresh_schema(url, POSTGRES_SCHEMA)
     if not url:
         directory = tempfile.mkdtemp(prefix="measure-disk-")
         url = f"sqlite:///{os.path.join(directory, 'disk.db')}"
@@ -201,6 +205,10 @@ def main(argv=None):
     finally:
         if directory:
             shutil.rmtree(directory, ignore_errors=True)
+        if url.startswith("postgresql"):
+            with app.app_context():
+                db.engine.dispose()  # no connection of the run left to hold up the drop
+            drop_postgres_schema(given, POSTGRES_SCHEMA)
     return 0
 
 
