@@ -23,13 +23,15 @@ Each timing is p50/p99 over --runs calls (a read transaction ended between calls
                                         [--only list|search|export]
 
 Without --database-url a throw-away SQLite file is used (or the one at --keep, reused when it exists).
-With a PostgreSQL URL, the script empties the schema `bench_list_export` in that database and works there
-(with --keep, a file naming the account; the schema is reused while that file exists).
+With a PostgreSQL URL, the script empties the schema `bench_list_export` in that database, works there and
+drops it at the end (with --keep, a file naming the account; the schema is kept, and reused while that file
+exists).
 """
 import argparse
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -224,21 +226,27 @@ def main():
     path = args.keep or os.path.join(workdir, "bench.db")
     state = path + ".account.json"
     kept = bool(args.keep) and os.path.exists(state)
-    if args.database_url and args.database_url.startswith("postgresql"):
-        from app.database import url_with_fresh_schema, url_with_schema
-        url = (url_with_schema if kept else url_with_fresh_schema)(args.database_url, POSTGRES_SCHEMA)
-    else:
-        url = f"sqlite:///{os.path.abspath(path)}"
-    if kept:
-        account_id, key = json.load(open(state))
-    else:
-        account_id, key = fill(url, args.subscriptions)
-        if args.keep:
-            json.dump([account_id, key], open(state, "w"))
-    subprocess.run([sys.executable, __file__, "--subscriptions", str(args.subscriptions), "--runs", str(args.runs),
-                    *(f"--only={part}" for part in parts), "--measure", url, account_id, key], check=True)
-    if not args.keep and not url.startswith("postgresql"):
-        os.remove(path)
+    postgres = bool(args.database_url) and args.database_url.startswith("postgresql")
+    try:
+        if postgres:
+            from app.database import url_with_fresh_schema, url_with_schema
+            url = (url_with_schema if kept else url_with_fresh_schema)(args.database_url, POSTGRES_SCHEMA)
+        else:
+            url = f"sqlite:///{os.path.abspath(path)}"
+        if kept:
+            account_id, key = json.load(open(state))
+        else:
+            account_id, key = fill(url, args.subscriptions)
+            if args.keep:
+                json.dump([account_id, key], open(state, "w"))
+        subprocess.run([sys.executable, __file__, "--subscriptions", str(args.subscriptions), "--runs",
+                        str(args.runs), *(f"--only={part}" for part in parts), "--measure", url, account_id, key],
+                       check=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)  # the SQLite file, its -wal and -shm, unless --keep put it elsewhere
+        if postgres and not args.keep:
+            from bench_checks import drop_postgres_schema
+            drop_postgres_schema(args.database_url, POSTGRES_SCHEMA)
 
 
 if __name__ == "__main__":
