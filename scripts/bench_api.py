@@ -5,8 +5,8 @@ bare Flask view served the same way, measured in the same run.
 Usage: `.venv/bin/python scripts/bench_api.py [--rows 1000000] [--seconds 10] [--rounds 3]` from the
 checkout; `--rows 10000 --seconds 3 --rounds 1` is a quick smoke run; `--serve` sets up the same servers and
 leaves them serving for a load generator of your own. `DATABASE_URL=postgresql://…` runs it
-on PostgreSQL (an existing, migrated or empty database; the run adds its own account), else on a new
-SQLite file.
+on PostgreSQL (in a schema of its own, `bench_api`, made by the migrations and dropped at the end), else on a
+new SQLite file.
 
 The servers are `python -m gunicorn -c python:app.gunicorn_conf …` (one process, GUNICORN_THREADS threads,
 default 8, the worker kept to one CPU as WORKER_CPU says; with auto, both to the first CPU it would pick): the
@@ -55,6 +55,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 LUA_SCRIPT = os.path.join(ROOT, "scripts", "bench_api.lua")
 HIGH_LIMIT = 10**9  # per window and class: the limiter runs, and never refuses
+POSTGRES_SCHEMA = "bench_api"
 
 
 def free_port() -> int:
@@ -393,7 +394,13 @@ def main():
     use_wrk = shutil.which("wrk") and not options.python_client
     generator, generator_name = (with_wrk, "wrk") if use_wrk else (with_python, "Python clients (fallback)")
     workdir = tempfile.mkdtemp(prefix="bench-api-")
-    database_url = os.environ.get("DATABASE_URL", "").strip() or f"sqlite:///{os.path.join(workdir, 'bench.db')}"
+    given_url = os.environ.get("DATABASE_URL", "").strip()
+    postgres = given_url.startswith("postgresql")
+    if postgres:
+        from app.database import url_with_fresh_schema
+        database_url = url_with_fresh_schema(given_url, POSTGRES_SCHEMA)
+    else:
+        database_url = given_url or f"sqlite:///{os.path.join(workdir, 'bench.db')}"
     env = {**os.environ, "DATABASE_URL": database_url, "INSTANCE_PATH": workdir, "RATELIMIT_ENABLED": "1",
            "RATELIMIT_STORAGE_URI": "memory://", "SCHEDULER_ENABLED": "0", "WEB_CONCURRENCY": "1"}
     from app.cpu_affinity import cpu_for_new_worker, processes_kept_to_one_cpu, worker_cpus
@@ -449,6 +456,9 @@ def main():
                         options, database, connections, writers, env.get("WORKER_CPU") or "auto")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+        if postgres:
+            from bench_checks import drop_postgres_schema
+            drop_postgres_schema(given_url, POSTGRES_SCHEMA)
 
 
 if __name__ == "__main__":
