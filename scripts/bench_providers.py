@@ -17,7 +17,8 @@ every subscription has been checked and every changed person re-checked. It repo
     python scripts/bench_providers.py [--subscriptions 10000] [--processes 2] [--limit 300] [--period 60]
                                       [--quota N] [--changes 50] [--interval SECONDS]
 
-The database (SQLite in a temporary directory) is deleted afterwards.
+The database (SQLite in a temporary directory; with DATABASE_URL=postgresql://…, a schema of its own in that
+database, `bench_providers`) is deleted afterwards.
 """
 import argparse
 import os
@@ -30,9 +31,10 @@ import textwrap
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+POSTGRES_SCHEMA = "bench_providers"
 sys.path.insert(0, ROOT)
 
-from bench_checks import insert_subscriptions  # noqa: E402  (scripts/ is on the path when run as a script)
+from bench_checks import drop_postgres_schema, insert_subscriptions  # noqa: E402  (scripts/ is on the path)
 
 CHILD = textwrap.dedent("""
     import logging, signal, sys, time
@@ -126,7 +128,13 @@ def main():
     quota = args.subscriptions // 2 if args.quota is None else args.quota
     interval = args.interval or max(30, 2 * args.subscriptions * args.period // args.limit)
     workdir = tempfile.mkdtemp(prefix="bench-providers-")
-    database_url = f"sqlite:///{os.path.join(workdir, 'bench.db')}"
+    given = os.environ.get("DATABASE_URL", "").strip()
+    postgres = given.startswith("postgresql")
+    if postgres:
+        from app.database import url_with_fresh_schema
+        database_url = url_with_fresh_schema(given, POSTGRES_SCHEMA)
+    else:
+        database_url = f"sqlite:///{os.path.join(workdir, 'bench.db')}"
     vendor = FakeCoresignal(limit=(args.limit, args.period), credits=quota)
     env = environment(database_url, vendor, args, interval)
     os.environ.update({name: env[name] for name in ("PROVIDER", "PROVIDER_CORESIGNAL_API_KEY",
@@ -144,7 +152,8 @@ def main():
                 else:
                     vendor.person(f"person-{number}", name=f"Person {number}")
             print(f"{args.subscriptions:,} subscriptions, {args.processes} processes, vendor limit {args.limit} calls "
-                  f"per {args.period} s, {quota:,} credits, re-check interval {interval} s")
+                  f"per {args.period} s, {quota:,} credits, re-check interval {interval} s; "
+                  f"{'PostgreSQL' if postgres else 'SQLite'}")
             started = time.time()
             children = [subprocess.Popen([sys.executable, "-c", CHILD], cwd=ROOT, env=env, stderr=subprocess.PIPE,
                                          text=True) for _ in range(args.processes)]
@@ -189,6 +198,12 @@ def main():
         logs = [child.communicate(timeout=30)[1] for child in children]
         vendor.close()
         shutil.rmtree(workdir, ignore_errors=True)
+        if postgres:
+            from app.extensions import db
+            with app.app_context():
+                db.session.remove()
+                db.engine.dispose()  # no connection of the run left to hold up the drop
+            drop_postgres_schema(given, POSTGRES_SCHEMA)
     statuses = {status: vendor.statuses.count(status) for status in sorted(set(vendor.statuses))}
     print(f"done in {elapsed:.1f} s: {checked:,} checked, {failed} marked failed")
     print(f"vendor: {len(vendor.calls):,} calls, answers {statuses}; most calls in any {args.period} s window: "
