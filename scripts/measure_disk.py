@@ -144,6 +144,8 @@ def main(argv=None):
     parser.add_argument("--project-subscriptions", type=int, default=1_000_000)
     parser.add_argument("--project-days", type=int, default=30)
     args = parser.parse_args(argv)
+    if args.subscriptions < 1 or args.days < 1:  # with no day measured, the projection held no change event at all
+        parser.error("--subscriptions and --days must be at least 1")
 
     import logging
 
