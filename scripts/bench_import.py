@@ -5,7 +5,8 @@ through the dashboard's streamed result page, and when each chunk's progress rea
 Usage: `.venv/bin/python scripts/bench_import.py [--rows 10000]` from the checkout.
 
 The app runs in-process on a temporary SQLite file built by the migrations (DATABASE_URL=postgresql://…: a
-schema of its own in that database, dropped at the end), for an enterprise account (no tier cap); the page is read through Flask's test client as it streams, so the time is the server's alone.
+schema of its own in that database, dropped at the end), for an enterprise account (no tier cap); the page is
+read through Flask's test client as it streams, so the time is the server's alone.
 Reported: the time to the first and the last progress bar, the page's size, and rows per second.
 """
 import argparse

@@ -243,7 +243,7 @@ def main():
                         str(args.runs), *(f"--only={part}" for part in parts), "--measure", url, account_id, key],
                        check=True)
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)  # the SQLite file, its -wal and -shm, unless --keep put it elsewhere
+        shutil.rmtree(workdir, ignore_errors=True)  # the SQLite file and its -wal and -shm (--keep: elsewhere)
         if postgres and not args.keep:
             from bench_checks import drop_postgres_schema
             drop_postgres_schema(args.database_url, POSTGRES_SCHEMA)

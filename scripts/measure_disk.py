@@ -26,7 +26,8 @@ Other tables (accounts, keys, usage counters…) do not grow with subscriptions 
 
 With DATABASE_URL set it measures that database: on PostgreSQL in a schema of its own, `measure_disk`, made
 by the migrations and dropped at the end (e.g. DATABASE_URL=postgresql://postgres@127.0.0.1:5432/measure); a
-SQLite file must be empty. Otherwise a temporary SQLite file, deleted afterwards. `--subscriptions 1000000 --days 30` measures the real thing instead of projecting it.
+SQLite file must be empty. Otherwise a temporary SQLite file, deleted afterwards. `--subscriptions 1000000
+--days 30` measures the real thing instead of projecting it.
 """
 import argparse
 import os
