@@ -7,8 +7,8 @@ monitoring N subscriptions (default 1,000,000) takes, and the linearity of `chec
     DATABASE_URL=postgresql://postgres@127.0.0.1:5432/bench python scripts/bench_checks.py ...
 
 Runs on DATABASE_URL when it is set (PostgreSQL: the schema `bench_checks` in that database is dropped
-and created again, and dropped at the end unless --keep), else on a throw-away SQLite file; the schema
-comes from the Alembic migrations.
+and created again, and dropped at the end unless --keep; SQLite: that file, kept), else on a throw-away
+SQLite file; the schema comes from the Alembic migrations.
 1. Creates ACCOUNTS accounts of --tier, each with a webhook to a local receiver (its own process,
    plain HTTP on 127.0.0.1 with WEBHOOK_ALLOW_HTTP and WEBHOOK_ALLOW_PRIVATE_ADDRESSES, which this
    benchmark alone sets; the TLS send path is measured by the delivery benchmark), all event types,
@@ -174,6 +174,8 @@ def database_uri(directory) -> str:
     url = os.environ.get("DATABASE_URL")
     if not url:
         return f"sqlite:///{os.path.join(directory, 'bench.db')}"
+    if not url.startswith("postgresql"):
+        return url  # a SQLite file of the caller's: DROP SCHEMA is no SQLite statement
     from app.database import url_with_fresh_schema
     return url_with_fresh_schema(url, POSTGRES_SCHEMA)
 
@@ -359,7 +361,8 @@ def main(argv=None):
             db.engine.dispose()
     finally:
         receiver.terminate()
-        postgres_url = os.environ.get("DATABASE_URL")
+        postgres_url = os.environ.get("DATABASE_URL", "")
+        postgres_url = postgres_url if postgres_url.startswith("postgresql") else None
         if args.keep:
             print(f"kept {directory}" + (f" and the schema {POSTGRES_SCHEMA}" if postgres_url else ""))
         else:
