@@ -12,7 +12,7 @@ import weakref
 from collections import namedtuple
 from contextlib import contextmanager, nullcontext
 
-from sqlalchemy import Float, LargeBinary, Numeric, bindparam, event, func, literal, select
+from sqlalchemy import Float, LargeBinary, Numeric, bindparam, event, func, literal, literal_column, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
@@ -352,7 +352,8 @@ def first_line(error: Exception) -> str:
     return _first_line(_driver_error(error) or error)
 
 
-def newest_first_page(model, created_column, limit, offset, inline=(), total_query=None, **equal_to):
+def newest_first_page(model, created_column, limit, offset, inline=(), total_query=None, narrowed_by=None,
+                      **equal_to):
     """(rows, total) of `model` whose columns equal the given values (None: no filter), newest first then by
     id, for a paginated list; `total_query`: a statement that reads the total (from counters) instead of counting
     the rows. The values of the columns named in `inline` (a status, from a closed set) are written
@@ -362,8 +363,14 @@ def newest_first_page(model, created_column, limit, offset, inline=(), total_que
     over the page's order and ids, then the page's rows are read by id: walking whole rows read every skipped row
     from the table (PostgreSQL walk: 10 s at offset 2M). Where the index also holds the filter's columns (an
     account's list, of one type, of its failures) the walk reads the index alone; a subscription's events and an
-    event's attempts are read in indexes without the account, row by row, as they are few."""
-    conditions = [getattr(model, name) == (literal(value, literal_execute=True) if name in inline else value)
+    event's attempts are read in indexes without the account, row by row, as they are few.
+
+    `narrowed_by`: a column whose own index serves a filter on it best (a subscription's events, an event's attempts).
+    Filtered on it, SQLite is kept off the indexes of the other conditions: without statistics it counted a
+    subscription's events in the account's index, walking every event of the account (benchmark walk: 116 ms)."""
+    narrowed = narrowed_by is not None and equal_to.get(narrowed_by) is not None
+    unindexed = narrowed and db.session.get_bind().dialect.name == "sqlite"
+    conditions = [_equal(model, name, value, name in inline, unindexed and name != narrowed_by)
                   for name, value in equal_to.items() if value is not None]
     counted = select(func.count()).select_from(model).where(*conditions)
     total = db.session.scalar(counted if total_query is None else total_query)
@@ -372,6 +379,15 @@ def newest_first_page(model, created_column, limit, offset, inline=(), total_que
     rows = db.session.scalars(select(model).join(page, model.id == page.c.id)
                               .order_by(page.c.created.desc(), page.c.id.desc())).all()
     return rows, total
+
+
+def _equal(model, name, value, inline: bool, unindexed: bool):
+    """`model.name = value`; `inline`: the value written as a literal; `unindexed`: as SQLite's `+column`, which no
+    index may serve (https://sqlite.org/optoverview.html#disqualifying_where_clause_terms_using_unary_)."""
+    column = getattr(model, name)
+    if unindexed:
+        column = literal_column(f"+{model.__tablename__}.{name}", column.type)
+    return column == (literal(value, literal_execute=True) if inline else value)
 
 
 def url_with_fresh_schema(url: str, schema: str) -> str:

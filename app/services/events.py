@@ -164,8 +164,8 @@ def list_page(account_id, limit, offset, event_type=None, subscription_id=None, 
         kept = select(func.coalesce(func.sum(EventDayCount.kept), 0)).where(EventDayCount.account_id == account_id,
                                                                              *of_type)
     return newest_first_page(Event, Event.created_at, limit, offset, inline=("delivery_status",), total_query=kept,
-                             account_id=account_id, type=event_type, subscription_id=subscription_id,
-                             delivery_status=delivery_status)
+                             narrowed_by="subscription_id", account_id=account_id, type=event_type,
+                             subscription_id=subscription_id, delivery_status=delivery_status)
 
 
 def get(account_id, event_id) -> Event:

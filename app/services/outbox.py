@@ -553,4 +553,4 @@ def _waiting_for_a_later_try(account_id, now):
 
 def attempts_page(account_id: str, limit: int, offset: int, status=None, event_id=None):
     return newest_first_page(DeliveryAttempt, DeliveryAttempt.attempted_at, limit, offset, inline=("status",),
-                             account_id=account_id, status=status, event_id=event_id)
+                             narrowed_by="event_id", account_id=account_id, status=status, event_id=event_id)
