@@ -937,6 +937,29 @@ def test_a_rotate_form_sent_again_does_not_rotate_a_second_time(browser, alice):
     assert 'id="secret">whsec_' in browser.post("/webhook/rotate", data={"rotated_at": fresh}).get_data(as_text=True)
 
 
+def test_a_send_test_form_sent_again_sends_no_second_test(browser, alice):
+    """A reload of the page Send test shows posted the form again: a second test event sent (browser walk). The page
+    it shows carries a fresh form, whose Send test sends another."""
+    with Receiver() as receiver:
+        configure(alice, receiver.url)
+        shown = _newest_test_of(browser.text("/webhook"))
+        first = browser.post("/webhook/test", data={"newest_test": shown}).get_data(as_text=True)
+        assert "Delivered: your endpoint answered 200" in first and len(receiver.event_ids) == 1
+        again = browser.post("/webhook/test", data={"newest_test": shown})  # the reload
+        assert len(receiver.event_ids) == 1 and "1 event." in browser.text("/events?type=test")
+        assert again.status_code == 302 and "A test event was sent since this form was shown" in browser.text(
+            "/webhook")
+        fresh = _newest_test_of(first)
+        assert fresh == receiver.event_ids[0]
+        assert "Delivered" in browser.post("/webhook/test", data={"newest_test": fresh}).get_data(as_text=True)
+        assert len(receiver.event_ids) == 2
+
+
+def _newest_test_of(page: str) -> str:
+    shown = re.search(r'name="newest_test" value="([^"]*)"', page)
+    return shown.group(1) if shown else ""
+
+
 def test_the_first_setup_form_sent_again_keeps_deliveries_on(browser, alice):
     """The first setup's form has no "Deliveries on" box; sent again (a reload of the secret's page, or a second tab
     opened before the setup) it reached an existing configuration as a save with the box unticked: "Webhook settings

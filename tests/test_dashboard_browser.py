@@ -152,7 +152,9 @@ def test_find_why_an_event_was_not_delivered_and_fix_it(server, page):
         page.get_by_role("link", name="Webhook").click()
         page.get_by_role("button", name="Send test").click()
         page.wait_for_load_state()  # the form's answer page, loaded before it is read
-        assert "Delivered: your endpoint answered 200" in page.content()
+        assert "Delivered: your endpoint answered 200" in page.content() and len(receiver.requests) == 4
+        page.reload()  # sends the form again: no second test event (it sent one: browser walk)
+        assert len(receiver.requests) == 4 and "A test event was sent since this form was shown" in page.content()
         page.get_by_role("button", name="Rotate secret").click()
         page.wait_for_load_state()  # the form's answer page, loaded before it is read
         assert "New signing secret" in page.content() and "hmac.compare_digest" in page.content()

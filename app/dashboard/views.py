@@ -351,7 +351,8 @@ def recover():
 def _webhook_page(status=200, **context):
     return render("webhook.html", code=status, config=webhooks.get_or_none(account_id()),
                   event_types=events.EVENT_TYPES, families=webhooks.EVENT_FAMILIES,
-                  choices=webhooks.INITIAL_WEBHOOK_CHOICES, rotation_mark=webhooks.rotation_mark, **context)
+                  choices=webhooks.INITIAL_WEBHOOK_CHOICES, rotation_mark=webhooks.rotation_mark,
+                  test_mark=outbox.test_mark, **context)
 
 
 @bp.get("/webhook")
@@ -389,9 +390,14 @@ def save_webhook():
 @default_limit
 def send_test():
     try:
-        result = outbox.send_test(account_id(), transport_for(current_app._get_current_object()))
+        result = outbox.send_test(account_id(), transport_for(current_app._get_current_object()),
+                                  request.form.get("newest_test"))
     except ServiceError as error:
         return _webhook_page(error=_in_dashboard_words(error), status=error.status)
+    if result is None:  # this form sent again (a reload of its result): it sent a second test event (walk)
+        notify("error", "A test event was sent since this form was shown (was the page reloaded?); no other was sent. "
+                        "Its answer is under Events (type test). Send test again below if you need another.")
+        return back_to("dashboard.webhook_page")
     return _webhook_page(test_result=result)
 
 

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from itertools import zip_longest
+from typing import Optional
 
 from flask import current_app
 from sqlalchemy import DateTime, Integer, and_, case, delete, exists, func, insert, literal, or_, select, update
@@ -31,6 +32,7 @@ from app.errors import NotFound, RateLimited, ValidationFailed
 from app.extensions import db
 from app.models import DeliveryAttempt, DeliveryDayCount, Event, OutboxDelivery, WebhookConfig
 from app.services import events, webhooks
+from app.services.account_lock import lock_account
 from app.services.transport import Outcome, Outgoing
 
 TEST_MESSAGE = "This is a test event sent by POST /webhooks/test."
@@ -428,12 +430,24 @@ def _one_test_at_a_time(account_id: str, timeout: float):
             del _tests_sending[account_id]
 
 
-def send_test(account_id: str, transport) -> dict:
+def test_mark(account_id: str, session=None) -> str:
+    """The id of the account's newest test event as a Send test form shows it ('' for none): the form sends it back,
+    so the same form sent again (a reload of its result) is told from a request for another test."""
+    newest = (session or db.session).scalar(
+        select(Event.id).where(Event.account_id == account_id, Event.type == "test")
+        .order_by(Event.created_at.desc(), Event.id.desc()).limit(1))
+    return newest or ""
+
+
+def send_test(account_id: str, transport, shown_mark: Optional[str] = None) -> Optional[dict]:
     """Record a `test` event and send it now, whatever the filter or active flag; no retries; one at a time. One the
     endpoint left unanswered pauses the account's next for a minute: two accounts looping test sends to endpoints
-    that never answer held both places of the process for everyone (review)."""
+    that never answer held both places of the process for everyone (review). With the `test_mark` a form showed,
+    None and nothing sent when a test event was recorded since (the form sent again: a reload of its result)."""
     with _one_test_at_a_time(account_id, transport.timeout):
-        result = _send_test(account_id, transport)
+        result = _send_test(account_id, transport, shown_mark)
+    if result is None:
+        return None
     with _tests_sending_lock:
         if (result["error"] or "").startswith("timeout:"):
             _tests_paused[account_id] = time.time() + UNANSWERED_TEST_PAUSE_SECONDS
@@ -442,9 +456,13 @@ def send_test(account_id: str, transport) -> dict:
     return result
 
 
-def _send_test(account_id: str, transport) -> dict:
+def _send_test(account_id: str, transport, shown_mark: Optional[str]) -> Optional[dict]:
     with write_transaction() as session:
         now = utcnow()
+        if shown_mark is not None:  # the account's row first (lock order): a form sent twice at once sends once
+            lock_account(session, account_id)
+            if test_mark(account_id, session) not in ("", shown_mark):  # ('': the one it showed pruned since)
+                return None
         config = webhooks.get(account_id, session)
         event = events.record(session, account_id, "test", {"message": TEST_MESSAGE}, now=now,
                               id_prefix="evt_test")
