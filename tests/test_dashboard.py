@@ -6,7 +6,7 @@ import html
 import io
 import re
 from datetime import timedelta
-from urllib.parse import unquote
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
 from sqlalchemy import delete, select, update
@@ -313,7 +313,7 @@ def test_a_refused_add_says_why_in_the_forms_words(browser, alice):
 def test_search_filters_and_pages(browser, alice):
     for index in range(55):
         subscribe(alice.account_id, f"person-{index:02d}")
-    subscribe(alice.account_id, "acme", "company")
+    subscribe(alice.account_id, "globex", "company")
     first = browser.text("/subscriptions")
     assert "56 subscriptions" in first and "Page 1 of 2" in first
     assert "person-54" in first and "person-00" not in first
@@ -333,6 +333,35 @@ def test_bulk_actions_on_the_selected(browser, alice):
     assert "Cancel: 3 done." in browser.text("/subscriptions")
     browser.post("/subscriptions/bulk", data={"ids": [f"sub_{index}" for index in range(101)], "action": "pause"})
     assert "Send 1 to 100 subscription ids." in browser.text("/subscriptions")  # the API's cap of 100, same message
+
+
+def _list_query_of(page: str, action: str) -> str:
+    """The list view the form posting to `action` carries (its hidden `list_query`), as the browser sends it."""
+    form = page.split(f'action="{action}"')[1].split("</form>")[0]
+    shown = re.search(r'name="list_query" value="([^"]*)"', form)
+    return html.unescape(shown.group(1)) if shown else ""
+
+
+def test_a_bulk_action_comes_back_to_the_list_view_it_was_sent_from(browser, alice, monkeypatch):
+    """It came back to page 1 of the whole list, the search, filters and page lost (browser walk)."""
+    monkeypatch.setattr(views, "PAGE_SIZE", 2)
+    ids = [subscribe(alice.account_id, f"person-{index}").id for index in range(5)]
+    subscribe(alice.account_id, "globex", "company")
+    view = "/subscriptions?search=person&status=active&entity_type=contact&page=2"
+    shown = _list_query_of(browser.text(view), "/subscriptions/bulk")
+    response = browser.post("/subscriptions/bulk", data={"ids": ids[2], "action": "pause", "list_query": shown})
+    assert response.status_code == 302 and response.headers["Location"] == view
+    back = browser.text(view)
+    assert "Pause: 1 done." in back and "Page 2 of 2" in back and "globex" not in back
+    refused = browser.post("/subscriptions/bulk", data={"action": "pause", "list_query": shown})  # none selected
+    assert refused.headers["Location"] == view and "Select at least one" in browser.text(view)
+    # only the list's own parameters, written again: nothing leads off the site
+    crafted = browser.post("/subscriptions/bulk", data={"ids": ids[3], "action": "pause", "list_query":
+                                                        "next=https://evil.example/&page=//evil.example&status=x"})
+    location = urlsplit(crafted.headers["Location"])
+    assert (location.scheme, location.netloc, location.path) == ("", "", "/subscriptions")
+    assert parse_qs(location.query) == {"page": ["//evil.example"], "status": ["x"]}
+    assert browser.get(crafted.headers["Location"]).status_code == 302  # the unknown status: back to the list
 
 
 def test_metadata_is_edited_as_json_and_bad_json_changes_nothing(browser, alice):
@@ -882,6 +911,17 @@ def test_recover_a_window(browser, alice, since):
     browser.post("/deliveries/recover", data={"since": (utcnow() - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")})
     recent = browser.text("/deliveries")
     assert "events queued for delivery." in recent and "no further back" not in recent
+
+
+def test_a_recovery_comes_back_to_the_deliveries_view_it_was_sent_from(browser, alice):
+    """It came back to page 1 of every delivery attempt, the filter and page lost (browser walk)."""
+    configure(alice, "http://127.0.0.1:9/hook")
+    view = "/deliveries?status=failed&page=3"
+    shown = _list_query_of(browser.text(view), "/deliveries/recover")
+    since = (utcnow() - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")
+    response = browser.post("/deliveries/recover", data={"since": since, "list_query": shown})
+    assert response.status_code == 302 and response.headers["Location"] == f"{view}#recover"
+    assert "0 events queued for delivery." in browser.text(view)
 
 
 def test_a_refused_recovery_window_comes_back_filled_in_with_why_beside_the_form(browser, alice):

@@ -3,6 +3,7 @@ refused change comes back as a notice on the page it was made from."""
 import json
 import re
 from datetime import timedelta
+from urllib.parse import parse_qsl
 
 from flask import current_app, g, redirect, request, url_for
 
@@ -47,6 +48,19 @@ def _page_number() -> int:
 
 def _page_count(total: int) -> int:
     return max(1, -(-total // PAGE_SIZE))
+
+
+SUBSCRIPTION_FILTERS = ("search", "status", "entity_type")
+SUBSCRIPTIONS_VIEW = (*SUBSCRIPTION_FILTERS, "page")
+DELIVERIES_VIEW = ("status", "page")
+
+
+def _list_view(names) -> dict:
+    """The filters, search and page of the list the form was sent from (its hidden `list_query`, macros.list_view),
+    to come back to that view: a bulk action or a recovery came back to page 1 of the whole list (walk). Only the
+    list's own `names` are read, and url_for writes them into the address again: it cannot lead off this site."""
+    shown = dict(parse_qsl(request.form.get("list_query", "")))
+    return {name: shown[name] for name in names if shown.get(name)}
 
 
 def _attempt(change, endpoint, typed=None, form=None, **values):
@@ -126,7 +140,7 @@ def overview_page():
 @bp.get("/subscriptions")
 @read_limit
 def subscriptions_page():
-    filters = {name: request.args[name] for name in ("search", "status", "entity_type") if request.args.get(name)}
+    filters = {name: request.args[name] for name in SUBSCRIPTION_FILTERS if request.args.get(name)}
     page_number = _page_number()
     try:
         query = load(list_query_schema, {**filters, "limit": str(PAGE_SIZE),
@@ -165,9 +179,10 @@ ADD_ONE_WORDS = {"url": "Enter a profile URL, or an id with its type.",
 @bulk_limit
 def bulk_action():
     ids, action = request.form.getlist("ids"), request.form.get("action")
+    view = _list_view(SUBSCRIPTIONS_VIEW)
     if not ids or action not in ("pause", "resume", "cancel"):
         notify("error", "Select at least one subscription, then pause, resume or cancel.")
-        return back_to("dashboard.subscriptions_page")
+        return back_to("dashboard.subscriptions_page", **view)
     try:
         if action == "cancel":
             body = load(bulk_ids_schema, {"subscription_ids": ids})
@@ -178,10 +193,10 @@ def bulk_action():
             done, errors = subscriptions.bulk_set_status(account_id(), body["subscription_ids"], body["status"])
     except ServiceError as error:
         notify("error", _in_dashboard_words(error))
-        return back_to("dashboard.subscriptions_page")
+        return back_to("dashboard.subscriptions_page", **view)
     problems = "; ".join(error["error"] for error in errors)
     notify("error" if errors else "success", f"{action.capitalize()}: {len(done):,} done. {problems}".strip())
-    return back_to("dashboard.subscriptions_page")
+    return back_to("dashboard.subscriptions_page", **view)
 
 
 @bp.post("/subscriptions/import")
@@ -343,7 +358,7 @@ def recover():
                                                            else ".")
     typed = {name: request.form.get(name, "") for name in ("since", "until")}  # refused, shown again (walk: emptied)
     typed["include_pending"] = "on" if request.form.get("include_pending") == "on" else ""
-    return _attempt(change, "dashboard.deliveries_page", typed=typed, form="recover")
+    return _attempt(change, "dashboard.deliveries_page", typed=typed, form="recover", **_list_view(DELIVERIES_VIEW))
 
 
 # --- webhook settings ---------------------------------------------------------------------------
