@@ -497,8 +497,25 @@ def test_a_page_past_the_last_says_so_and_links_to_the_last(browser, alice, path
         record_events(alice.account_id)  # a subscription, an event
         deliver_due()  # an attempt
     page = browser.text(f"{path}?page=999")
-    assert f"No {things} on page 999: there is 1 page." in page and f"No {things} yet" not in page
+    assert f"No {things} on this page: there is 1 page." in page and f"No {things} yet" not in page
     assert f'href="{path}?page=1' in page
+
+
+@pytest.mark.parametrize("page", ["50000000", "99999999999", "0" * 12 + "99999999999", "9" * 5000])
+@pytest.mark.parametrize("path", ["/subscriptions", "/events", "/deliveries", "timeline"])
+def test_a_page_past_what_a_database_can_skip_to_is_past_the_end_as_any_other(browser, alice, path, page):
+    """Past the database's limit the page said "No subscriptions on page 42,949,673", a number no one asked for, and
+    an 11-digit page showed page 1, its rows and all, as if it were the first (browser walk)."""
+    with Receiver() as receiver:
+        configure(alice, receiver.url)
+        [event] = record_events(alice.account_id)  # a subscription, an event
+        deliver_due()  # an attempt
+    subscription = db.session.scalar(select(Subscription).where(Subscription.account_id == alice.account_id))
+    path = f"/subscriptions/{subscription.id}" if path == "timeline" else path
+    shown = browser.text(f"{path}?page={page}")
+    assert event not in shown and subscription.network_id not in shown.split("<h2 id=\"timeline\"")[-1]
+    assert "42,949,673" not in shown and 'class="pager"' not in shown
+    assert " on this page: there is 1 page." in shown and f'href="{path}?page=1' in shown
 
 
 def test_import_a_pasted_list_reports_each_refused_row(browser, alice):
@@ -755,7 +772,7 @@ def test_every_event_of_a_subscription_is_reached_from_its_page_newest_first(bro
     assert shown == newest_first and sorted(shown) == sorted(recorded)
     assert "Page 3 of 3" in page and "(12 events)" in page
     past = browser.text(f"/subscriptions/{subscription.id}?page=9")
-    assert "No events on page 9: there are 3 pages." in past and f"{subscription.id}?page=3#timeline" in past
+    assert "No events on this page: there are 3 pages." in past and f"{subscription.id}?page=3#timeline" in past
     assert "Page 9 of 3" not in past and 'class="pager"' not in past  # (it said so beside the line above: review)
 
 

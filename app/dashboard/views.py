@@ -39,11 +39,15 @@ key_create_schema = ApiKeyCreateSchema()
 
 
 def _page_number() -> int:
-    """The `page` asked for, from 1 to the last page any database can skip to; page 1 for anything else (`²`, which
-    str.isdigit takes and int() does not, was a 500, and so was an offset past PostgreSQL's bigint)."""
-    value = request.args.get("page", "1")
-    number = int(value) if re.fullmatch(r"[0-9]{1,10}", value) else 1
-    return min(max(1, number), MAX_OFFSET // PAGE_SIZE + 1)
+    """The `page` asked for; page 1 for what is not a whole number from 1 (`²`, which str.isdigit takes and int()
+    does not, was a 500). A number past the last page any database can skip to (an offset past PostgreSQL's bigint was
+    a 500), however many digits it has, is that page: past every list's end, told as any page past a list's last is,
+    without its number (macros.past_the_end). It named that page, 42,949,673, and 11 digits showed page 1 (walk)."""
+    value, furthest = request.args.get("page", "1"), MAX_OFFSET // PAGE_SIZE + 1
+    digits = value.lstrip("0") if re.fullmatch(r"[0-9]+", value) else ""
+    if len(digits) > len(str(furthest)):  # (not read as a number: int() refuses over 4,300 digits)
+        return furthest
+    return min(int(digits), furthest) if digits else 1
 
 
 def _page_count(total: int) -> int:
