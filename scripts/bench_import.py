@@ -28,6 +28,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=10_000)
     rows = parser.parse_args().rows
+    if rows < 1:
+        parser.error("--rows must be at least 1")
     with bench_app() as (app, _account_id, key):
         browser = Browser(app, key)
         pasted = "\n".join(f"https://www.linkedin.com/in/person-{number}" for number in range(rows))
