@@ -1,7 +1,10 @@
 """Threads racing for the same rows: claims, checks, bulk creates and redeliveries, on each database (on
 PostgreSQL claims use FOR UPDATE SKIP LOCKED; on SQLite writers queue on the write lock)."""
 import threading
+from contextlib import nullcontext
 from datetime import timedelta
+
+import pytest
 
 from sqlalchemy import func, select, update
 
@@ -9,7 +12,9 @@ from app.common import utcnow
 from app.extensions import db
 from app.errors import InvalidState, KeyLimitExceeded
 from app.models import ApiKey, Event, OutboxDelivery, Subscription, WebhookConfig
+from app.services.transport import Outcome
 from app.services import accounts, checks, keys, outbox, subscriptions, webhooks
+from tests.conftest import make_tenant
 from tests.webhook_helpers import configure, record_events
 
 
@@ -182,3 +187,40 @@ def test_concurrent_rotations_each_replace_the_secret_the_one_before_handed_out(
     # one after the other, so the secret still signing beside the last is the one the rotation before handed out
     # (two rotations that both read the first secret left it as the previous one, and lost the other's)
     assert config.secret in handed_out and config.previous_secret in handed_out and first not in handed_out
+
+
+class _Answering:
+    """A transport whose endpoint answers 200 at once."""
+    timeout = 1.0
+
+    def send(self, outgoing):
+        return Outcome(True, 200, 1)
+
+
+@pytest.mark.postgresql_only(reason="two processes' writers; on SQLite they queue on the write lock anyway")
+def test_a_send_test_form_sent_twice_at_once_to_two_processes_sends_one_test(app, monkeypatch):
+    """The form's mark is read under the account's row lock: without it, two server processes each given the same
+    form (a double submit) would both read the mark before either recorded its test, and both send one. The guard
+    `_one_test_at_a_time` is per process (lifted here); the two reads are made to meet unless the lock keeps one
+    waiting."""
+    tenant = make_tenant(app, "Race", "growth")
+    configure(tenant, "https://93.184.216.34/hook")
+    monkeypatch.setattr(outbox, "_one_test_at_a_time", lambda *_args: nullcontext())
+    met, read_mark = threading.Barrier(2), outbox.test_mark
+
+    def read_then_meet(account_id, session=None):
+        mark = read_mark(account_id, session)
+        if session is not None:  # (the send's read, not the page's)
+            try:
+                met.wait(timeout=2)  # the other one waits for the lock meanwhile, unless there is none
+            except threading.BrokenBarrierError:
+                pass
+        return mark
+
+    monkeypatch.setattr(outbox, "test_mark", read_then_meet)
+    results = []
+    race(app, 2, lambda: results.append(outbox.send_test(tenant.account_id, _Answering(), "")))
+    assert sorted(result is None for result in results) == [False, True], results  # sent, then refused
+    tests = db.session.scalar(select(func.count()).where(Event.account_id == tenant.account_id,
+                                                          Event.type == "test"))
+    assert tests == 1
