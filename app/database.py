@@ -384,9 +384,9 @@ def newest_first_page(model, created_column, limit, offset, inline=(), total_que
 def _equal(model, name, value, inline: bool, unindexed: bool):
     """`model.name = value`; `inline`: the value written as a literal; `unindexed`: as SQLite's `+column`, which no
     index may serve (https://sqlite.org/optoverview.html#disqualifying_where_clause_terms_using_unary_)."""
-    column = getattr(model, name)
-    if unindexed:
-        column = literal_column(f"+{model.__tablename__}.{name}", column.type)
+    column = getattr(model, name).expression
+    if unindexed:  # (the table's and the column's own names: an attribute may be named otherwise)
+        column = literal_column(f"+{column.table.name}.{column.name}", column.type)
     return column == (literal(value, literal_execute=True) if inline else value)
 
 

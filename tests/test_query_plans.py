@@ -188,7 +188,6 @@ def test_a_later_page_of_a_subscriptions_timeline_is_walked_in_its_index(app):
         assert "TEMP B-TREE" not in walk_of(plan) and "Sort" not in walk_of(plan), plan
 
 
-
 def a_subscriptions_events(tenant):
     [event_id] = record_events(tenant.account_id)
     return f"/events?subscription_id={db.session.get(Event, event_id).subscription_id}"
