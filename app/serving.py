@@ -2,7 +2,9 @@
 would silently break (several processes sharing per-process state) refused with the fix, and the scheduler
 started. `app.wsgi` calls `load()`; so does the console script for its commands."""
 import atexit
+import contextlib
 import gc
+import io
 import os
 import socket
 import sys
@@ -138,9 +140,10 @@ def gunicorn_settings(argv=None):
     if argv is None and "gunicorn.arbiter" not in sys.modules:
         return None
     saved, sys.argv = sys.argv, argv or sys.argv
-    try:
+    try:  # quiet: gunicorn started next says what is wrong with its command line (its usage was printed twice)
         from gunicorn.app.wsgiapp import WSGIApplication
-        return WSGIApplication().cfg
+        with contextlib.redirect_stderr(io.StringIO()):
+            return WSGIApplication().cfg
     except (Exception, SystemExit):  # noqa: BLE001 - an unreadable command line is gunicorn's to report
         return None
     finally:

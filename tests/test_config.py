@@ -222,3 +222,11 @@ def test_a_number_pasted_with_a_no_break_space_around_it_is_read(monkeypatch, tm
                                             "EMPLOYEE_COUNT_MIN_PERCENT": "\u00a05"})
     assert (app.config["CHECK_INTERVAL_SECONDS"], app.config["EMPLOYEE_COUNT_MIN_PERCENT"]) == (30, 5.0)
 
+
+
+def test_a_gunicorn_argument_it_does_not_know_is_left_to_gunicorn_to_report(capsys):
+    """`serve --bogus` printed gunicorn's 45-line usage and its error twice: once from the check of the process
+    model, which reads the command line first, and again from gunicorn itself."""
+    from app.serving import gunicorn_settings
+    assert gunicorn_settings(["gunicorn", "--bogus", "app.wsgi:app"]) is None
+    assert capsys.readouterr().err == ""
