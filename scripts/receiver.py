@@ -82,7 +82,11 @@ def handler_for(secrets, seen, out):
         disable_nagle_algorithm = True  # headers and body go out in two writes
 
         def do_POST(self):
-            length = int(self.headers.get("Content-Length") or 0)
+            length = self.headers.get("Content-Length") or "0"
+            if not length.isdigit():  # int() raised (a traceback, no answer) or a negative one read to the close
+                self.close_connection = True
+                return self._answer(400, "malformed Content-Length")
+            length = int(length)
             if length > MAX_BODY_BYTES:
                 self.close_connection = True
                 return self._answer(413, "body too large")
@@ -127,7 +131,10 @@ def main(argv=None):
     secrets = args.secret or ([os.environ["WEBHOOK_SECRET"]] if os.environ.get("WEBHOOK_SECRET") else [])
     if not secrets:
         parser.error("give --secret whsec_... or set WEBHOOK_SECRET")
-    server = Server((args.host, args.port), handler_for(secrets, SeenIds(), sys.stdout))
+    try:
+        server = Server((args.host, args.port), handler_for(secrets, SeenIds(), sys.stdout))
+    except OSError as error:  # a port in use, a host that does not resolve: one line, not a traceback
+        parser.exit(1, f"{parser.prog}: cannot listen on {args.host}:{args.port}: {error}\n")
     print(f"listening on http://{args.host}:{server.server_address[1]}/ (any path)", file=sys.stderr, flush=True)
     try:
         server.serve_forever()

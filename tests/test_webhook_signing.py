@@ -5,6 +5,7 @@ import http.client
 import io
 import json
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -219,3 +220,32 @@ def test_the_receiver_script_prints_each_event_once(alice):
     assert [event["id"] for event in printed[:1]] == [event_id]
     assert [event["type"] for event in printed] == ["contact.position_changed", "test"]
     assert db.session.get(Event, event_id).attempt_count == 2
+
+
+@pytest.mark.parametrize("length", ["abc", "-1"])
+def test_the_receiver_script_answers_a_malformed_content_length_with_400(length):
+    """int() raised on `abc` (a traceback, the connection dropped unanswered); `-1` read until the client closed."""
+    receiver = load_script("receiver")
+    server = receiver.Server(("127.0.0.1", 0), receiver.handler_for(["whsec_a"], receiver.SeenIds(), io.StringIO()))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=5)
+        connection.putrequest("POST", "/")
+        connection.putheader("Content-Length", length)
+        connection.endheaders()
+        assert connection.getresponse().status == 400
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_receiver_script_says_in_one_line_that_it_cannot_listen():
+    """A port in use (the quick start's 9000, say) printed a traceback."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        script = subprocess.run([sys.executable, str(ROOT / "scripts" / "receiver.py"), "--secret", "whsec_a",
+                                 "--port", str(taken.getsockname()[1])], capture_output=True, text=True, timeout=30)
+    assert script.returncode == 1
+    assert script.stderr.startswith("receiver.py: cannot listen on 127.0.0.1:") and "Traceback" not in script.stderr
+    assert len(script.stderr.splitlines()) == 1
