@@ -120,14 +120,25 @@ def check_serve_settings(environ=os.environ) -> None:
     cpu_affinity.worker_cpus(environ)
 
 
+def _gunicorn_reads(bind: str) -> bool:
+    """Whether gunicorn can read BIND: an IPv6 address without its brackets (`::1:8000`) passed the check above,
+    then gunicorn stopped on "'' is not a valid port number" with exit 1, which the unit restarts."""
+    from gunicorn.util import parse_address
+    try:
+        parse_address(bind)
+    except RuntimeError:
+        return False
+    return True
+
+
 def _check_bind(bind: str) -> None:
     """BIND as gunicorn reads it (HOST:PORT, [IPv6]:PORT, unix:PATH, fd://N): one gunicorn cannot read or
     resolve answered five retries of its own, then an exit that systemd restarts for ever."""
     if not bind or bind.startswith(("unix:", "fd://")):
         return
     host, _, port = (bind, "", "8000") if bind.endswith("]") or ":" not in bind else bind.rpartition(":")
-    if not (port.isdigit() and int(port) <= 65535):
-        raise ConfigError(f"BIND={bind!r} is not HOST:PORT (e.g. 127.0.0.1:8000) or unix:PATH")
+    if not (port.isdigit() and int(port) <= 65535 and _gunicorn_reads(bind)):
+        raise ConfigError(f"BIND={bind!r} is not HOST:PORT (e.g. 127.0.0.1:8000), [IPv6]:PORT or unix:PATH")
     try:
         socket.getaddrinfo(host.strip("[]") or None, int(port), type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError) as error:

@@ -230,3 +230,17 @@ def test_a_gunicorn_argument_it_does_not_know_is_left_to_gunicorn_to_report(caps
     from app.serving import gunicorn_settings
     assert gunicorn_settings(["gunicorn", "--bogus", "app.wsgi:app"]) is None
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("bind", ["::1:8000", "[::1:8000", "a:b:8000"])
+def test_a_bind_gunicorn_cannot_read_is_refused_at_start_up(bind):
+    """An IPv6 address without its brackets passed the check, then gunicorn stopped with exit 1 (restarted)."""
+    from app.serving import check_serve_settings
+    with pytest.raises(ConfigError, match=r"is not HOST:PORT \(e.g. 127.0.0.1:8000\), \[IPv6\]:PORT or unix:PATH$"):
+        check_serve_settings({"BIND": bind})
+
+
+@pytest.mark.parametrize("bind", ["127.0.0.1:8000", "[::1]:8000", "localhost", "unix:/run/x.sock", ":8000"])
+def test_a_bind_gunicorn_reads_is_accepted(bind):
+    from app.serving import check_serve_settings
+    check_serve_settings({"BIND": bind})
