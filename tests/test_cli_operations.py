@@ -349,6 +349,7 @@ def test_an_empty_file_is_refused_as_empty(runner, alice, tmp_path, content, ref
     "sep=;\nurl;owner\nhttps://www.linkedin.com/in/jane-doe;Ann\n",  # Excel's line naming the delimiter
     "\n \t\n\nurl,owner\nhttps://www.linkedin.com/in/jane-doe,Ann\n",  # blank lines before the header
     "SEP=,\r\nurl,owner\r\nhttps://www.linkedin.com/in/jane-doe,Ann\r\n",
+    "sep=;\r\n\r\nurl;owner\r\nhttps://www.linkedin.com/in/jane-doe;Ann\r\n",  # a blank line after it: refused as empty
 ])
 def test_an_excel_separator_line_or_blank_lines_before_the_header_are_read_past(runner, alice, tmp_path, content):
     """Both were refused as having no column of profile URLs (operability walk)."""

@@ -68,6 +68,7 @@ def _rows_of_csv(text: str):
     delimiter = None
     if len(first_line) == 5 and first_line.lower().startswith("sep=") and first_line[4] in DELIMITERS:
         delimiter, text = first_line[4], text.split("\n", 1)[1] if "\n" in text else ""
+        text = _BLANK_LINES_FIRST.sub("", text)  # blank lines after it too: the file was refused as empty
         first_line = text.split("\n", 1)[0].strip()
     if not first_line:
         raise ImportRefused("The file is empty: it has no header line and no rows.")
