@@ -46,7 +46,7 @@ def _fail(error: ServiceError):
 
 @accounts_cli.command("create")
 @click.option("--name", required=True, help="Account name.")
-@click.option("--tier", default=None, help="Tier (default: starter).")
+@click.option("--tier", default=None, help="Tier (default: DEFAULT_TIER, starter; another has no trial).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def create_account(name, tier, as_json):
     """Create an account and print its first API key (shown only once)."""

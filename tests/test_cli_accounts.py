@@ -132,3 +132,9 @@ def test_set_tier_errors_exit_non_zero_and_change_nothing(runner, alice, args):
     assert result.exit_code != 0
     db.session.rollback()
     assert db.session.get(Account, alice.account_id).tier == "starter"
+
+
+def test_the_help_of_create_names_the_setting_that_picks_the_default_tier(runner):
+    """It said `default: starter` whatever DEFAULT_TIER chose."""
+    output = runner.invoke(args=["accounts", "create", "--help"]).output
+    assert "DEFAULT_TIER" in " ".join(output.split())
