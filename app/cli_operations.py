@@ -1,6 +1,7 @@
 """Operator commands for keys, accounts, subscriptions and events (contract §10), registered by
 `app.cli.operator_commands`, which the `entity-monitor` console script and the app's `flask` CLI both list."""
 import json
+import logging
 import os
 import socket
 import socketserver
@@ -240,6 +241,11 @@ class MetricsServer(socketserver.ThreadingMixIn, WSGIServer):
 
 class MetricsRequestHandler(WSGIRequestHandler):
     timeout = 10  # seconds a connection may wait for its request
+
+    def log_message(self, format, *args):  # noqa: A002 - http.server's signature
+        """Through the app's logging, as every other line (one JSON object with LOG_FORMAT=json): http.server wrote
+        its own `127.0.0.1 - - [date] "GET /metrics …"` line on stderr for every scrape."""
+        logging.getLogger("app.access").info("%s %s", self.address_string(), format % args)
 
 
 @metrics_cli.command("serve")

@@ -1,6 +1,7 @@
 """GET /metrics (issue 9 point 1): Prometheus text, no key, counters from the work done, gauges from the
 database, route templates as labels, the switch, and sums across processes (multiprocess mode)."""
 import importlib.util
+import logging
 import os
 import socket
 import socketserver
@@ -332,3 +333,13 @@ def test_metrics_serve_answers_a_scrape_while_another_client_sends_nothing(runne
         server.shutdown()
         server.server_close()
 
+
+
+def test_metrics_serve_logs_its_requests_through_the_apps_logging(caplog, capsys):
+    """http.server printed its own line for every scrape on stderr: plain text under LOG_FORMAT=json."""
+    handler = cli_operations.MetricsRequestHandler.__new__(cli_operations.MetricsRequestHandler)
+    handler.client_address = ("127.0.0.1", 40000)
+    with caplog.at_level(logging.INFO, logger="app.access"):
+        handler.log_message('"%s" %s %s', "GET /metrics HTTP/1.1", "200", "3215")
+    assert [record.getMessage() for record in caplog.records] == ['127.0.0.1 "GET /metrics HTTP/1.1" 200 3215']
+    assert capsys.readouterr().err == ""
