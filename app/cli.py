@@ -136,7 +136,7 @@ def run_checks(subscription_id, check_all, due):
 
 
 @contextlib.contextmanager
-def _stopped_by_signals():
+def _stopped_by_signals(work="the checks"):
     """A list that holds the name of the first SIGTERM or SIGINT received meanwhile: the checks then finish the
     calls out, release what they have not started and stop (a SIGTERM killed the command at once, its claims left
     for the lease, and a Ctrl-C was ignored until half the lease ran out: fault walk). A second one ends the
@@ -146,7 +146,7 @@ def _stopped_by_signals():
     def stop(number, _frame):
         name = signal.Signals(number).name
         if stopped:  # written straight to the descriptor: a handler must not re-enter a stream the program uses
-            os.write(2, f"stopped at once by a second {name}: the checks under way keep their claims until their "
+            os.write(2, f"stopped at once by a second {name}: {work} under way keep their claims until their "
                         "lease ends.\n".encode())
             os._exit(128 + number)
         stopped.append(name)
@@ -224,8 +224,14 @@ deliveries_cli = OperatorGroup("deliveries", help="Send webhook deliveries in th
 def run_deliveries(once):
     """Send the deliveries that are due now (batch after batch until none is due)."""
     from app.worker import deliveries
-    sent = deliveries.deliver_due() if once else deliveries.deliver_until_idle()
+    with _stopped_by_signals("the sends") as stopped:  # SIGTERM killed it, its claims (a batch) left for the lease
+        def keep_going():
+            return not stopped
+        sent = deliveries.deliver_due(keep_going) if once else deliveries.deliver_until_idle(keep_going=keep_going)
     click.echo(f"sent={sent}")
+    if stopped:
+        raise click.ClickException(f"stopped by {stopped[0]}: the sends under way were recorded and the claimed ones "
+                                   "not started released for the scheduler; the rest of the run was not made.")
 
 
 @click.command("serve", context_settings={"ignore_unknown_options": True})

@@ -3,6 +3,8 @@ Retry-After, filters, inactive configurations, auto-disable, the delivery log, r
 the wake-up, and tenant isolation."""
 import contextlib
 import http.client
+import os
+import signal
 import socket
 import threading
 import time
@@ -842,6 +844,33 @@ def test_the_cli_sends_what_is_due(alice, runner):
         again = runner.invoke(args=["deliveries", "run"])
         assert again.exit_code == 0 and again.output.strip() == "sent=0"
     assert sorted(receiver.event_ids) == sorted(ids)
+
+
+@pytest.mark.parametrize("once", [False, True])
+def test_the_cli_stops_on_a_signal_and_releases_what_it_has_not_sent(alice, app, runner, monkeypatch, once):
+    """SIGTERM killed `deliveries run` at once: its claimed batch waited out the lease (two minutes), unsent."""
+    monkeypatch.setitem(app.config, "WEBHOOK_WORKERS", 1)
+
+    def stop_on_the_first(received):
+        if len(receiver.event_ids) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # as the operator's signal arrives while the first try is out
+            time.sleep(0.2)
+        return Reply(status=200)
+    def ignored(*_):  # the test process's own (without the command's, SIGTERM ended the test run)
+        pass
+    previous = signal.signal(signal.SIGTERM, ignored)
+    try:
+        with Receiver(stop_on_the_first) as receiver:
+            configure(alice, receiver.url)
+            record_events(alice.account_id, 5)
+            result = runner.invoke(args=["deliveries", "run", *(["--once"] if once else [])])
+        assert signal.getsignal(signal.SIGTERM) is ignored  # put back
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert result.exit_code == 1 and "stopped by SIGTERM" in result.output, result.output
+    assert len(receiver.event_ids) < 5  # it stopped starting sends
+    db.session.rollback()
+    assert db.session.scalar(select(func.count()).where(OutboxDelivery.claim_token.is_not(None))) == 0
 
 
 def test_recover_with_include_pending_sends_now_what_waits_for_a_retry(alice):

@@ -86,13 +86,14 @@ def _sending(app, pool) -> "_Sending":
                     slow_after=app.config["WEBHOOK_TIMEOUT_SECONDS"] / 2)
 
 
-def deliver_due() -> int:
+def deliver_due(keep_going=always) -> int:
     """Claim one batch of due deliveries, send it with a bounded pool of workers outside any transaction,
-    and record the results. Returns how many were sent (0: nothing was due)."""
+    and record the results (the tries not started once `keep_going` says stop are released). Returns how many were
+    sent (0: nothing was due)."""
     app = current_app._get_current_object()
     with _sender_pool(app) as pool:
         sending = _sending(app, pool)
-        batches = _claim(app, always, app.config["WEBHOOK_BATCH_SIZE"])
+        batches = _claim(app, keep_going, app.config["WEBHOOK_BATCH_SIZE"])
         sending.add(batches)
         return sum(_record_or_leave(batch) for batch in batches)
 
