@@ -222,7 +222,7 @@ def test_the_receiver_script_prints_each_event_once(alice):
     assert db.session.get(Event, event_id).attempt_count == 2
 
 
-@pytest.mark.parametrize("length", ["abc", "-1"])
+@pytest.mark.parametrize("length", ["abc", "-1", b"\xb2"])
 def test_the_receiver_script_answers_a_malformed_content_length_with_400(length):
     """int() raised on `abc` (a traceback, the connection dropped unanswered); `-1` read until the client closed."""
     receiver = load_script("receiver")
