@@ -83,7 +83,8 @@ def handler_for(secrets, seen, out):
 
         def do_POST(self):
             length = self.headers.get("Content-Length") or "0"
-            if not (length.isascii() and length.isdigit()):  # int() raised (a traceback, no answer) or a negative one read to the close
+            # int() raised on `abc` or `²` (a traceback, no answer); a negative one read to the close
+            if not (length.isascii() and length.isdigit()):
                 self.close_connection = True
                 return self._answer(400, "malformed Content-Length")
             length = int(length)
