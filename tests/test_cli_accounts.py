@@ -76,6 +76,13 @@ def test_create_errors_exit_non_zero_and_create_nothing(runner, args):
     assert _accounts() == 0
 
 
+@pytest.mark.parametrize("name, told", [("   ", "is blank"), ("x" * 201, "must be 1-200 characters")])
+def test_a_blank_or_long_name_is_told_as_such(runner, name, told):
+    """Spaces alone were told "must be 1-200 characters", which they are (operator walk)."""
+    result = _invoke(runner, "create", "--name", name)
+    assert result.exit_code != 0 and told in result.output and _accounts() == 0
+
+
 def test_unknown_tier_names_the_known_ones(runner):
     result = _invoke(runner, "create", "--name", "Acme", "--tier", "platinum")
     assert "VALIDATION_ERROR" in result.output

@@ -34,7 +34,9 @@ def create_account(name: str, tier: str = None):
     a trial of TRIAL_DAYS (contract §4); another tier the operator names is a plan, without a trial (as
     `set_tier` makes it)."""
     name = (name or "").strip()
-    if not 1 <= len(name) <= 200:
+    if not name:  # (spaces alone were told "must be 1-200 characters": operator walk)
+        raise ValidationFailed("name", "The account name is blank: give it 1-200 characters besides spaces.", name)
+    if len(name) > 200:
         raise ValidationFailed("name", "The account name must be 1-200 characters.", name)
     if not is_plain_name(name):
         raise ValidationFailed("name", f"The account name {NAME_RULE}.", name)
