@@ -10,6 +10,11 @@ ECHO_LIMIT = 200
 ECHO_CUT = "…"
 
 
+def cut_echo(text: str) -> str:
+    """`text` as a message may repeat it: its first ECHO_LIMIT characters and ECHO_CUT when it is longer."""
+    return text if len(text) <= ECHO_LIMIT else text[:ECHO_LIMIT] + ECHO_CUT
+
+
 class ServiceError(Exception):
     status = 400
     code = "VALIDATION_ERROR"

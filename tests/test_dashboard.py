@@ -876,6 +876,13 @@ def test_an_unknown_filter_is_refused_not_ignored(browser, alice, path):
     assert "Unknown " in page and "choose one of" in page
 
 
+def test_a_long_unknown_filter_is_told_cut_as_the_api_cuts_it(browser):
+    """The notice, kept in the session's row, repeated an 8 kB value whole (review)."""
+    browser.get("/events?type=" + "x" * 5000)
+    page = browser.text("/events")
+    assert "Unknown type " in page and "x" * 200 + "…" in page and "x" * 201 not in page
+
+
 def test_the_event_page_shows_the_body_once_and_each_tries_headers_as_sent(browser, alice):
     with Receiver(Reply(status=500)) as receiver:
         configure(alice, receiver.url)

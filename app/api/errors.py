@@ -8,7 +8,7 @@ from werkzeug.exceptions import HTTPException
 
 from app.common import isoformat, utcnow
 from app.database import busy_or_unreachable
-from app.errors import ECHO_CUT, ECHO_LIMIT, RateLimited, ServiceError, ValidationFailed
+from app.errors import ECHO_LIMIT, RateLimited, ServiceError, ValidationFailed, cut_echo
 from app.extensions import limiter
 from app.outage_log import log_outage
 
@@ -40,17 +40,13 @@ def error_response(status, code, message, details=None, headers=None):
     return response
 
 
-def _cut(text: str) -> str:
-    return text if len(text) <= ECHO_LIMIT else text[:ECHO_LIMIT] + ECHO_CUT
-
-
 def _cut_echoes(message: str, fields: dict, also=()) -> tuple:
     """(message, fields) with each string of `fields` over ECHO_LIMIT characters cut, and the message cut likewise
     where it repeats one of them or of `also`."""
     echoes = {text for text in (*fields.values(), *also) if isinstance(text, str) and len(text) > ECHO_LIMIT}
     for echo in sorted(echoes, key=len, reverse=True):  # a longer echo first: a shorter one may be part of it
-        message = message.replace(echo, _cut(echo))
-    return message, {name: _cut(value) if isinstance(value, str) else value for name, value in fields.items()}
+        message = message.replace(echo, cut_echo(echo))
+    return message, {name: cut_echo(value) if isinstance(value, str) else value for name, value in fields.items()}
 
 
 def _cut_item(item):

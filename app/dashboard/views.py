@@ -15,7 +15,7 @@ from app.dashboard import (LOGIN_CSRF_COOKIE, SESSION_COOKIE, account_id, back_t
                            new_login_csrf, notify, render, safe_next, stream)
 from app.dashboard.presenters import (change_rows, events_chart, import_results_href, import_steps, parse_body,
                                       refusal_in_form_words)
-from app.errors import InvalidState, NotFound, ServiceError, Unauthorized, ValidationFailed
+from app.errors import InvalidState, NotFound, ServiceError, Unauthorized, ValidationFailed, cut_echo
 from app.schemas.account import ApiKeyCreateSchema
 from app.schemas.base import MAX_OFFSET
 from app.schemas.subscriptions import (BulkIdsSchema, BulkStatusSchema, MetadataPatchSchema, SubscriptionCreateSchema,
@@ -313,7 +313,7 @@ def _unknown_filter(allowed: dict):
     for name, values in allowed.items():
         value = request.args.get(name)
         if value and value not in values:
-            return f"Unknown {name} '{value}': choose one of {', '.join(values)}."
+            return f"Unknown {name} '{cut_echo(value)}': choose one of {', '.join(values)}."
     return None
 
 
