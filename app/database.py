@@ -393,13 +393,23 @@ def _equal(model, name, value, inline: bool, unindexed: bool):
 def url_with_fresh_schema(url: str, schema: str) -> str:
     """A PostgreSQL `url` whose connections see an emptied schema `schema` first on their search path: the tests'
     xdist workers and the benchmarks each get tables of their own in one shared database."""
+    _run_once(url, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE', f'CREATE SCHEMA "{schema}"')
+    return url_with_schema(url, schema)
+
+
+def drop_schema(url: str, schema: str) -> None:
+    """Drop the schema `schema` and its tables from the PostgreSQL database at `url` (a benchmark's, at its end)."""
+    _run_once(url, f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def _run_once(url: str, *statements: str) -> None:
+    """`statements` in one transaction of a connection of their own to `url`."""
     from sqlalchemy import create_engine, text
     engine = create_engine(url)
     with engine.begin() as connection:
-        connection.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-        connection.execute(text(f'CREATE SCHEMA "{schema}"'))
+        for statement in statements:
+            connection.execute(text(statement))
     engine.dispose()
-    return url_with_schema(url, schema)
 
 
 def url_with_schema(url: str, schema: str) -> str:

@@ -457,8 +457,8 @@ def main():
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
         if postgres:
-            from bench_checks import drop_postgres_schema
-            drop_postgres_schema(given_url, POSTGRES_SCHEMA)
+            from app.database import drop_schema
+            drop_schema(given_url, POSTGRES_SCHEMA)
 
 
 if __name__ == "__main__":

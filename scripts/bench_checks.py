@@ -180,15 +180,6 @@ def database_uri(directory) -> str:
     return url_with_fresh_schema(url, POSTGRES_SCHEMA)
 
 
-def drop_postgres_schema(url, schema):
-    """Drop the benchmark's own schema (and its tables) from the PostgreSQL database at `url`."""
-    from sqlalchemy import create_engine, text
-    engine = create_engine(url)
-    with engine.begin() as connection:
-        connection.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
-    engine.dispose()
-
-
 def database_size(db) -> str:
     if db.engine.dialect.name == "sqlite":
         return f"{os.path.getsize(db.engine.url.database) / 1e6:,.0f} MB (SQLite file, WAL aside)"
@@ -370,7 +361,8 @@ def main(argv=None):
             if postgres_url:
                 with app.app_context():
                     db.engine.dispose()  # no connection of the run left to hold up the drop
-                drop_postgres_schema(postgres_url, POSTGRES_SCHEMA)
+                from app.database import drop_schema
+                drop_schema(postgres_url, POSTGRES_SCHEMA)
     return 0
 
 

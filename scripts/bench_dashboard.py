@@ -28,13 +28,12 @@ from sqlalchemy import insert, text  # noqa: E402
 
 from app import create_app  # noqa: E402
 from app.common import new_id, utcnow  # noqa: E402
-from app.database import url_with_fresh_schema, write_transaction  # noqa: E402
+from app.database import drop_schema, url_with_fresh_schema, write_transaction  # noqa: E402
 from app.extensions import db  # noqa: E402
 from app.models import DeliveryAttempt, Event, Subscription  # noqa: E402
 from app.services import events, outbox  # noqa: E402
 from app.services import accounts  # noqa: E402
 from app.services.transport import Outgoing, signed_headers  # noqa: E402
-from bench_checks import drop_postgres_schema  # noqa: E402  (scripts/ is on the path when run as a script)
 from tests.dashboard_helpers import Browser  # noqa: E402
 
 SUBSCRIPTIONS, EVENTS, ATTEMPTS = 10_000, 100_000, 20_000
@@ -116,7 +115,7 @@ def bench_app():
                 with app.app_context():
                     db.session.remove()
                     db.engine.dispose()  # no connection of the run left to hold up the drop
-                drop_postgres_schema(given, POSTGRES_SCHEMA)
+                drop_schema(given, POSTGRES_SCHEMA)
 
 
 def main():

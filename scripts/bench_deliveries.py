@@ -309,12 +309,12 @@ def main():
             receiver_process.join(timeout=5)
             database_url = os.environ.get("DATABASE_URL", "").strip()
             if database_url.startswith("postgresql"):
-                from scripts.bench_checks import drop_postgres_schema
+                from app.database import drop_schema
                 if app is not None:
                     with app.app_context():
                         from app.extensions import db
                         db.engine.dispose()  # no connection of the run left to hold up the drop
-                drop_postgres_schema(database_url, POSTGRES_SCHEMA)
+                drop_schema(database_url, POSTGRES_SCHEMA)
 
     best_ours, best_plain = max(ours), max(plain)
     from sqlalchemy.engine import make_url

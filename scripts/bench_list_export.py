@@ -245,8 +245,8 @@ def main():
     finally:
         shutil.rmtree(workdir, ignore_errors=True)  # the SQLite file and its -wal and -shm (--keep: elsewhere)
         if postgres and not args.keep:
-            from bench_checks import drop_postgres_schema
-            drop_postgres_schema(args.database_url, POSTGRES_SCHEMA)
+            from app.database import drop_schema
+            drop_schema(args.database_url, POSTGRES_SCHEMA)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POSTGRES_SCHEMA = "bench_providers"
 sys.path.insert(0, ROOT)
 
-from bench_checks import drop_postgres_schema, insert_subscriptions  # noqa: E402  (scripts/ is on the path)
+from bench_checks import insert_subscriptions  # noqa: E402  (scripts/ is on the path)
 
 CHILD = textwrap.dedent("""
     import logging, signal, sys, time
@@ -199,11 +199,12 @@ def main():
         vendor.close()
         shutil.rmtree(workdir, ignore_errors=True)
         if postgres:
+            from app.database import drop_schema
             from app.extensions import db
             with app.app_context():
                 db.session.remove()
                 db.engine.dispose()  # no connection of the run left to hold up the drop
-            drop_postgres_schema(given, POSTGRES_SCHEMA)
+            drop_schema(given, POSTGRES_SCHEMA)
     statuses = {status: vendor.statuses.count(status) for status in sorted(set(vendor.statuses))}
     print(f"done in {elapsed:.1f} s: {checked:,} checked, {failed} marked failed")
     print(f"vendor: {len(vendor.calls):,} calls, answers {statuses}; most calls in any {args.period} s window: "

@@ -39,7 +39,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench_checks import ACCOUNTS, drop_postgres_schema, insert_subscriptions, make_all_due  # noqa: E402
+from bench_checks import ACCOUNTS, insert_subscriptions, make_all_due  # noqa: E402
 
 SUBSCRIPTION_TABLES = ("subscriptions",)
 EVENT_TABLES = ("events", "outbox", "delivery_attempts")
@@ -211,7 +211,8 @@ def main(argv=None):
         if url.startswith("postgresql"):
             with app.app_context():
                 db.engine.dispose()  # no connection of the run left to hold up the drop
-            drop_postgres_schema(given, POSTGRES_SCHEMA)
+            from app.database import drop_schema
+            drop_schema(given, POSTGRES_SCHEMA)
     return 0
 
 
