@@ -214,7 +214,7 @@ def import_subscriptions():
         return back_to("dashboard.subscriptions_page")
     try:
         text = importer.text_of_upload(upload.read()) if upload and upload.filename else ""
-        header, rows = importer.rows_from_text(text or request.form.get("rows", ""))
+        header, rows = importer.rows_from_text(text or pasted["rows"])
         plan = importer.Plan.for_header(header)
     except ServiceError as error:
         notify("error", error.message, typed=pasted)

@@ -82,15 +82,15 @@ class SubscriptionCreateSchema(BodySchema):
         for alias, field in ALIASED.items():
             if field in named and alias in named and named[field] != named[alias]:  # `JaneDoe`, `janedoe` agree
                 raise ValidationError(f"{alias} is an alias of {field}; they differ.", alias)
-        kept = [next((name for name in names if name in named), None)  # the values `_fold_aliases` keeps
-                for names in (("linkedin_id", "network_id"), ("linkedin_url", "network_url"))]
+        kept = [next((name for name in (alias, field) if name in named), None)  # what `_fold_aliases` keeps
+                for alias, field in ALIASED.items()]
         if all(kept) and named[kept[0]] != named[kept[1]]:
             raise ValidationError(f"{kept[0]} and {kept[1]} name different entities.", kept[1])
 
     @post_load
     def _fold_aliases(self, data, **kwargs):
-        data["network_id"] = data.pop("linkedin_id", data.get("network_id"))
-        data["network_url"] = data.pop("linkedin_url", data.get("network_url"))
+        for alias, field in ALIASED.items():
+            data[field] = data.pop(alias, data.get(field))
         data.setdefault("custom_metadata", {})
         return data
 
