@@ -1,6 +1,7 @@
 """The errors the service layer raises; the HTTP layer renders them in the one error shape (contract §2)."""
 import math
 import time
+import unicodedata
 
 RATE_LIMIT_MESSAGE = "Rate limit exceeded for this API key. Retry after the window resets."
 # A string an error response repeats from the request (a value, an id, a field name, the path) is cut to its first
@@ -10,9 +11,27 @@ ECHO_LIMIT = 200
 ECHO_CUT = "…"
 
 
+ZERO_WIDTH_JOINER = "\u200d"
+
+
 def cut_echo(text: str) -> str:
-    """`text` as a message may repeat it: its first ECHO_LIMIT characters and ECHO_CUT when it is longer."""
-    return text if len(text) <= ECHO_LIMIT else text[:ECHO_LIMIT] + ECHO_CUT
+    """`text` as a message may repeat it: when longer than ECHO_LIMIT characters, its first ones and ECHO_CUT, the cut
+    moved back so as not to part a character from the marks or joined characters that complete it (é written as e
+    and U+0301, an emoji sequence)."""
+    if len(text) <= ECHO_LIMIT:
+        return text
+    end = ECHO_LIMIT
+    while end and _completes_previous(text, end):
+        end -= 1
+    return text[:end] + ECHO_CUT
+
+
+def _completes_previous(text: str, index: int) -> bool:
+    """Whether text[index] belongs with the character before it: a combining mark (accents, variation selectors), an
+    emoji skin tone, or either side of a zero-width joiner."""
+    character = text[index]
+    return (unicodedata.category(character).startswith("M") or "\U0001f3fb" <= character <= "\U0001f3ff"
+            or ZERO_WIDTH_JOINER in (character, text[index - 1]))
 
 
 class ServiceError(Exception):

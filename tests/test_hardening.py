@@ -6,6 +6,7 @@ import logging
 import pytest
 from sqlalchemy import func, select, update
 
+from app.errors import cut_echo
 from app.extensions import db
 from app.models import ApiKey, OutboxDelivery, WebhookConfig
 from app.redaction import REDACTED, RedactSecretsFromRequestLine, redact_uri
@@ -491,3 +492,26 @@ def test_a_key_name_may_hold_any_printable_text(alice):
     name = "Zoë's CRM 🚀 — 東京 \u200d"
     response = alice.post("/account/api-keys", json={"name": name})
     assert response.status_code == 201 and response.json["name"] == name
+
+
+def test_a_bulk_call_s_failed_items_repeat_long_ids_and_field_names_cut(alice):
+    """A bulk create's or cancel's failed item repeated a 100 kB id or field name whole (each item, up to 100)."""
+    cut = LONG[:200] + "…"
+    response = alice.post("/subscriptions/bulk", json={"subscriptions": [
+        {"entity_type": "contact", "network_id": LONG}, {"entity_type": "contact", "network_id": "ab", LONG: 1}]})
+    assert response.status_code == 200 and len(response.data) < 2_000
+    assert [(item["network_id"], item["error"]) for item in response.json["errors"]] == [
+        (cut, "network_id: Longer than maximum length 400."), ("ab", f"{cut}: Unknown field.")]
+    for method, body in (("delete", {}), ("patch", {"status": "paused"})):
+        response = getattr(alice, method)("/subscriptions/bulk", json={"subscription_ids": [LONG], **body})
+        assert response.status_code == 200 and len(response.data) < 2_000, method
+        assert response.json["errors"] == [{"index": 0, "id": cut, "code": "NOT_FOUND",
+                                            "error": f"No subscription with id '{cut}' was found."}], method
+
+
+@pytest.mark.parametrize("tail", ["e\u0301", "\U0001f469\u200d\U0001f4bb", "\U0001f44d\U0001f3fd", "\u2764\ufe0f"])
+def test_an_echo_is_not_cut_between_a_character_and_what_completes_it(tail):
+    """Cut at exactly 200 characters, é written as e and U+0301 lost its accent, an emoji sequence its second half."""
+    assert cut_echo("x" * 199 + tail + "y" * 50) == "x" * 199 + "…"
+    whole = "x" * (200 - len(tail)) + tail
+    assert cut_echo(whole + "y" * 50) == whole + "…"

@@ -49,12 +49,31 @@ def _cut_echoes(message: str, fields: dict, also=()) -> tuple:
     return message, {name: cut_echo(value) if isinstance(value, str) else value for name, value in fields.items()}
 
 
-def _cut_item(item):
-    """One `{field, message}` of `details.errors`, its echoes cut (the field's name is one)."""
-    if not isinstance(item, dict) or not isinstance(item.get("message"), str):
+def _cut_item(item, message_key="message", also=()):
+    """One item of an error list (a `{field, message}` of `details.errors`, or a bulk call's failed item), its echoes
+    cut: its strings (the field's name is one), and its message where it repeats one of them or of `also`."""
+    if not isinstance(item, dict) or not isinstance(item.get(message_key), str):
         return item
-    message, fields = _cut_echoes(item["message"], {name: value for name, value in item.items() if name != "message"})
-    return {name: message if name == "message" else fields[name] for name in item}
+    fields = {name: value for name, value in item.items() if name != message_key}
+    message, fields = _cut_echoes(item[message_key], fields, also)
+    return {name: message if name == message_key else fields[name] for name in item}
+
+
+def cut_failed_items(items: list) -> list:
+    """A bulk call's failed items (`error` their message), each cut as an error's echoes are; the message is also cut
+    where it repeats a value of the item's `details` (left out of the item's shape), e.g. an unknown field's name."""
+    return [_cut_item(item, "error", also=_echoed_values(item.get("details"))) for item in items]
+
+
+def _echoed_values(value) -> set:
+    """The strings a JSON value holds at any depth but under a `message` (the service's own words)."""
+    if isinstance(value, str):
+        return {value}
+    if isinstance(value, dict):
+        return set().union(*(_echoed_values(item) for name, item in value.items() if name != "message"))
+    if isinstance(value, list):
+        return set().union(*map(_echoed_values, value))
+    return set()
 
 
 def flatten_messages(messages, prefix=""):

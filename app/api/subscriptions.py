@@ -1,6 +1,7 @@
 from flask import Blueprint, Response, stream_with_context
 
 from app.api.auth import require_api_key
+from app.api.errors import cut_failed_items
 from app.api.http import account_id, load, load_body, load_query, spec
 from app.api.limits import bulk_limit, export_limit, read_limit, write_limit
 from app.schemas.subscriptions import (BulkCancelResultSchema, BulkCreateResultSchema, BulkCreateSchema,
@@ -101,7 +102,7 @@ def bulk_create():
     result = subscriptions.bulk_create(account_id(), body["subscriptions"],
                                        lambda raw: load(create_schema, raw))
     return bulk_create_result_schema.dump({"created": len(result.created), "failed": len(result.errors),
-                                           "subscriptions": result.created, "errors": result.errors})
+                                           "subscriptions": result.created, "errors": cut_failed_items(result.errors)})
 
 
 @bp.delete("/subscriptions/bulk")
@@ -112,7 +113,7 @@ def bulk_cancel():
     body = load_body(bulk_ids_schema)
     done, errors = subscriptions.bulk_cancel(account_id(), body["subscription_ids"])
     return bulk_cancel_result_schema.dump({"cancelled": len(done), "failed": len(errors),
-                                           "subscriptions": done, "errors": errors})
+                                           "subscriptions": done, "errors": cut_failed_items(errors)})
 
 
 @bp.patch("/subscriptions/bulk")
@@ -123,7 +124,7 @@ def bulk_set_status():
     body = load_body(bulk_status_schema)
     done, errors = subscriptions.bulk_set_status(account_id(), body["subscription_ids"], body["status"])
     return bulk_status_result_schema.dump({"updated": len(done), "failed": len(errors),
-                                           "subscriptions": done, "errors": errors})
+                                           "subscriptions": done, "errors": cut_failed_items(errors)})
 
 
 @bp.get("/subscriptions/export")

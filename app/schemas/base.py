@@ -71,8 +71,9 @@ class PageQuerySchema(QuerySchema):
                       metadata={"description": "Items to skip."})
 
 
-ECHO_RULE = (f"A string repeated from the request (a value, an id, a field name, the path) is cut to its first "
-             f"{ECHO_LIMIT} characters and ends in {ECHO_CUT} (U+2026).")
+ECHO_RULE = (f"A string repeated from the request (a value, an id, a field name, the path) is cut to at most its "
+             f"first {ECHO_LIMIT} characters (fewer where a character's accents would be parted from it) and ends "
+             f"in {ECHO_CUT} (U+2026).")
 
 
 class ErrorSchema(Schema):
