@@ -364,6 +364,32 @@ def test_a_bulk_action_comes_back_to_the_list_view_it_was_sent_from(browser, ali
     assert browser.get(crafted.headers["Location"]).status_code == 302  # the unknown status: back to the list
 
 
+@pytest.mark.parametrize("action, data, typed", [
+    ("/subscriptions", {"url": "https://example.com/nothing"}, 'value="https://example.com/nothing"'),
+    ("/subscriptions/import", {"rows": "name,owner\nfoo,bar"}, ">name,owner\nfoo,bar</textarea>")])
+def test_a_refused_add_or_import_comes_back_to_the_list_view_it_was_sent_from(browser, alice, monkeypatch, action,
+                                                                               data, typed):
+    """They came back to page 1 of the whole list, its search, filters and page lost, as the bulk actions had (walk)."""
+    monkeypatch.setattr(views, "PAGE_SIZE", 2)
+    for index in range(5):
+        subscribe(alice.account_id, f"person-{index}")
+    subscribe(alice.account_id, "globex", "company")
+    view = "/subscriptions?search=person&status=active&page=2"
+    response = browser.post(action, data={**data, "list_query": _list_query_of(browser.text(view), action)})
+    assert response.status_code == 302 and response.headers["Location"] == view
+    back = browser.text(view)
+    assert 'class="notice error"' in back and typed in back and "Page 2 of 3" in back and "globex" not in back
+
+
+def test_an_imports_result_links_back_to_the_list_view_it_was_sent_from(browser, alice):
+    """Its *Back to subscriptions* led to page 1 of the whole list (walk)."""
+    view = "/subscriptions?search=person&entity_type=contact&page=2"
+    shown = _list_query_of(browser.text(view), "/subscriptions/import")
+    result = browser.post("/subscriptions/import", data={"rows": "linkedin.com/in/person-x", "list_query": shown})
+    assert "<strong>1 subscribed</strong>" in result.get_data(as_text=True)
+    assert f'<a href="{html.escape(view)}">Back to subscriptions</a>' in result.get_data(as_text=True)
+
+
 def test_metadata_is_edited_as_json_and_bad_json_changes_nothing(browser, alice):
     subscription = subscribe(alice.account_id)
     browser.post(f"/subscriptions/{subscription.id}/metadata", data={"custom_metadata": '{"owner": "sam"}'})

@@ -170,7 +170,7 @@ def add_subscription():
         subscription = subscriptions.create(account_id(), load(create_schema, item))
     except ServiceError as error:
         notify("error", _in_dashboard_words(error), typed=row)
-        return back_to("dashboard.subscriptions_page")
+        return _back_to_the_list()
     notify("success", f"Subscribed to {row['url']}.")
     return back_to("dashboard.subscription_page", subscription_id=subscription.id)
 
@@ -183,10 +183,9 @@ ADD_ONE_WORDS = {"url": "Enter a profile URL, or an id with its type.",
 @bulk_limit
 def bulk_action():
     ids, action = request.form.getlist("ids"), request.form.get("action")
-    view = _list_view(SUBSCRIPTIONS_VIEW)
     if not ids or action not in ("pause", "resume", "cancel"):
         notify("error", "Select at least one subscription, then pause, resume or cancel.")
-        return back_to("dashboard.subscriptions_page", **view)
+        return _back_to_the_list()
     try:
         if action == "cancel":
             body = load(bulk_ids_schema, {"subscription_ids": ids})
@@ -197,10 +196,16 @@ def bulk_action():
             done, errors = subscriptions.bulk_set_status(account_id(), body["subscription_ids"], body["status"])
     except ServiceError as error:
         notify("error", _in_dashboard_words(error))
-        return back_to("dashboard.subscriptions_page", **view)
+        return _back_to_the_list()
     problems = "; ".join(error["error"] for error in errors)
     notify("error" if errors else "success", f"{action.capitalize()}: {len(done):,} done. {problems}".strip())
-    return back_to("dashboard.subscriptions_page", **view)
+    return _back_to_the_list()
+
+
+def _back_to_the_list():
+    """The Subscriptions page at the view (search, filters, page) its form was sent from: the bulk actions, a refused
+    add and a refused import came back to page 1 of the whole list (walk)."""
+    return back_to("dashboard.subscriptions_page", **_list_view(SUBSCRIPTIONS_VIEW))
 
 
 @bp.post("/subscriptions/import")
@@ -211,27 +216,28 @@ def import_subscriptions():
     pasted = {"rows": request.form.get("rows", "")}  # shown again with a refusal (up to TYPED_KEPT_CHARACTERS)
     if upload and upload.filename and pasted["rows"].strip():  # the pasted rows were ignored
         notify("error", "Paste a list or choose a file, not both: import them one after the other.", typed=pasted)
-        return back_to("dashboard.subscriptions_page")
+        return _back_to_the_list()
     try:
         text = importer.text_of_upload(upload.read()) if upload and upload.filename else ""
         header, rows = importer.rows_from_text(text or pasted["rows"])
         plan = importer.Plan.for_header(header)
     except ServiceError as error:
         notify("error", error.message, typed=pasted)
-        return back_to("dashboard.subscriptions_page")
+        return _back_to_the_list()
     calls, allowed = -(-len(rows) // importer.CHUNK_SIZE), class_size("bulk")
     if calls > allowed and current_app.config.get("RATELIMIT_ENABLED", True):  # no window would ever have room for it
         notify("error", f"{len(rows):,} rows take {calls:,} bulk calls, and this key may make {allowed:,} in "
                         f"{current_app.config['RATELIMIT_WINDOW_SECONDS'] / 60:g} minutes: import at most "
                         f"{allowed * importer.CHUNK_SIZE:,} rows at a time here, or the whole file with "
                         "entity-monitor subscriptions import.", typed=pasted)
-        return back_to("dashboard.subscriptions_page")
+        return _back_to_the_list()
     if calls > 1:  # one bulk call of the key's a chunk, as the same rows sent through the API would take
         spend_as_key(g.dashboard_session.api_key_id, "bulk", cost=calls - 1)  # (the first was spent coming in)
     report = importer.ImportReport(total=len(rows))
     chunks = importer.import_chunks(account_id(), rows, plan, lambda raw: load(create_schema, raw), report)
     return stream("import_result.html", report=report, steps=import_steps(chunks, IMPORT_ROWS_LISTED),
-                  listed=IMPORT_ROWS_LISTED, results_href=lambda: import_results_href(header, report))
+                  listed=IMPORT_ROWS_LISTED, results_href=lambda: import_results_href(header, report),
+                  list_href=url_for("dashboard.subscriptions_page", **_list_view(SUBSCRIPTIONS_VIEW)))
 
 
 @bp.get("/subscriptions/<dashboard_subscription:subscription_id>")
