@@ -3,6 +3,7 @@ README starts it (`entity-monitor serve`, scheduler included). Screenshots of ea
 tests/screenshots/ for a reviewer. Skipped where Chromium or the playwright package is missing."""
 import json
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -328,6 +329,58 @@ def test_what_was_typed_in_a_tab_opened_before_signing_in_again_is_back_on_its_p
     assert page.url == f"{base}/subscriptions/{subscription_id}"
     assert page.get_by_label("JSON object, sent with every event").input_value() == typed
     assert "What you typed is back: send it again." in page.content()
+
+
+def _sign_in_at(page, url, key):
+    page.goto(url)
+    page.get_by_label("API key").fill(key)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_load_state()
+
+
+def test_what_was_typed_in_a_form_the_keys_rate_limit_refused_is_back_on_its_page(server, page):
+    """The 429 page lost the new subscription's fields (as a pasted list or a webhook URL), and its one link led to
+    the overview (dashboard walk)."""
+    base, env = server
+    key = new_account(env, "Busy team")
+    view = f"{base}/subscriptions?search=jane&status=active"
+    _sign_in_at(page, view, key)
+    with requests.Session() as api:  # the key's writes spent through the API: the dashboard's share that limit
+        for _ in range(100):  # (the starter tier's writes in a window)
+            assert api.post(f"{base}/api/v1/subscriptions", json={}, headers={"X-API-Key": key}).status_code == 400
+    page.get_by_label("Profile URL or id").fill("jane-doe")
+    page.locator("#entity_type").select_option("contact")
+    page.get_by_role("button", name="Subscribe", exact=True).click()
+    page.wait_for_load_state()
+    assert "This key can be used again in 15 minutes." in page.content()
+    page.get_by_role("link", name="Open the page again").click()
+    page.wait_for_load_state()
+    assert page.url == view and page.get_by_label("Profile URL or id").input_value() == "jane-doe"
+    assert page.locator("#entity_type").input_value() == "contact"
+    assert re.search(r"This key's rate limit was reached, so nothing was done: send it again from [0-9:]{5} UTC\. "
+                     r"What you typed is back: send it again\.", page.content())
+    shot(page, "15-typed-text-back-after-the-rate-limit")
+
+
+def test_a_webhook_forms_event_boxes_are_kept_as_ticked(server, page):
+    """Kept by name alone, the event boxes (one name, a box a value) came back as the page had them: a refused form
+    left every event ticked where the team had chosen one family (dashboard walk)."""
+    base, env = server
+    key = new_account(env, "Webhook team")
+    _sign_in_at(page, f"{base}/webhook", key)
+    with sqlite3.connect(env["DATABASE_URL"].removeprefix("sqlite:///")) as database:  # the session ends
+        database.execute("UPDATE dashboard_sessions SET expires_at = '2000-01-01 00:00:00.000000'")
+    page.get_by_label("Endpoint URL").fill("https://crm.example.com/hooks")
+    page.get_by_label("all", exact=True).uncheck()
+    page.get_by_label("every contact event").check()
+    page.get_by_role("button", name="Save and show the secret").click()
+    page.wait_for_load_state()
+    _sign_in_at(page, page.url, key)  # the sign-in page, which leads back to the webhook's
+    assert page.url == f"{base}/webhook" and page.get_by_label("Endpoint URL").input_value() == (
+        "https://crm.example.com/hooks")
+    assert not page.get_by_label("all", exact=True).is_checked()
+    assert page.get_by_label("every contact event").is_checked()
+    assert "Your session had ended, so nothing was done." in page.content()
 
 
 def test_the_page_script_runs_where_the_browser_refuses_its_storage(server, page):

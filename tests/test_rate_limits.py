@@ -2,10 +2,14 @@
 
 Tiers are configuration, so the tests shrink the starter tier's limits instead of sending 1000 requests."""
 import copy
+import html
+import re
 import time
+from datetime import timedelta
 
 import pytest
 
+from app.common import utcnow
 from app.config import DEFAULT_TIERS
 from conftest import Tenant, make_tenant
 
@@ -306,6 +310,30 @@ def test_the_dashboards_refusal_says_when_the_key_can_be_used_again(app, alice):
     _refused_page(refused)
     minutes = -(-int(refused.headers["Retry-After"]) // 60)
     assert f"can be used again in {minutes} minute" in refused.get_data(as_text=True)
+
+
+def test_a_form_the_keys_limit_refuses_is_kept_for_its_page_with_when_to_send_it_again(app, alice):
+    """The 429 page lost what the form had typed (a pasted list, a new subscription, a webhook URL), where a refusal
+    of the form itself shows it again, and its one link, the overview, was no way back to the form (dashboard walk).
+    It asks the page's script to keep the form's text for its page (data-keeps-form, browser tests), linked."""
+    browser = _dashboard(app, alice)
+    _spend(alice, "POST", "/subscriptions", LIMITS["write"], json={})
+    view = "/subscriptions?search=jane&page=2"
+    refused = browser.post("/subscriptions", data={"url": "https://www.linkedin.com/in/jane"},
+                           headers={"Referer": f"http://localhost{view}"})
+    _refused_page(refused)
+    page = refused.get_data(as_text=True)
+    again = re.search(r'data-keeps-form="This key&#39;s rate limit was reached, so nothing was done: send it again '
+                      r'from ([0-9]{2}:[0-9]{2}) UTC\."', page).group(1)
+    retry = int(refused.headers["Retry-After"])
+    assert again in {f"{utcnow() + timedelta(seconds=retry + drift):%H:%M}" for drift in (-60, 0, 60)}
+    assert f'<a href="{html.escape(view)}">Open the page again</a>' in page
+    for _ in range(LIMITS["default"] - 1):  # a refused page passes the kept form on, and is the page to open again
+        browser.get("/events?type=test")
+    refused_page = browser.get("/events?type=test")
+    _refused_page(refused_page)
+    page = refused_page.get_data(as_text=True)
+    assert 'data-keeps-form="' in page and '<a href="/events?type=test">Open the page again</a>' in page
 
 
 def _tiers_with_a_key_prefix():

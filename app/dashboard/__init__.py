@@ -5,6 +5,7 @@ an HttpOnly, SameSite=Strict cookie. Every POST carries the session's CSRF token
 double-submit one)."""
 import hmac
 import secrets
+from datetime import timedelta
 from urllib.parse import unquote, urlsplit
 
 from flask import (Blueprint, Response, abort, current_app, g, make_response, redirect, render_template,
@@ -15,7 +16,7 @@ from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from app.api.errors import unexpected_error
 from app.api.limits import spend_as_key
-from app.common import isoformat
+from app.common import isoformat, utcnow
 from app.errors import ServiceError
 from app.database import read_in_a_new_snapshot
 from app.extensions import view_rate_class
@@ -55,11 +56,17 @@ def _form_of_an_older_session():
     (another tab), or the token is missing. Nothing is done; the page keeps what the form had typed for its page
     (`data-keeps-form`, dashboard.js) and links back to it, from this site's Referer. It was a dead end: reloading
     sent the stale token again, and what was typed was lost (dashboard walk)."""
-    referrer = urlsplit(request.referrer or "")  # (its host is not compared: behind a proxy the app may see another)
-    back = safe_next(referrer.path + (f"?{referrer.query}" if referrer.query else ""))
     message = ("This form's security token is not this session's (its page was opened before you last signed in, in "
                "another tab perhaps), so nothing changed. Open the page again: what you typed is back in it.")
-    return _error_page_without_notice(403, message, back=back, keeps_form=True)
+    return _error_page_without_notice(403, message, back=_page_sent_from(),
+                                      keeps_form="This page was opened before you last signed in, so nothing was done.")
+
+
+def _page_sent_from() -> str:
+    """The page of this site the form was sent from, by its Referer (its host is not compared: behind a proxy the app
+    may see another)."""
+    referrer = urlsplit(request.referrer or "")
+    return safe_next(referrer.path + (f"?{referrer.query}" if referrer.query else ""))
 
 
 def _sent_from_this_origin() -> bool:
@@ -208,17 +215,27 @@ def csrf_token() -> str:
 
 @bp.errorhandler(ServiceError)
 def service_error(error):
-    message = error.message
-    if error.status == 429:  # "Retry later." alone left the team guessing, reloading pages that spent nothing back
-        minutes = -(-(error.details or {}).get("retry_after", 60) // 60)
-        after = f"{minutes} minute{'' if minutes == 1 else 's'}"
-        message = (f"Too many sign-ins without a valid key from this address. Try again in {after}."
-                   if request.endpoint == "dashboard.login"  # limited by address, not a key (dashboard walk)
-                   else f"{message} This key can be used again in {after}.")
-    response = render("error.html", code=error.status, title=_title_for(error.status), message=message)
+    context = _too_many(error) if error.status == 429 else {"message": error.message}
+    response = render("error.html", code=error.status, title=_title_for(error.status), **context)
     for name, value in (getattr(error, "headers", None) or {}).items():
         response.headers[name] = value
     return response
+
+
+def _too_many(error) -> dict:
+    """The 429 page, saying when to retry: "Retry later." alone left the team guessing, reloading pages that spent
+    nothing back. A key's refused form keeps what it had typed, given back on its page opened again
+    (`data-keeps-form`, dashboard.js), with when it can be sent: a pasted list, a new subscription or a webhook URL was
+    lost, where a refusal of the form itself shows it again (dashboard walk)."""
+    seconds = (error.details or {}).get("retry_after", 60)
+    minutes = -(-seconds // 60)
+    after = f"{minutes} minute{'' if minutes == 1 else 's'}"
+    if request.endpoint == "dashboard.login":  # limited by address, not a key (dashboard walk)
+        return {"message": f"Too many sign-ins without a valid key from this address. Try again in {after}."}
+    again = f"{utcnow() + timedelta(seconds=seconds):%H:%M} UTC"
+    return {"message": f"{error.message} This key can be used again in {after}.",
+            "back": _page_sent_from() if request.method == "POST" else request.full_path.rstrip("?"),
+            "keeps_form": f"This key's rate limit was reached, so nothing was done: send it again from {again}."}
 
 
 @bp.errorhandler(HTTPException)

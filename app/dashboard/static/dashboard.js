@@ -20,25 +20,28 @@ document.addEventListener("DOMContentLoaded", function () {
     });
   });
   // A form sent once the session had ended reached the sign-in page (or, sent from a page opened before the browser
-  // signed in again, a page refusing it: data-keeps-form), and what was typed was lost: a form marked
-  // data-keep keeps its fields in this tab when sent, given back to the same form (its action) of the same account on
-  // the first page after signing in again, and dropped on any other page (the form was answered). Never sent
-  // anywhere. Where the browser refuses this tab's storage, nothing is kept and the rest of the script still runs.
+  // signed in again, or once the key's rate limit was reached, a page refusing it), and what was typed was lost: a
+  // form marked data-keep keeps its fields in this tab when sent; a page that did not do what it asked (marked
+  // data-keeps-form, whose value says why) passes them on, given back to the same form (its action) of the same
+  // account on the next page, and dropped on any other page (the form was answered). Never sent anywhere. Where the
+  // browser refuses this tab's storage, nothing is kept and the rest of the script still runs.
   var account = document.body.getAttribute("data-account");
   var kept = takeKeptForm();
-  if (kept && document.querySelector("form[data-sign-in], [data-keeps-form]")) {
-    keepForm({action: kept.action, account: kept.account, fields: kept.fields, signingIn: true});
-  } else if (kept && kept.signingIn && kept.account === account) {
+  var refusal = document.querySelector("[data-keeps-form]");
+  if (kept && refusal) {
+    keepForm({action: kept.action, account: kept.account, fields: kept.fields,
+              why: refusal.getAttribute("data-keeps-form")});
+  } else if (kept && kept.why && kept.account === account) {
     document.querySelectorAll("form[data-keep]").forEach(function (form) {
       if (form.action !== kept.action) { return; }
-      Object.keys(kept.fields).forEach(function (name) {
-        var field = form.elements[name];
-        if (field) { field[field.type === "checkbox" ? "checked" : "value"] = kept.fields[name]; }
+      Array.prototype.forEach.call(form.elements, function (field) {
+        var key = fieldKey(field);
+        if (key && key in kept.fields) { field[field.type === "checkbox" ? "checked" : "value"] = kept.fields[key]; }
       });
       var note = document.createElement("p");
       note.className = "notice error";
       note.setAttribute("role", "alert");
-      note.textContent = "Your session had ended, so nothing was done. What you typed is back: send it again.";
+      note.textContent = kept.why + " What you typed is back: send it again.";
       form.parentNode.insertBefore(note, form);
     });
   }
@@ -47,8 +50,8 @@ document.addEventListener("DOMContentLoaded", function () {
       if (event.defaultPrevented) { return; }
       var fields = {};
       Array.prototype.forEach.call(form.elements, function (field) {
-        if (!field.name || field.name === "csrf_token" || field.type === "file") { return; }
-        fields[field.name] = field.type === "checkbox" ? field.checked : field.value;
+        var key = fieldKey(field);
+        if (key) { fields[key] = field.type === "checkbox" ? field.checked : field.value; }
       });
       keepForm({action: form.action, account: account, fields: fields});
     });
@@ -60,6 +63,13 @@ document.addEventListener("DOMContentLoaded", function () {
     });
   });
 });
+
+// A field's name in what is kept; a check box by its value too, one of several of a name (the webhook's events). None
+// for the CSRF token, which is the page's own, and a file, which no script may set.
+function fieldKey(field) {
+  if (!field.name || field.name === "csrf_token" || field.type === "file") { return null; }
+  return field.type === "checkbox" ? field.name + "=" + field.value : field.name;
+}
 
 function takeKeptForm() {
   try {
