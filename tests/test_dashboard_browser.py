@@ -227,6 +227,31 @@ def test_a_timeline_change_holding_a_long_url_fits_a_phone(page):
     assert url in page.inner_text("td.after")
 
 
+def test_a_delivery_error_reads_in_whole_lines_on_a_phone(server, page):
+    """Squeezed into a phone's width, a try's error took a column of 47 px, a few letters a line ("connectio / n
+    refus / ed"), 300 px a row, on Deliveries and on the event's page (browser walk at 390 px)."""
+    base, env = server
+    key = new_account(env, "Phone team")
+    api = {"headers": {"X-API-Key": key}, "timeout": 10}
+    requests.post(f"{base}/api/v1/webhooks/configure", json={"endpoint_url": "http://127.0.0.1:9/hook"},
+                 **api).raise_for_status()  # (nothing listens on port 9: the connection is refused)
+    subscription_id = requests.post(f"{base}/api/v1/subscriptions", json={"entity_type": "company",
+                                                                          "network_id": "acme"}, **api).json()["id"]
+    _cli(env, "checks", "run", subscription_id)
+    page.set_viewport_size({"width": 390, "height": 844})
+    _sign_in_at(page, f"{base}/deliveries", key)
+    reload_until(page, "connection refused")
+    shot(page, "16-deliveries-phone")
+    error = page.locator("td.wrap").first
+    lines = error.evaluate("""cell => {  // the text's own lines (the cell is as tall as its row)
+        const text = document.createRange();
+        text.selectNodeContents(cell);
+        return Math.round(text.getBoundingClientRect().height / parseFloat(getComputedStyle(cell).lineHeight));
+    }""")
+    assert "connection refused" in error.inner_text() and lines <= 4, lines
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390  # the table scrolls in its box, not the page
+
+
 def test_cancelling_asks_first_and_a_no_cancels_nothing(server, page):
     """Cancel (which cannot be undone) went at once, for one subscription and for every one selected, beside Pause
     and Resume; only revoking a key and rotating the secret asked (browser walk)."""
