@@ -252,6 +252,19 @@ def test_a_delivery_error_reads_in_whole_lines_on_a_phone(server, page):
     assert page.evaluate("document.documentElement.scrollWidth") <= 390  # the table scrolls in its box, not the page
 
 
+def test_a_filters_label_is_beside_its_control_on_a_phone(server, page):
+    """Wrapped as they came, the list's filters put "Type" at the end of the status list's line and its own list on
+    the next, beside the Filter button (browser walk at 390 px)."""
+    base, env = server
+    page.set_viewport_size({"width": 390, "height": 844})
+    _sign_in_at(page, f"{base}/subscriptions", new_account(env, "Phone team"))
+    for control in ("search", "status", "type"):
+        label, field = (page.locator(selector).bounding_box() for selector in (f"label[for={control}]", f"#{control}"))
+        middle = label["y"] + label["height"] / 2
+        assert field["y"] < middle < field["y"] + field["height"] and label["x"] + label["width"] <= field["x"], control
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+
+
 def test_cancelling_asks_first_and_a_no_cancels_nothing(server, page):
     """Cancel (which cannot be undone) went at once, for one subscription and for every one selected, beside Pause
     and Resume; only revoking a key and rotating the secret asked (browser walk)."""
