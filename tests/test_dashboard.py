@@ -390,6 +390,32 @@ def test_an_imports_result_links_back_to_the_list_view_it_was_sent_from(browser,
     assert f'<a href="{html.escape(view)}">Back to subscriptions</a>' in result.get_data(as_text=True)
 
 
+def _back_link_of(page: str) -> str:
+    return html.unescape(re.search(r'<a href="([^"]*)">← Subscriptions</a>', page).group(1))
+
+
+def test_a_subscription_opened_from_a_list_view_leads_back_to_it_after_its_forms(browser, alice, monkeypatch):
+    """Its *← Subscriptions* led to page 1 of the whole list, after a pause or a new subscription too: the list's
+    search, filters and page were lost on the way to one subscription (walk)."""
+    monkeypatch.setattr(views, "PAGE_SIZE", 2)
+    for index in range(5):
+        subscribe(alice.account_id, f"person-{index}")
+    view = "/subscriptions?search=person&status=active&page=2"
+    listed = browser.text(view)
+    opened = html.unescape(re.search(r'href="(/subscriptions/sub_[^"]+)"', listed).group(1))
+    assert _back_link_of(browser.text(opened)) == view
+    pause = html.unescape(re.search(r'action="([^"]*/pause[^"]*)"', browser.text(opened)).group(1))
+    paused = browser.post(pause)
+    assert paused.headers["Location"] == opened and _back_link_of(browser.text(opened)) == view
+    metadata = html.unescape(re.search(r'action="([^"]*/metadata[^"]*)"', browser.text(opened)).group(1))
+    assert browser.post(metadata, data={"custom_metadata": "{}"}).headers["Location"] == opened
+    added = browser.post("/subscriptions", data={"url": "linkedin.com/in/person-new",
+                                                 "list_query": _list_query_of(listed, "/subscriptions")})
+    assert _back_link_of(browser.text(added.headers["Location"])) == view
+    assert _back_link_of(browser.text(opened.split("?")[0])) == "/subscriptions"  # opened from no list: the whole
+    assert "?list=" not in browser.text("/subscriptions")  # (which needs none in its links)
+
+
 def test_metadata_is_edited_as_json_and_bad_json_changes_nothing(browser, alice):
     subscription = subscribe(alice.account_id)
     browser.post(f"/subscriptions/{subscription.id}/metadata", data={"custom_metadata": '{"owner": "sam"}'})

@@ -59,11 +59,12 @@ SUBSCRIPTIONS_VIEW = (*SUBSCRIPTION_FILTERS, "page")
 DELIVERIES_VIEW = ("status", "page")
 
 
-def _list_view(names) -> dict:
+def _list_view(names, query=None) -> dict:
     """The filters, search and page of the list the form was sent from (its hidden `list_query`, macros.list_view),
-    to come back to that view: a bulk action or a recovery came back to page 1 of the whole list (walk). Only the
-    list's own `names` are read, and url_for writes them into the address again: it cannot lead off this site."""
-    shown = dict(parse_qsl(request.form.get("list_query", "")))
+    or of the list's `query` given, to come back to that view: a bulk action or a recovery came back to page 1 of the
+    whole list (walk). Only the list's own `names` are read, and url_for writes them into the address again: it cannot
+    lead off this site."""
+    shown = dict(parse_qsl(request.form.get("list_query", "") if query is None else query))
     return {name: shown[name] for name in names if shown.get(name)}
 
 
@@ -172,7 +173,8 @@ def add_subscription():
         notify("error", _in_dashboard_words(error), typed=row)
         return _back_to_the_list()
     notify("success", f"Subscribed to {row['url']}.")
-    return back_to("dashboard.subscription_page", subscription_id=subscription.id)
+    return back_to("dashboard.subscription_page", subscription_id=subscription.id,
+                   list=request.form.get("list_query") or None)
 
 
 ADD_ONE_WORDS = {"url": "Enter a profile URL, or an id with its type.",
@@ -251,8 +253,16 @@ def subscription_page(subscription_id):
                                    subscription_id=subscription.id)
     timeline = [{"event": row, "changes": change_rows(parse_body(row))} for row in rows]
     return render("subscription.html", subscription=subscription, timeline=timeline, total=total, page=page_number,
-                  pages=_page_count(total),
+                  pages=_page_count(total), opened_from=_opened_from(),
+                  list_href=url_for("dashboard.subscriptions_page",
+                                    **_list_view(SUBSCRIPTIONS_VIEW, request.args.get("list", ""))),
                   metadata=json.dumps(subscription.custom_metadata or {}, indent=2, ensure_ascii=False))
+
+
+def _opened_from() -> dict:
+    """The list view a subscription's page was opened from (its `list`: the list's query), kept by its links and forms
+    for its *← Subscriptions*, which led to page 1 of the whole list (walk)."""
+    return {"list": request.args["list"]} if request.args.get("list") else {}
 
 
 @bp.post("/subscriptions/<dashboard_subscription:subscription_id>/<any(pause, resume, cancel):action>")
@@ -264,7 +274,7 @@ def change_subscription(subscription_id, action):
         else:
             subscriptions.set_status(account_id(), subscription_id, "paused" if action == "pause" else "active")
         return {"pause": "Paused.", "resume": "Resumed.", "cancel": "Cancelled."}[action]
-    return _attempt(change, "dashboard.subscription_page", subscription_id=subscription_id)
+    return _attempt(change, "dashboard.subscription_page", subscription_id=subscription_id, **_opened_from())
 
 
 @bp.post("/subscriptions/<dashboard_subscription:subscription_id>/metadata")
@@ -282,7 +292,7 @@ def edit_metadata(subscription_id):
         subscriptions.update_metadata(account_id(), subscription_id, body["custom_metadata"], _shown_metadata())
         return "Custom metadata saved."
     return _attempt(change, "dashboard.subscription_page", typed={"custom_metadata": typed},
-                    subscription_id=subscription_id)
+                    subscription_id=subscription_id, **_opened_from())
 
 
 def _shown_metadata():
