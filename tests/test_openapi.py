@@ -291,3 +291,15 @@ def test_the_create_body_says_what_is_accepted_beyond_its_variants(document, ali
                  {"network_url": "https://www.linkedin.com/mwlite/in/ada-lo"}):
         assert alice.post("/subscriptions", json={"entity_type": "contact", **body}).status_code == 201, body
 
+
+
+def test_the_get_shapes_metadata_is_documented_as_the_two_counts_it_holds(document, alice):
+    """API walk: `metadata` was documented as a bare read-only value (no type), though the interface spec gives it two
+    integers, check_count and change_count."""
+    metadata = document["components"]["schemas"]["Subscription"]["properties"]["metadata"]
+    assert metadata["type"] == "object" and metadata["additionalProperties"] is False
+    assert {name: rule["type"] for name, rule in metadata["properties"].items()} == {
+        "check_count": "integer", "change_count": "integer"}
+    created = alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "jane-doe"}).get_json()
+    answered = alice.get(f"/subscriptions/{created['id']}").get_json()["metadata"]
+    assert set(answered) == set(metadata["required"]) == set(metadata["properties"])

@@ -161,9 +161,9 @@ class SubscriptionListItemSchema(_SubscriptionCoreSchema):
     last_checked_at = Timestamp()
 
 
-class CheckMetadataSchema(Schema):
-    check_count = fields.Int()
-    change_count = fields.Int()
+CHECK_METADATA = {"type": "object", "additionalProperties": False, "required": ["check_count", "change_count"],
+                  "properties": {"check_count": {"type": "integer", "description": "Completed checks."},
+                                 "change_count": {"type": "integer", "description": "Change events emitted."}}}
 
 
 class SubscriptionSchema(SubscriptionCreatedSchema):
@@ -174,7 +174,7 @@ class SubscriptionSchema(SubscriptionCreatedSchema):
     next_check_at = Timestamp()
     paused_at = Timestamp()
     cancelled_at = Timestamp()
-    metadata = fields.Method("_check_metadata", metadata={"description": "check_count and change_count."})
+    metadata = fields.Method("_check_metadata", metadata={"json_schema": CHECK_METADATA})
 
     def _check_metadata(self, subscription):
         return {"check_count": subscription.check_count, "change_count": subscription.change_count}
