@@ -2,6 +2,7 @@
 import re
 import time
 
+import jsonschema_rs
 import pytest
 from apispec import APISpec
 from apispec.ext.marshmallow import MarshmallowPlugin
@@ -9,7 +10,7 @@ from marshmallow import Schema
 
 from app.api.openapi import PREFIX, _stated_constraints
 from app.schemas.webhooks import UtcDateTime
-from tests.webhook_helpers import configure
+from tests.webhook_helpers import LOCAL_RECEIVER_CONFIG, Receiver, configure, record_events
 
 _PARAMETER = re.compile(r"<(?:[a-z]+:)?([a-z_]+)>")
 
@@ -303,3 +304,31 @@ def test_the_get_shapes_metadata_is_documented_as_the_two_counts_it_holds(docume
     created = alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "jane-doe"}).get_json()
     answered = alice.get(f"/subscriptions/{created['id']}").get_json()["metadata"]
     assert set(answered) == set(metadata["required"]) == set(metadata["properties"])
+
+
+def _violations(document, name, answer) -> list:
+    schema = {"$ref": f"#/components/schemas/{name}", "components": document["components"]}
+    return [error.message for error in jsonschema_rs.validator_for(schema).iter_errors(answer)]
+
+
+def test_the_answers_schemas_require_the_fields_every_answer_carries(app, document, alice):
+    """API walk: no answer's schema but the error's listed `required`, so a client generated from the document took
+    every field of every answer as optional; the fields an answer may leave out are the exceptions."""
+    schemas = document["components"]["schemas"]
+    assert {"id", "status", "metadata", "cancelled_at"} <= set(schemas["Subscription"]["required"])
+    assert {"id", "type", "created", "data", "delivery_status"} == set(schemas["Event"]["required"])
+    assert "existing_subscription_id" not in schemas["BulkCreateError"]["required"]
+    assert schemas["Error"]["required"] == ["error", "message"]
+    jane = {"entity_type": "contact", "network_id": "jane-doe"}
+    bulk = alice.post("/subscriptions/bulk", json={"subscriptions": [jane, jane, 5]}).get_json()
+    app.config.update(LOCAL_RECEIVER_CONFIG)
+    with Receiver() as receiver:
+        configure(alice, receiver.url)
+        test_event = alice.post("/webhooks/test").get_json()["event_id"]
+    record_events(alice.account_id)
+    answers = {"BulkCreateResult": bulk, "EventList": alice.get("/events").get_json(),
+               "EventDetail": alice.get(f"/events/{test_event}").get_json(),
+               "Subscription": alice.get(f"/subscriptions/{bulk['subscriptions'][0]['id']}").get_json()}
+    assert [("metadata" in event) for event in answers["EventList"]["data"]] == [True, False]
+    assert {name: _violations(document, name, answer) for name, answer in answers.items()} == {
+        name: [] for name in answers}

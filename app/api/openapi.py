@@ -7,7 +7,7 @@ from flask import current_app
 from marshmallow import fields, validate
 
 from app.api.http import BODY_METHODS
-from app.schemas.base import ErrorSchema, QuerySchema
+from app.schemas.base import BodySchema, ErrorSchema, QuerySchema
 from app.version import VERSION
 
 _PATH_PARAMETER = re.compile(r"<(?:[a-z]+:)?([a-z_]+)>")
@@ -63,11 +63,23 @@ def build_document(app) -> dict:
     for path, operations in sorted(paths.items()):
         spec.path(path=path, operations=operations)
     document = spec.to_dict()
+    _require_what_answers_carry(document["components"]["schemas"], plugin.converter.refs)
     for body in bodies:  # rules across fields (JSON Schema combinators) that no field can state
         if hasattr(body, "document_cross_field_rules"):
             schemas = document["components"]["schemas"]
             schemas[_schema_name(body)] = body.document_cross_field_rules(schemas[_schema_name(body)], app.config)
     return document
+
+
+def _require_what_answers_carry(schemas: dict, refs: dict) -> None:
+    """An answer's schema requires every field but those its class lists in `sometimes_absent`: the answers carry
+    each field (null when unset), and a client generated from the document otherwise takes every one as optional
+    (API walk: no answer's schema but the error's required anything)."""
+    for key, name in refs.items():
+        schema_class = key[0]
+        if not issubclass(schema_class, (BodySchema, QuerySchema)):
+            absent = getattr(schema_class, "sometimes_absent", ())
+            schemas[name]["required"] = [field for field in schemas[name]["properties"] if field not in absent]
 
 
 def _unique_id(name: str, path: str, taken: set) -> str:

@@ -77,8 +77,9 @@ ECHO_RULE = (f"A string repeated from the request (a value, an id, a field name,
 
 
 class ErrorSchema(Schema):
-    error = fields.Str(required=True)
-    message = fields.Str(required=True, metadata={"description": ECHO_RULE})
+    sometimes_absent = ("details", "timestamp", "request_id")  # details when there is nothing to say
+    error = fields.Str()
+    message = fields.Str(metadata={"description": ECHO_RULE})
     details = fields.Dict(metadata={"description": ECHO_RULE})
     timestamp = Timestamp()
     request_id = fields.Str()

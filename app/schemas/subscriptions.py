@@ -217,6 +217,7 @@ class BulkCreatedItemSchema(Schema):
 
 
 class BulkCreateErrorSchema(Schema):
+    sometimes_absent = ("existing_subscription_id",)
     index = fields.Int()
     network_id = fields.Str(allow_none=True)
     error = fields.Str()
