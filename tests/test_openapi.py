@@ -332,3 +332,28 @@ def test_the_answers_schemas_require_the_fields_every_answer_carries(app, docume
     assert [("metadata" in event) for event in answers["EventList"]["data"]] == [True, False]
     assert {name: _violations(document, name, answer) for name, answer in answers.items()} == {
         name: [] for name in answers}
+
+
+def _documented_headers(operation, status) -> set:
+    return {name for name in operation["responses"][status].get("headers", {})}
+
+
+def test_answers_document_the_headers_they_carry(document, alice):
+    """API walk: no response listed a header, though the contract promises X-Request-Id on every answer, the
+    X-RateLimit-* trio on every keyed one, Location on a create, Retry-After on a 429 and an attachment export."""
+    rate_limit = {"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}
+    create = document["paths"]["/subscriptions"]["post"]
+    assert _documented_headers(create, "201") == {"X-Request-Id", "Location"} | rate_limit
+    assert _documented_headers(create, "429") == {"X-Request-Id", "Retry-After"} | rate_limit
+    assert _documented_headers(create, "401") == {"X-Request-Id"}
+    export = document["paths"]["/subscriptions/export"]["get"]
+    assert _documented_headers(export, "200") == {"X-Request-Id", "Content-Disposition"} | rate_limit
+    components = document["components"]["headers"]
+    assert components["X-RateLimit-Reset"]["schema"] == {"type": "integer"}
+    assert {name for name, header in components.items() if header["required"]} == {
+        "X-Request-Id", "Location", "Content-Disposition"}  # no rate-limit headers with rate limiting off
+    answers = {"201": alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "jane-doe"}),
+               "409": alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "jane-doe"})}
+    for status, answer in answers.items():
+        assert answer.status_code == int(status), status
+        assert _documented_headers(create, status) - {"Retry-After"} <= set(answer.headers.keys()), status

@@ -229,15 +229,16 @@ def account_id() -> str:
     return g.account_id
 
 
-def spec(summary, *, body=None, query=None, response=None, status=200, auth=True, tag=None, errors=()):
+def spec(summary, *, body=None, query=None, response=None, status=200, auth=True, tag=None, errors=(), headers=()):
     """Attach OpenAPI metadata to a view; `app/api/openapi.py` turns it into the document.
 
     `status`: the success status, or a tuple of them; `response`: a schema, or {media type: schema} for a
     view answering in several formats.
     `errors`: the ServiceError classes the view can answer with beyond those every view can
-    (401, 429, 500; 400 with a body or query, 413 with a body, 404 with a path parameter)."""
+    (401, 429, 500; 400 with a body or query, 413 with a body, 404 with a path parameter).
+    `headers`: the headers its success answers carry beyond those every answer does (`app.api.openapi.HEADERS`)."""
     def decorate(view):
         view.openapi = {"summary": summary, "body": body, "query": query, "response": response,
-                        "status": status, "auth": auth, "tag": tag, "errors": errors}
+                        "status": status, "auth": auth, "tag": tag, "errors": errors, "headers": headers}
         return view
     return decorate

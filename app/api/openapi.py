@@ -14,6 +14,21 @@ _PATH_PARAMETER = re.compile(r"<(?:[a-z]+:)?([a-z_]+)>")
 PREFIX = "/api/v1"
 NO_NUL_PATTERN = "^[^\\u0000]*$"
 ALWAYS = {401: ["UNAUTHORIZED"], 429: ["RATE_LIMIT_EXCEEDED"], 500: ["INTERNAL_ERROR"], 503: ["UNAVAILABLE"]}
+RATE_LIMITED = " Sent unless the operator switched rate limiting off (RATELIMIT_ENABLED=0)."
+HEADERS = {  # name: (JSON type, always sent where documented, description)
+    "X-Request-Id": ("string", True, "The request's id (also `request_id` in an error): the client's own "
+                                     "X-Request-Id when it is sane, else a new one."),
+    "X-RateLimit-Limit": ("integer", False, "Requests a key may make in the operation's rate-limit class a window."
+                                            + RATE_LIMITED),
+    "X-RateLimit-Remaining": ("integer", False, "Requests left in the current window." + RATE_LIMITED),
+    "X-RateLimit-Reset": ("integer", False, "When the current window ends, in Unix seconds." + RATE_LIMITED),
+    "Retry-After": ("integer", False, "Seconds to wait before trying again."),
+    "Location": ("string", True, "The path of what was created; it answers GET."),
+    "Content-Disposition": ("string", True, "`attachment` with the file's name."),
+}
+RATE_LIMIT_HEADERS = ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset")
+BEFORE_OR_PAST_THE_LIMIT = {401, 500, 503}  # answered without a key's window: no key, or a failure
+RETRY_LATER = {429, 503}
 
 
 def _free_query_text(field) -> bool:
@@ -47,6 +62,8 @@ def build_document(app) -> dict:
     plugin.converter.add_attribute_function(_stated_constraints)
     spec.components.security_scheme("ApiKey", {"type": "apiKey", "in": "header", "name": "X-API-Key"})
     spec.components.schema("Error", schema=ErrorSchema)
+    for name, (json_type, required, description) in HEADERS.items():
+        spec.components.header(name, {"description": description, "required": required, "schema": {"type": json_type}})
     paths, operation_ids, bodies = {}, set(), set()
     for rule in app.url_map.iter_rules():
         view = app.view_functions.get(rule.endpoint)
@@ -107,6 +124,20 @@ def _error_codes(meta, rule, method) -> dict:
     return dict(sorted(codes.items()))
 
 
+def _headers(meta, status: int) -> dict:
+    """The headers an answer of this status carries (contract §1 and §8, README's API decisions)."""
+    names = ["X-Request-Id"]
+    if meta["auth"] and status not in BEFORE_OR_PAST_THE_LIMIT:
+        names += RATE_LIMIT_HEADERS
+    if status in RETRY_LATER:
+        names.append("Retry-After")
+    if status == 201:
+        names.append("Location")
+    if status < 300:
+        names += meta["headers"]
+    return {name: {"$ref": f"#/components/headers/{name}"} for name in names}
+
+
 def _operation(meta, rule, method):
     success = {"description": meta["summary"]}
     response = meta["response"]
@@ -115,9 +146,9 @@ def _operation(meta, rule, method):
     elif response is not None:
         success["content"] = {"application/json": {"schema": response}}
     statuses = meta["status"] if isinstance(meta["status"], tuple) else (meta["status"],)
-    responses = {str(status): success for status in statuses}
+    responses = {str(status): {**success, "headers": _headers(meta, status)} for status in statuses}
     for status, codes in _error_codes(meta, rule, method).items():
-        responses[str(status)] = {"description": " or ".join(codes),
+        responses[str(status)] = {"description": " or ".join(codes), "headers": _headers(meta, status),
                                   "content": {"application/json": {"schema": "Error"}}}
     operation = {"summary": meta["summary"], "responses": responses,
                  "tags": [meta["tag"]] if meta["tag"] else []}

@@ -131,7 +131,7 @@ def bulk_set_status():
 @export_limit
 @spec("Export subscriptions as CSV or JSON, streamed", query=ExportQuerySchema, tag="subscriptions",
       response={"text/csv": {"type": "string", "description": "A header line, then one line per subscription."},
-                "application/json": ExportSchema})
+                "application/json": ExportSchema}, headers=("Content-Disposition",))
 def export_subscriptions():
     query = load_query(export_query_schema)
     body, mimetype = export.export(account_id(), query["status"], query["format"])
