@@ -357,3 +357,25 @@ def test_answers_document_the_headers_they_carry(document, alice):
     for status, answer in answers.items():
         assert answer.status_code == int(status), status
         assert _documented_headers(create, status) - {"Retry-After"} <= set(answer.headers.keys()), status
+
+
+def test_the_answers_fields_of_fixed_values_document_them_as_an_enum(document, alice):
+    """API walk: a subscription's status and entity type, an event's type and delivery status, an attempt's status
+    and a configuration's initial_webhook were documented as any string; a generated client could not check them."""
+    schemas = document["components"]["schemas"]
+    enums = {(name, field): schemas[name]["properties"][field].get("enum") for name, field in (
+        ("Subscription", "status"), ("SubscriptionListItem", "entity_type"), ("SubscriptionCancelled", "status"),
+        ("Event", "delivery_status"), ("DeliveryAttempt", "status"), ("WebhookConfig", "initial_webhook"))}
+    assert enums == {("Subscription", "status"): ["active", "paused", "cancelled"],
+                     ("SubscriptionListItem", "entity_type"): ["contact", "company"],
+                     ("SubscriptionCancelled", "status"): ["cancelled"],
+                     ("Event", "delivery_status"): ["pending", "succeeded", "failed", "skipped"],
+                     ("DeliveryAttempt", "status"): ["succeeded", "failed"],
+                     ("WebhookConfig", "initial_webhook"): ["latest", "all", "none"]}
+    assert "contact.position_changed" in schemas["Event"]["properties"]["type"]["enum"]
+    created = alice.post("/subscriptions", json={"entity_type": "company", "network_id": "acme"}).get_json()
+    answers = {"Subscription": alice.post(f"/subscriptions/{created['id']}/pause").get_json(),
+               "SubscriptionList": alice.get("/subscriptions").get_json(),
+               "SubscriptionCancelled": alice.delete(f"/subscriptions/{created['id']}").get_json()}
+    assert {name: _violations(document, name, answer) for name, answer in answers.items()} == {
+        name: [] for name in answers}

@@ -20,6 +20,11 @@ class Timestamp(fields.DateTime):
         return isoformat(value)
 
 
+def one_of(values) -> dict:
+    """A field's metadata documenting the values an answer's field takes, as an `enum` (dumps run no validator)."""
+    return {"json_schema": {"enum": list(values)}}
+
+
 class BodySchema(Schema):
     """A request body: unknown fields are a 400 (contract §1)."""
 

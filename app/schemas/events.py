@@ -1,7 +1,9 @@
 from marshmallow import Schema, fields, validate
 
-from app.schemas.base import PageQuerySchema, PaginationSchema, Timestamp
-from app.services.events import EVENT_TYPES
+from app.schemas.base import PageQuerySchema, PaginationSchema, Timestamp, one_of
+from app.services.events import DELIVERY_STATUSES, EVENT_TYPES
+
+ATTEMPT_STATUSES = ("succeeded", "failed")
 
 
 class EventListQuerySchema(PageQuerySchema):
@@ -12,9 +14,9 @@ class EventListQuerySchema(PageQuerySchema):
 class DeliveryAttemptSchema(Schema):
     id = fields.Str()
     event_id = fields.Str()
-    event_type = fields.Str()
+    event_type = fields.Str(metadata=one_of(EVENT_TYPES))
     attempt = fields.Int()
-    status = fields.Str(metadata={"description": "`succeeded` or `failed`."})
+    status = fields.Str(metadata=one_of(ATTEMPT_STATUSES))
     response_status = fields.Int(allow_none=True)
     duration_ms = fields.Int(allow_none=True)
     error = fields.Str(allow_none=True)
@@ -30,11 +32,11 @@ class EventSchema(Schema):
     """The envelope as delivered, plus `delivery_status`."""
     sometimes_absent = ("metadata",)  # a test event has none
     id = fields.Str()
-    type = fields.Str()
+    type = fields.Str(metadata=one_of(EVENT_TYPES))
     created = fields.Int(metadata={"description": "Unix time in seconds."})
     data = fields.Dict()
     metadata = fields.Dict(metadata={"description": "subscription_id, detected_at, custom_metadata."})
-    delivery_status = fields.Str(metadata={"description": "pending, succeeded, failed or skipped."})
+    delivery_status = fields.Str(metadata=one_of(DELIVERY_STATUSES))
 
 
 class EventDetailSchema(EventSchema):

@@ -4,10 +4,11 @@ from flask import current_app
 from marshmallow import Schema, ValidationError, fields, post_load, validate, validates_schema
 
 from app.errors import ValidationFailed
-from app.schemas.base import BodySchema, PageQuerySchema, PaginationSchema, QuerySchema, Timestamp
+from app.schemas.base import BodySchema, PageQuerySchema, PaginationSchema, QuerySchema, Timestamp, one_of
 from app.services.entities import ENTITY_TYPES, PATH_KIND, network_id_from_url, normalize_network_id
 
 STATUSES = ("active", "paused", "cancelled")
+LAST_CHECK_STATUSES = ("pending", "ok", "NETWORK_ERROR", None)
 MAX_METADATA_KEYS = 20
 
 EntityType = fields.Str(required=True, validate=validate.OneOf(ENTITY_TYPES),
@@ -129,10 +130,10 @@ class ExportQuerySchema(QuerySchema):
 
 class ExportRowSchema(Schema):
     subscription_id = fields.Str()
-    entity_type = fields.Str()
+    entity_type = fields.Str(metadata=one_of(ENTITY_TYPES))
     network_id = fields.Str()
     network_url = fields.Str()
-    status = fields.Str()
+    status = fields.Str(metadata=one_of(STATUSES))
     created_at = fields.Str(metadata={"description": "ISO 8601 UTC."})
     custom_metadata = fields.Dict(metadata={"description": "In CSV: one column holding the JSON object."})
 
@@ -145,10 +146,10 @@ class ExportSchema(Schema):
 class _SubscriptionCoreSchema(Schema):
     """The fields every subscription shape shares."""
     id = fields.Str()
-    entity_type = fields.Str()
+    entity_type = fields.Str(metadata=one_of(ENTITY_TYPES))
     network_id = fields.Str()
     network_url = fields.Str()
-    status = fields.Str()
+    status = fields.Str(metadata=one_of(STATUSES))
     custom_metadata = fields.Dict()
     created_at = Timestamp()
 
@@ -170,7 +171,7 @@ class SubscriptionSchema(SubscriptionCreatedSchema):
     """The get shape (interface spec plus contract §3)."""
     last_checked_at = Timestamp()
     last_change_at = Timestamp()
-    last_check_status = fields.Str(allow_none=True)
+    last_check_status = fields.Str(allow_none=True, metadata=one_of(LAST_CHECK_STATUSES))
     next_check_at = Timestamp()
     paused_at = Timestamp()
     cancelled_at = Timestamp()
@@ -187,7 +188,7 @@ class SubscriptionListSchema(Schema):
 
 class SubscriptionCancelledSchema(Schema):
     id = fields.Str()
-    status = fields.Str()
+    status = fields.Str(metadata=one_of(("cancelled",)))
     cancelled_at = Timestamp()
 
 
@@ -211,9 +212,9 @@ class BulkStatusSchema(BulkIdsSchema):
 
 class BulkCreatedItemSchema(Schema):
     id = fields.Str()
-    entity_type = fields.Str()
+    entity_type = fields.Str(metadata=one_of(ENTITY_TYPES))
     network_id = fields.Str()
-    status = fields.Str()
+    status = fields.Str(metadata=one_of(STATUSES))
 
 
 class BulkCreateErrorSchema(Schema):
@@ -234,7 +235,7 @@ class BulkCreateResultSchema(Schema):
 
 class IdStatusSchema(Schema):
     id = fields.Str()
-    status = fields.Str()
+    status = fields.Str(metadata=one_of(STATUSES))
 
 
 class BulkIdErrorSchema(Schema):

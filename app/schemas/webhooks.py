@@ -3,8 +3,9 @@ from datetime import datetime, timezone
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
-from app.schemas.base import BodySchema, PageQuerySchema, PaginationSchema, StrictBool, Timestamp
-from app.schemas.events import DeliveryAttemptSchema
+from app.schemas.base import BodySchema, PageQuerySchema, PaginationSchema, StrictBool, Timestamp, one_of
+from app.schemas.events import ATTEMPT_STATUSES, DeliveryAttemptSchema
+from app.services.events import DELIVERY_STATUSES
 from app.services.webhooks import (EVENT_PATTERNS, HOST_NAME, INITIAL_WEBHOOK_CHOICES, PORT, URL_PATH,
                                    endpoint_url_problem, unknown_event_pattern)
 
@@ -115,8 +116,8 @@ class WebhookUpdateSchema(BodySchema):
 class WebhookConfigSchema(Schema):
     id = fields.Str()
     endpoint_url = fields.Str()
-    events = fields.List(fields.Str())
-    initial_webhook = fields.Str()
+    events = fields.List(fields.Str(metadata=one_of(EVENT_PATTERNS)))
+    initial_webhook = fields.Str(metadata=one_of(INITIAL_WEBHOOK_CHOICES))
     is_active = fields.Bool()
     failing_since = Timestamp(allow_none=True, metadata={"description": "First failure of the current run of "
                                                                         "failures; null when healthy."})
@@ -144,7 +145,7 @@ class TestResultSchema(Schema):
 
 
 class DeliveryListQuerySchema(PageQuerySchema):
-    status = fields.Str(validate=validate.OneOf(("succeeded", "failed")))
+    status = fields.Str(validate=validate.OneOf(ATTEMPT_STATUSES))
     event_id = fields.Str(validate=validate.Length(1, 100))
 
 
@@ -167,4 +168,4 @@ class RecoverResultSchema(Schema):
 
 class RedeliveredSchema(Schema):
     event_id = fields.Str()
-    delivery_status = fields.Str()
+    delivery_status = fields.Str(metadata=one_of(DELIVERY_STATUSES))
