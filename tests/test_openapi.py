@@ -379,3 +379,15 @@ def test_the_answers_fields_of_fixed_values_document_them_as_an_enum(document, a
                "SubscriptionCancelled": alice.delete(f"/subscriptions/{created['id']}").get_json()}
     assert {name: _violations(document, name, answer) for name, answer in answers.items()} == {
         name: [] for name in answers}
+
+
+def test_timestamps_that_are_always_set_are_not_nullable(document):
+    """API walk: every timestamp was documented as nullable, created_at and a cancel's cancelled_at included, so a
+    generated client had to handle a null that never comes."""
+    schemas = document["components"]["schemas"]
+    always_set = {(name, field): schemas[name]["properties"][field]["type"] for name, field in (
+        ("Subscription", "created_at"), ("SubscriptionCreated", "updated_at"),
+        ("SubscriptionCancelled", "cancelled_at"), ("ApiKey", "created_at"), ("DeliveryAttempt", "attempted_at"),
+        ("RotatedSecret", "rotated_at"))}
+    assert always_set == {key: "string" for key in always_set}
+    assert schemas["Subscription"]["properties"]["last_checked_at"]["type"] == ["string", "null"]

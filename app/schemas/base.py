@@ -11,10 +11,8 @@ MAX_JSON_KEY_BYTES = 63  # PostgreSQL's longest name: row_to_json takes the keys
 
 
 class Timestamp(fields.DateTime):
-    """ISO 8601 UTC ending in Z (contract §1); null when the moment has not happened (yet)."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**{"allow_none": True, **kwargs})
+    """ISO 8601 UTC ending in Z (contract §1). `allow_none=True` documents one that is null when the moment has not
+    happened (yet); the others (created_at…) are always set."""
 
     def _serialize(self, value, attr, obj, **kwargs):
         return isoformat(value)

@@ -159,7 +159,7 @@ class SubscriptionCreatedSchema(_SubscriptionCoreSchema):
 
 
 class SubscriptionListItemSchema(_SubscriptionCoreSchema):
-    last_checked_at = Timestamp()
+    last_checked_at = Timestamp(allow_none=True)
 
 
 CHECK_METADATA = {"type": "object", "additionalProperties": False, "required": ["check_count", "change_count"],
@@ -169,12 +169,12 @@ CHECK_METADATA = {"type": "object", "additionalProperties": False, "required": [
 
 class SubscriptionSchema(SubscriptionCreatedSchema):
     """The get shape (interface spec plus contract §3)."""
-    last_checked_at = Timestamp()
-    last_change_at = Timestamp()
+    last_checked_at = Timestamp(allow_none=True)
+    last_change_at = Timestamp(allow_none=True)
     last_check_status = fields.Str(allow_none=True, metadata=one_of(LAST_CHECK_STATUSES))
-    next_check_at = Timestamp()
-    paused_at = Timestamp()
-    cancelled_at = Timestamp()
+    next_check_at = Timestamp(allow_none=True)
+    paused_at = Timestamp(allow_none=True)
+    cancelled_at = Timestamp(allow_none=True)
     metadata = fields.Method("_check_metadata", metadata={"json_schema": CHECK_METADATA})
 
     def _check_metadata(self, subscription):
