@@ -391,3 +391,16 @@ def test_timestamps_that_are_always_set_are_not_nullable(document):
         ("RotatedSecret", "rotated_at"))}
     assert always_set == {key: "string" for key in always_set}
     assert schemas["Subscription"]["properties"]["last_checked_at"]["type"] == ["string", "null"]
+
+
+def test_an_events_metadata_is_documented_with_its_fields(document, alice):
+    """API walk: an event's metadata was any object, though the interface spec names subscription_id and detected_at
+    (and the contract custom_metadata) for every change event."""
+    metadata = document["components"]["schemas"]["Event"]["properties"]["metadata"]
+    assert metadata["required"] == ["subscription_id", "detected_at"]
+    assert metadata["properties"]["detected_at"] == {"type": "string", "format": "date-time"}
+    assert metadata["properties"]["custom_metadata"]["additionalProperties"] == {"type": "string"}
+    record_events(alice.account_id)
+    recorded = alice.get("/events").get_json()
+    assert set(recorded["data"][0]["metadata"]) == set(metadata["properties"])
+    assert _violations(document, "EventList", recorded) == []

@@ -4,6 +4,12 @@ from app.schemas.base import PageQuerySchema, PaginationSchema, Timestamp, one_o
 from app.services.events import DELIVERY_STATUSES, EVENT_TYPES
 
 ATTEMPT_STATUSES = ("succeeded", "failed")
+ENVELOPE_METADATA = {
+    "description": "The subscription the event is about, when the change was detected, and the subscription's "
+                   "custom_metadata.",
+    "required": ["subscription_id", "detected_at"],
+    "properties": {"subscription_id": {"type": "string"}, "detected_at": {"type": "string", "format": "date-time"},
+                   "custom_metadata": {"type": "object", "additionalProperties": {"type": "string"}}}}
 
 
 class EventListQuerySchema(PageQuerySchema):
@@ -35,7 +41,7 @@ class EventSchema(Schema):
     type = fields.Str(metadata=one_of(EVENT_TYPES))
     created = fields.Int(metadata={"description": "Unix time in seconds."})
     data = fields.Dict()
-    metadata = fields.Dict(metadata={"description": "subscription_id, detected_at, custom_metadata."})
+    metadata = fields.Dict(metadata={"json_schema": ENVELOPE_METADATA})
     delivery_status = fields.Str(metadata=one_of(DELIVERY_STATUSES))
 
 
