@@ -133,10 +133,13 @@ def _gunicorn_reads(bind: str) -> bool:
 
 def _check_bind(bind: str) -> None:
     """BIND as gunicorn reads it (HOST:PORT, [IPv6]:PORT, unix:PATH, fd://N): one gunicorn cannot read or
-    resolve answered five retries of its own, then an exit that systemd restarts for ever."""
+    resolve answered five retries of its own, then an exit that systemd restarts for ever. A host without its port
+    is refused too: gunicorn took port 8000 without a word (operator walk)."""
     if not bind or bind.startswith(("unix:", "fd://")):
         return
-    host, _, port = (bind, "", "8000") if bind.endswith("]") or ":" not in bind else bind.rpartition(":")
+    if bind.endswith("]") or ":" not in bind:  # gunicorn would listen on its default port, 8000, unsaid
+        raise ConfigError(f"BIND={bind!r} has no port: write HOST:PORT (e.g. {bind}:8000) or [IPv6]:PORT")
+    host, _, port = bind.rpartition(":")
     if not (port.isdigit() and int(port) <= 65535 and _gunicorn_reads(bind)):
         raise ConfigError(f"BIND={bind!r} is not HOST:PORT (e.g. 127.0.0.1:8000), [IPv6]:PORT or unix:PATH")
     try:

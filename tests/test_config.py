@@ -1,6 +1,7 @@
 """Contract §9: settings come from environment variables, converted to their types."""
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -240,7 +241,16 @@ def test_a_bind_gunicorn_cannot_read_is_refused_at_start_up(bind):
         check_serve_settings({"BIND": bind})
 
 
-@pytest.mark.parametrize("bind", ["127.0.0.1:8000", "[::1]:8000", "localhost", "unix:/run/x.sock", ":8000"])
+@pytest.mark.parametrize("bind", ["localhost", "[::1]"])
+def test_a_bind_without_its_port_is_refused_at_start_up(bind):
+    """gunicorn took its default port, 8000, without a word: an operator who wrote BIND=somehost did not know which."""
+    from app.serving import check_serve_settings
+    with pytest.raises(ConfigError, match=rf"^BIND='{re.escape(bind)}' has no port: write HOST:PORT "
+                                          rf"\(e.g. {re.escape(bind)}:8000\) or \[IPv6\]:PORT$"):
+        check_serve_settings({"BIND": bind})
+
+
+@pytest.mark.parametrize("bind", ["127.0.0.1:8000", "[::1]:8000", "localhost:8000", "unix:/run/x.sock", ":8000"])
 def test_a_bind_gunicorn_reads_is_accepted(bind):
     from app.serving import check_serve_settings
     check_serve_settings({"BIND": bind})
