@@ -150,6 +150,21 @@ def test_a_dry_run_keeps_the_rejected_file_and_the_import_is_never_its_own_repor
     assert len(_rejected(crm_file)) == len(CRM_ROWS)
 
 
+def test_a_row_with_cells_past_the_header_is_written_to_the_rejected_file_as_read(runner, alice, tmp_path):
+    """Its cells past the header's were dropped from the rejected file: the row could not be fixed (the value holding
+    the delimiter quoted) and imported again as it was."""
+    (tmp_path / "crm.csv").write_text("url,owner\nhttps://www.linkedin.com/in/shifted,Acme, Inc,,\n"
+                                      "https://example.com/in/x,Sam\n", encoding="utf-8")
+    output = _ok(runner, "subscriptions", "import", str(tmp_path / "crm.csv"), "--account", alice.account_id)
+    assert "rejected=2" in output
+    with open(tmp_path / "crm.rejected.csv", newline="", encoding="utf-8") as file:
+        header, shifted, other = csv.reader(file)
+    assert header == ["url", "owner", "reason"]
+    assert shifted[:3] == ["https://www.linkedin.com/in/shifted", "Acme", " Inc"] and len(shifted) == 4
+    assert "1 more filled cells than the header has columns" in shifted[3]
+    assert other[:2] == ["https://example.com/in/x", "Sam"] and "host must be" in other[2]
+
+
 def test_dry_run_creates_nothing(runner, alice, crm_file):
     output = _ok(runner, "subscriptions", "import", crm_file, "--account", alice.account_id, "--dry-run")
     assert "would be created=4" in output

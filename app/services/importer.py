@@ -98,7 +98,7 @@ def _parse(file, delimiter=None):
         header = reader.fieldnames or []  # read here: its errors are the header's
         where = "row 1"
         for row in reader:
-            rows.append(_Row(row, extra_cells=[cell for cell in row.pop(None, None) or () if cell.strip()]))
+            rows.append(_Row(row, overflow=row.pop(None, None) or ()))
             where = f"row {len(rows) + 1}"
     except csv.Error as error:  # e.g. a field beyond the csv module's 131,072 characters
         raise ImportRefused(f"The file cannot be read as CSV at {where}: {error}.") from None
@@ -119,12 +119,18 @@ def _sniffed(file):
 
 
 class _Row(dict):
-    """A row's cells by header name, and the filled cells past the header's columns, which no name reads (empty
-    ones, a trailing delimiter, are dropped)."""
+    """A row's cells by header name, and the cells past the header's columns, which no name reads: `overflow` as
+    read, but for the empty ones it ends with (a trailing delimiter), and `extra_cells`, the filled ones among them."""
 
-    def __init__(self, cells: dict, extra_cells=()):
+    def __init__(self, cells: dict, overflow=()):
         super().__init__(cells)
-        self.extra_cells = list(extra_cells)
+        self.overflow = list(overflow)
+        while self.overflow and not self.overflow[-1].strip():
+            self.overflow.pop()
+
+    @property
+    def extra_cells(self) -> list:
+        return [cell for cell in self.overflow if cell.strip()]
 
 
 def _find(header, wanted: str, what: str):
@@ -241,6 +247,8 @@ class ImportReport:
 def write_outcomes(file, header, outcomes, columns, formulas_inert=False) -> None:
     """A CSV of the rows as read, each followed by the outcome's `columns` (RowOutcome fields), named `import_…` where
     the file has a column of that name (a file's own `row` or `code` column was overwritten by the outcome's: walk).
+    A row with cells past the header's columns keeps them, before its outcome's: it can be fixed and imported again
+    as it was (they were dropped: operator walk).
     With `formulas_inert`, every cell (header names too) a spreadsheet would run as a formula is written as text
     (`formula_inert`)."""
     cell = formula_inert if formulas_inert else (lambda value: value)
@@ -248,6 +256,7 @@ def write_outcomes(file, header, outcomes, columns, formulas_inert=False) -> Non
     writer.writerow([cell(name) for name in header] + [_name_apart(name, header) for name in columns])
     for outcome in outcomes:
         writer.writerow([cell(outcome.values.get(name)) for name in header]
+                        + [cell(value) for value in getattr(outcome.values, "overflow", ())]
                         + [cell(getattr(outcome, name)) for name in columns])
 
 
