@@ -156,6 +156,12 @@ def _check_writable(path: str) -> None:
         os.remove(path)
 
 
+def _default_rejected_path(file: str, dry_run: bool) -> str:
+    """Beside the file: crm.csv -> crm.rejected.csv; a dry run's its own, crm.dry-run.rejected.csv (it wrote over the
+    real run's, whose rows were still to fix: operator walk)."""
+    return f"{os.path.splitext(file)[0]}{'.dry-run' if dry_run else ''}.rejected.csv"
+
+
 @subscriptions_cli.command("import")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--account", "account_id", required=True, help="Account id (acct_…).")
@@ -164,8 +170,10 @@ def _check_writable(path: str) -> None:
                                     "else the type is read from each URL).")
 @click.option("--metadata", default="", help="Columns kept as custom_metadata, comma-separated.")
 @click.option("--rejected", "rejected_path", type=click.Path(dir_okay=False),
-              help="Where rejected rows go, with the reason (default: beside FILE, crm.csv -> crm.rejected.csv).")
-@click.option("--dry-run", is_flag=True, help="Apply every rule, create nothing.")
+              help="Where rejected rows go, with the reason (default: beside FILE, crm.csv -> crm.rejected.csv; "
+                   "a dry run's -> crm.dry-run.rejected.csv).")
+@click.option("--dry-run", is_flag=True, help="Apply every rule, create nothing; the rows it would reject go to "
+                                              "crm.dry-run.rejected.csv, never over the real run's crm.rejected.csv.")
 def import_subscriptions(file, account_id, column, type_column, metadata, rejected_path, dry_run):
     """Subscribe to every profile of a CSV exported from a CRM; safe to re-run."""
     _existing_account(account_id)
@@ -185,7 +193,7 @@ def import_subscriptions(file, account_id, column, type_column, metadata, reject
     verb = "would be created" if dry_run else "created"
     click.echo(f"rows={report.rows} {verb}={report.created} already_present={report.present} "
                f"rejected={len(report.refused)}")
-    rejected_path = rejected_path or f"{os.path.splitext(file)[0]}.rejected.csv"
+    rejected_path = rejected_path or _default_rejected_path(file, dry_run)
     if report.refused:
         try:
             with open(rejected_path, "w", newline="", encoding="utf-8") as rejected_file:

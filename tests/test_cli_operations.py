@@ -150,6 +150,19 @@ def test_a_dry_run_keeps_the_rejected_file_and_the_import_is_never_its_own_repor
     assert len(_rejected(crm_file)) == len(CRM_ROWS)
 
 
+def test_a_dry_run_writes_its_rejected_rows_apart_from_the_real_runs(runner, alice, crm_file, tmp_path):
+    """A dry run after fixing some rows wrote its own rejections over crm.rejected.csv: the real run's rows still
+    to fix were lost."""
+    _ok(runner, "subscriptions", "import", crm_file, "--account", alice.account_id)
+    real_runs = (tmp_path / "crm.rejected.csv").read_bytes()
+    _write_csv(tmp_path / "crm.csv", ["Name", "LinkedIn Profile", "Owner", "Segment"],
+               [row for row in CRM_ROWS if row[0] != "Blank"])
+    output = _ok(runner, "subscriptions", "import", crm_file, "--account", alice.account_id, "--dry-run")
+    assert (tmp_path / "crm.rejected.csv").read_bytes() == real_runs
+    assert f"rejected rows and their reasons: {tmp_path / 'crm.dry-run.rejected.csv'}" in output
+    assert [row["Name"] for row in _rejected(tmp_path / "crm.dry-run.rejected.csv")] == ["Elsewhere"]
+
+
 def test_a_row_with_cells_past_the_header_is_written_to_the_rejected_file_as_read(runner, alice, tmp_path):
     """Its cells past the header's were dropped from the rejected file: the row could not be fixed (the value holding
     the delimiter quoted) and imported again as it was."""
