@@ -5,6 +5,7 @@ import json
 import os
 import signal
 import sys
+from collections import Counter
 
 import click
 from flask import current_app
@@ -222,16 +223,29 @@ deliveries_cli = OperatorGroup("deliveries", help="Send webhook deliveries in th
 @deliveries_cli.command("run")
 @click.option("--once", is_flag=True, help="Send one batch, then stop.")
 def run_deliveries(once):
-    """Send the deliveries that are due now (batch after batch until none is due)."""
+    """Send the deliveries that are due now (batch after batch until none is due) and say what became of the tries:
+    delivered, failed with a next try (retrying), failed with none (failed), claimed but not sent (released)."""
     from app.worker import deliveries
+    outcomes = Counter()
     with _stopped_by_signals("the sends") as stopped:  # SIGTERM killed it, its claims (a batch) left for the lease
         def keep_going():
             return not stopped
-        sent = deliveries.deliver_due(keep_going) if once else deliveries.deliver_until_idle(keep_going=keep_going)
-    click.echo(f"sent={sent}")
+        if once:
+            deliveries.deliver_due(keep_going, outcomes)
+        else:
+            deliveries.deliver_until_idle(keep_going=keep_going, outcomes=outcomes)
+    click.echo(" ".join(f"{name}={outcomes[name]}" for name in DELIVERY_OUTCOMES))
     if stopped:
         raise click.ClickException(f"stopped by {stopped[0]}: the sends under way were recorded and the claimed ones "
                                    "not started released for the scheduler; the rest of the run was not made.")
+    tried = outcomes["retrying"] + outcomes["failed"]
+    if tried and not outcomes["delivered"]:  # as for checks: so that cron sees an outage (of ours, or an endpoint's)
+        raise click.ClickException(
+            f"every try failed ({tried}): {outcomes['retrying']} will be tried again when due, {outcomes['failed']} "
+            "have no further try (redeliver or recover them); the log says why for each.")
+
+
+DELIVERY_OUTCOMES = ("delivered", "retrying", "failed", "released")
 
 
 @click.command("serve", context_settings={"ignore_unknown_options": True})

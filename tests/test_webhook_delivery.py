@@ -8,6 +8,7 @@ import signal
 import socket
 import threading
 import time
+from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import timedelta, timezone
 from types import SimpleNamespace
@@ -840,10 +841,30 @@ def test_the_cli_sends_what_is_due(alice, runner):
         configure(alice, receiver.url)
         ids = record_events(alice.account_id, 3)
         once = runner.invoke(args=["deliveries", "run", "--once"])
-        assert once.exit_code == 0 and once.output.strip() == "sent=3"
+        assert once.exit_code == 0 and once.output.strip() == "delivered=3 retrying=0 failed=0 released=0"
         again = runner.invoke(args=["deliveries", "run"])
-        assert again.exit_code == 0 and again.output.strip() == "sent=0"
+        assert again.exit_code == 0 and again.output.strip() == "delivered=0 retrying=0 failed=0 released=0"
     assert sorted(receiver.event_ids) == sorted(ids)
+
+
+@pytest.mark.parametrize("once", [False, True])
+def test_the_cli_says_what_became_of_its_tries_and_fails_when_none_was_delivered(alice, app, runner, monkeypatch,
+                                                                                  once):
+    """It printed `sent=N`, failed tries counted as sent, and exited 0 whatever happened (operator walk)."""
+    monkeypatch.setitem(app.config, "WEBHOOK_RETRY_SCHEDULE", [600])  # the first run's retry is not due in the second
+    run = ["deliveries", "run", *(["--once"] if once else [])]
+    replies = iter([Reply(status=200), Reply(status=503), Reply(status=503), Reply(status=410)])  # 410: no retry
+    with Receiver(lambda received: next(replies)) as receiver:
+        configure(alice, receiver.url)
+        record_events(alice.account_id, 2)
+        some = runner.invoke(args=run)
+        assert some.exit_code == 0 and some.output.strip() == "delivered=1 retrying=1 failed=0 released=0"
+        record_events(alice.account_id, 2)
+        none = runner.invoke(args=run)
+    assert none.exit_code == 1 and none.output.splitlines() == [
+        "delivered=0 retrying=1 failed=1 released=0",
+        "Error: every try failed (2): 1 will be tried again when due, 1 have no further try (redeliver or recover "
+        "them); the log says why for each."]
 
 
 @pytest.mark.parametrize("once", [False, True])
@@ -1426,7 +1447,8 @@ def test_a_batch_the_pool_refuses_is_given_back(alice, app):
     sending = deliveries._Sending(pool, 2, 100, slow_after=5)
     sending.add([batch])
     assert all(future.done() for future in batch.futures) and sending.idle()
-    assert deliveries._record(batch) == 0
+    outcomes = Counter()
+    assert deliveries._record(batch, outcomes) == 0 and outcomes == {"released": 7}
     db.session.remove()
     rows = db.session.scalars(select(OutboxDelivery)).all()
     assert len(rows) == 7 and all(row.claim_token is None for row in rows)

@@ -258,13 +258,15 @@ def attempt_totals_since(session, account_id: str, first_day) -> dict:
     return {status: (int(count), int(duration_ms)) for status, count, duration_ms in rows}
 
 
-def record_results(token: str, results: list) -> None:
+def record_results(token: str, results: list) -> Counter:
     """Write a sent batch [(Claimed, Outcome)] in one transaction: every try, and for each delivery still
     leased by this sender its next try, or the end of the delivery (its outbox row goes; the event keeps the
     outcome). The next try follows the row's tries as they are now: a redelivery during the send restarted them.
-    Rows are taken in the lock order of `write_transaction` (the configurations first, the counters last)."""
+    Rows are taken in the lock order of `write_transaction` (the configurations first, the counters last).
+    Returns how many tries were `delivered`, failed with a next try (`retrying`) and failed with none (`failed`)."""
+    tally = Counter()
     if not results:
-        return
+        return tally
     with write_transaction() as session:
         now = utcnow()
         configs = events.webhook_configs_for(session, {claimed.account_id for claimed, _ in results}, to_update=True)
@@ -280,6 +282,7 @@ def record_results(token: str, results: list) -> None:
             ours = claimed.delivery_id in still_ours  # else dropped, or another sender's now: no next try from us
             tries, next_at = _next_try(still_ours.get(claimed.delivery_id), claimed, outcome, now)
             status = "pending" if next_at else ("succeeded" if outcome.succeeded else "failed")
+            tally[_what_became_of(outcome, ours and next_at)] += 1
             attempts.append(attempt_row(claimed.account_id, claimed.outgoing.event_id, claimed.event_type,
                                         claimed.outgoing.attempt, outcome, now, next_at))
             if not outcome.succeeded:
@@ -304,6 +307,15 @@ def record_results(token: str, results: list) -> None:
         _update_endpoint_health(configs.values(), results, now)
         store_attempts(session, [attempt for attempt in attempts if attempt["event_id"] in kept])
     metrics.observe_deliveries(results, now)
+    return tally
+
+
+def _what_became_of(outcome: Outcome, tried_again) -> str:
+    """A try as `record_results` counts it (a failed one whose delivery is no longer this sender's: `failed`, its
+    next try, if any, another sender's)."""
+    if outcome.succeeded:
+        return "delivered"
+    return "retrying" if tried_again else "failed"
 
 
 def _next_try(held, claimed: Claimed, outcome: Outcome, now) -> tuple:

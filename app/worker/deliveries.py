@@ -53,13 +53,15 @@ def _claim(app, keep_going, limit: int, room=None) -> list:
     return [InFlight(token, batch, [Future() for _ in batch], send_unless_stopped) for batch in by_account.values()]
 
 
-def _record(in_flight: InFlight) -> int:
-    """Record the tries made, release the ones skipped; returns how many were sent."""
+def _record(in_flight: InFlight, outcomes: Counter) -> int:
+    """Record the tries made, release the ones skipped; returns how many were sent, and counts in `outcomes` what
+    became of them (`outbox.record_results`) and how many were `released` unsent."""
     results = [(claimed, future.result()) for claimed, future in zip(in_flight.batch, in_flight.futures)]
     sent = [(claimed, outcome) for claimed, outcome in results if outcome is not None]
-    _once_more_if_it_fails(outbox.record_results, in_flight.token, sent)
+    outcomes.update(_once_more_if_it_fails(outbox.record_results, in_flight.token, sent))
     unsent = [claimed.delivery_id for claimed, outcome in results if outcome is None]
     _once_more_if_it_fails(outbox.release, in_flight.token, unsent)
+    outcomes["released"] += len(unsent)
     if unsent:
         woken.set()  # due again now: the next claim need not wait for the poll
     return len(sent)
@@ -67,13 +69,14 @@ def _record(in_flight: InFlight) -> int:
 
 def _once_more_if_it_fails(write, *args):
     """A write transaction, tried again a second later when it fails (a connection dropped, a lock timed out):
-    a try's record is worth more than the delivery it would otherwise cost again after the lease."""
+    a try's record is worth more than the delivery it would otherwise cost again after the lease. Returns what
+    `write` returns."""
     try:
-        write(*args)
+        return write(*args)
     except Exception:  # noqa: BLE001 - the second failure is raised
         log.warning("writing a delivery batch failed; trying once more", exc_info=True)
         time.sleep(RECORD_RETRY_SECONDS)
-        write(*args)
+        return write(*args)
 
 
 def _sender_pool(app) -> ThreadPoolExecutor:
@@ -86,16 +89,17 @@ def _sending(app, pool) -> "_Sending":
                     slow_after=app.config["WEBHOOK_TIMEOUT_SECONDS"] / 2)
 
 
-def deliver_due(keep_going=always) -> int:
+def deliver_due(keep_going=always, outcomes=None) -> int:
     """Claim one batch of due deliveries, send it with a bounded pool of workers outside any transaction,
     and record the results (the tries not started once `keep_going` says stop are released). Returns how many were
-    sent (0: nothing was due)."""
+    sent (0: nothing was due); counts what became of them in `outcomes`, a Counter, when given (`_record`)."""
     app = current_app._get_current_object()
+    outcomes = Counter() if outcomes is None else outcomes
     with _sender_pool(app) as pool:
         sending = _sending(app, pool)
         batches = _claim(app, keep_going, app.config["WEBHOOK_BATCH_SIZE"])
         sending.add(batches)
-        return sum(_record_or_leave(batch) for batch in batches)
+        return sum(_record_or_leave(batch, outcomes) for batch in batches)
 
 
 class _Sending:
@@ -243,8 +247,9 @@ class _Sending:
         return done
 
 
-def deliver_until_idle(budget_seconds=None, keep_going=always) -> int:
-    """Deliver batch after batch until nothing is due (or the budget is spent); returns how many were sent.
+def deliver_until_idle(budget_seconds=None, keep_going=always, outcomes=None) -> int:
+    """Deliver batch after batch until nothing is due (or the budget is spent); returns how many were sent, and
+    counts what became of them in `outcomes`, a Counter, when given (`_record`).
 
     A batch is claimed whenever a sender is idle, and every SHARE_CLAIM_SECONDS while batches are in flight, so an
     account that has deliveries due while another's slow endpoint occupies the senders gets the next one free
@@ -253,6 +258,7 @@ def deliver_until_idle(budget_seconds=None, keep_going=always) -> int:
     app = current_app._get_current_object()
     deadline = None if budget_seconds is None else time.monotonic() + budget_seconds
     sent, due, last_look = 0, True, time.monotonic()
+    outcomes = Counter() if outcomes is None else outcomes
     with _sender_pool(app) as pool:
         sending = _sending(app, pool)
         try:
@@ -279,7 +285,7 @@ def deliver_until_idle(budget_seconds=None, keep_going=always) -> int:
                     if claimed:
                         continue
                 for batch in sending.finished():
-                    sent += _record_or_leave(batch)
+                    sent += _record_or_leave(batch, outcomes)
                 if not sending.batches and (stopping or not in_budget or not (due or woken.is_set())):
                     if due and not stopping:  # the budget ran out with more due: the next round starts at once
                         woken.set()
@@ -287,13 +293,13 @@ def deliver_until_idle(budget_seconds=None, keep_going=always) -> int:
                 sending.changed.wait(RECHECK_SECONDS)
         finally:  # a claim failed (the database went away): the batches already sent are still recorded
             for batch in sending.batches:
-                _record_or_leave(batch)
+                _record_or_leave(batch, outcomes)
 
 
-def _record_or_leave(batch: InFlight) -> int:
+def _record_or_leave(batch: InFlight, outcomes: Counter) -> int:
     """`_record`; a batch whose record fails is left to its lease (logged), and the other batches still go on."""
     try:
-        return _record(batch)
+        return _record(batch, outcomes)
     except Exception:  # noqa: BLE001 - one batch's failure must not drop the others' records
         log_loop_failure(log, "recording a batch of %s deliveries failed: they are sent again once their lease ends",
                          len(batch.batch))
