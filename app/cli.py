@@ -253,6 +253,8 @@ DELIVERY_OUTCOMES = ("delivered", "retrying", "failed", "released")
 def serve(gunicorn_args):
     """Serve the API with gunicorn and the in-process scheduler (BIND, WEB_CONCURRENCY, GUNICORN_THREADS;
     extra arguments go to gunicorn)."""
+    from app.gunicorn_main import stop_cleanly_while_starting
+    stop_cleanly_while_starting()
     from app.config import ConfigError
     from app.exits import APP_LOAD_ERROR, stop
     from app.serving import check_serve_settings, gunicorn_settings, load, refuse_unsafe_process_model

@@ -602,6 +602,32 @@ def test_gunicorns_re_exec_of_serve_runs_this_package_beside_a_folder_named_app(
     assert done.returncode == 0, done.stderr
 
 
+def stalled_start_up(folder: Path) -> tuple:
+    """Python that marks a file, then waits (a start-up step that takes its time): (its code, the marked file)."""
+    marked = folder / "started"
+    return f"open({str(marked)!r}, 'w').close()\nimport time\ntime.sleep(60)\n", marked
+
+
+@pytest.mark.parametrize("where", ["serve", "gunicorn"])
+def test_sigterm_while_serve_starts_stops_it_in_one_line(service, tmp_path, where):
+    """Before gunicorn was up, SIGTERM ended `serve` with exit 143 and no word (operator walk). Stalled in `serve`
+    itself (its settings read, the instance's config.py) or, after its exec, in gunicorn loading its config file."""
+    code, marked = stalled_start_up(tmp_path)
+    if where == "serve":
+        (tmp_path / "config.py").write_text(code)
+        argv, env = [str(BIN / "entity-monitor"), "serve"], {"BIND": f"127.0.0.1:{free_port()}"}
+    else:
+        (tmp_path / "stalled_conf.py").write_text(code)
+        argv = [sys.executable, str(ROOT / "app" / "gunicorn_main.py"), "-c", "python:stalled_conf", "app.wsgi:app"]
+        env = {"PYTHONPATH": str(tmp_path)}
+    process = service.start(*argv, env=env)
+    with running(process):
+        service.wait_for(marked.exists, what="the start-up to stall")
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(10) == 0  # as gunicorn exits once up
+        assert process.stderr.read() == "entity-monitor: stopped by SIGTERM while starting, before serving\n"
+
+
 def test_flask_run_serves_with_the_scheduler(service):
     service.create_account()
     port = free_port()
