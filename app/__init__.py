@@ -39,11 +39,6 @@ def create_app(test_config=None):
     app.json.sort_keys = False
     # `/api/v1//account` is an unknown route (404 in JSON), not an HTML redirect to a Location built from the Host
     app.url_map.merge_slashes = False
-    try:
-        os.makedirs(app.instance_path, exist_ok=True)
-    except OSError as error:  # a file there, no permission, a read-only file system
-        raise config_module.ConfigError(f"INSTANCE_PATH={app.instance_path!r} cannot be used as a folder: "
-                                        f"{error.strerror}") from None
     _configure(app, test_config)
     configure_logging(app)
     hops = app.config["TRUSTED_PROXY_HOPS"]
@@ -67,6 +62,16 @@ def create_app(test_config=None):
     from app.cli import register_commands
     register_commands(app)
     return app
+
+
+def make_instance_folder(app) -> None:
+    """The instance folder, made by `db upgrade` as it creates the database there: every command made it, and one
+    that only reads left it behind, empty, where no database was (operator walk)."""
+    try:
+        os.makedirs(app.instance_path, exist_ok=True)
+    except OSError as error:  # a file there, no permission, a read-only file system
+        raise config_module.ConfigError(f"INSTANCE_PATH={app.instance_path!r} cannot be used as a folder: "
+                                        f"{error.strerror}") from None
 
 
 def _end_the_session(_error=None):

@@ -1,6 +1,7 @@
 """Operator commands (contract §9, §10): the `entity-monitor` console script, or `flask --app wsgi …` in a
 checkout: accounts|checks|deliveries|scheduler|db …, and `serve`."""
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -12,7 +13,7 @@ from flask import current_app
 from flask.cli import AppGroup, FlaskGroup
 
 from app.common import isoformat
-from app.database import cannot_serve
+from app.database import cannot_serve, missing_database
 from app.errors import ServiceError
 from app.exits import stop
 from app.extensions import db
@@ -22,7 +23,14 @@ from app.services import accounts
 class OperatorGroup(AppGroup):
     """A group of operator commands: a database that cannot serve (no schema, another release's, unreachable) is
     one line and exit 1 however the command is run; the console script said so, `flask --app wsgi …` ended in
-    SQLAlchemy's traceback (operability walk)."""
+    SQLAlchemy's traceback (operability walk). So is a SQLite file that is not there (`on_an_existing_database`)."""
+
+    def command(self, *args, existing_database=True, **kwargs):
+        """AppGroup's command, `on_an_existing_database` unless told otherwise (a command that checks it itself)."""
+        def decorator(callback):
+            return super(OperatorGroup, self).command(*args, **kwargs)(
+                on_an_existing_database(callback) if existing_database else callback)
+        return decorator
 
     def invoke(self, ctx):
         try:
@@ -30,6 +38,18 @@ class OperatorGroup(AppGroup):
         except Exception as error:  # noqa: BLE001 - anything else is raised as it is
             _stop_where_the_database_cannot_serve(error)
             raise
+
+
+def on_an_existing_database(callback):
+    """A command's callback, run only where the database is there: a SQLite file that is not is one line, naming it
+    and how to create it, and exit 1, before anything connects (SQLite created it empty: operator walk)."""
+    @functools.wraps(callback)
+    def run(*args, **kwargs):
+        problem = missing_database(current_app.config["SQLALCHEMY_DATABASE_URI"])
+        if problem is not None:
+            stop(problem, 1)
+        return callback(*args, **kwargs)
+    return run
 
 
 def _stop_where_the_database_cannot_serve(error) -> None:
@@ -162,7 +182,7 @@ def _stopped_by_signals(work="the checks"):
 scheduler_cli = OperatorGroup("scheduler", help="The scheduler as its own process.")
 
 
-@scheduler_cli.command("run")
+@scheduler_cli.command("run", existing_database=False)  # refused with exit 4, below, as `serve` refuses it
 def run_scheduler():
     """Run checks and deliveries until stopped (give web workers SCHEDULER_ENABLED=0)."""
     from app.serving import refuse_a_database_that_cannot_serve

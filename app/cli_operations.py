@@ -13,7 +13,7 @@ from flask import current_app
 from flask.cli import with_appcontext
 
 from app.api.http import load
-from app.cli import OperatorGroup, _fail as fail, accounts_cli
+from app.cli import OperatorGroup, _fail as fail, accounts_cli, on_an_existing_database
 from app.common import isoformat
 from app.errors import ServiceError
 from app.schemas.account import ApiKeyCreateSchema
@@ -94,7 +94,8 @@ def revoke_key(key_id):
 @click.command("show")
 @click.argument("account_id")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@with_appcontext  # added to `accounts` from here: its own commands get theirs from AppGroup
+@with_appcontext  # added to `accounts` from here: its own commands get theirs from AppGroup (and OperatorGroup)
+@on_an_existing_database
 def show_account(account_id, as_json):
     """An account: tier, subscriptions against the cap, trial, keys and webhook endpoint."""
     described = accounts.describe(_existing_account(account_id))

@@ -6,6 +6,7 @@ with "database is locked"; the threads of one process first queue on an in-proce
 `write_transaction`). On PostgreSQL the same code runs with ordinary transactions.
 """
 import json
+import os
 import re
 import threading
 import weakref
@@ -13,7 +14,7 @@ from collections import namedtuple
 from contextlib import contextmanager, nullcontext
 
 from sqlalchemy import Float, LargeBinary, Numeric, bindparam, event, func, literal, literal_column, select
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
@@ -292,6 +293,17 @@ def busy_or_unreachable(error: Exception):
         return (f"the database (DATABASE_URL) is busy: {_first_line(orig)} (another process held its write lock "
                 "past SQLITE_BUSY_TIMEOUT_MS)")
     return unreachable(error)
+
+
+def missing_database(url: str):
+    """One line for an operator when the database is a SQLite file that is not there (SQLite would create it empty,
+    and a command that only reads made one: operator walk); None for any other database."""
+    parsed = make_url(url)
+    if (parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:")
+            or parsed.query.get("uri") or os.path.exists(parsed.database)):  # a URI's file name is SQLite's to read
+        return None
+    return (f"there is no database at {os.path.abspath(parsed.database)}: create it with `entity-monitor db upgrade`, "
+            "or point DATABASE_URL (or INSTANCE_PATH) at the one in use")
 
 
 def cannot_serve(error: Exception):

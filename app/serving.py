@@ -16,7 +16,7 @@ from sqlalchemy.exc import DBAPIError
 from app import cpu_affinity, create_app
 from app.admission import QueuedRequests
 from app.config import ConfigError, parse_whole_number
-from app.database import login_refused, missing_schema, unreachable
+from app.database import login_refused, missing_database, missing_schema, unreachable
 from app.exits import APP_LOAD_ERROR, WORKER_BOOT_ERROR, stop
 from app.extensions import db
 from app.services import usage
@@ -58,7 +58,11 @@ def keep_start_up_objects_out_of_collections() -> None:
 
 def refuse_a_database_that_cannot_serve(app):
     """Before a long-running process starts (`serve`, `scheduler run`): a schema of another release or none stops it
-    for good, a database it cannot reach stops it to be started again (`_stop_in_one_line`)."""
+    for good, and so does a SQLite file that is not there (`missing_database`: SQLite would create it empty); a
+    database it cannot reach stops it to be started again (`_stop_in_one_line`)."""
+    problem = missing_database(app.config["SQLALCHEMY_DATABASE_URI"])
+    if problem is not None:
+        stop(problem, APP_LOAD_ERROR)
     try:
         refuse_a_schema_of_another_release(app)
     except DBAPIError as error:

@@ -6,6 +6,10 @@ from flask import current_app
 from alembic import context
 from sqlalchemy import text
 
+from app import make_instance_folder
+from app.config import ConfigError
+from app.exits import APP_LOAD_ERROR, stop
+
 # this is the Alembic Config object, which provides
 # access to the values within the .ini file in use.
 config = context.config
@@ -90,6 +94,10 @@ def run_migrations_online():
     if conf_args.get("process_revision_directives") is None:
         conf_args["process_revision_directives"] = process_revision_directives
 
+    try:  # the database is created here, and with it the instance folder where it is the default one
+        make_instance_folder(current_app)
+    except ConfigError as error:
+        stop(f"configuration refused: {error}", APP_LOAD_ERROR)
     connectable = get_engine()
 
     with connectable.connect() as connection:

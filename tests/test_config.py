@@ -133,13 +133,16 @@ def test_a_missing_metrics_directory_is_one_line_in_every_process(tmp_path):
         "directory this process can write in: create it (empty) before the service starts\n")
 
 
-def test_an_instance_path_that_cannot_be_a_folder_is_one_line(monkeypatch, tmp_path):
-    """A file in its place (or no permission) was os.makedirs' traceback in every command."""
+def test_an_instance_path_that_cannot_be_a_folder_is_one_line(tmp_path):
+    """A file in its place (or no permission) was os.makedirs' traceback in every command. `db upgrade` makes the
+    folder, with the database in it (a command that only reads made it empty)."""
     (tmp_path / "taken").write_text("")
-    monkeypatch.setenv("INSTANCE_PATH", str(tmp_path / "taken" / "instance"))
-    from app import create_app
-    with pytest.raises(ConfigError, match=r"^INSTANCE_PATH='.*/taken/instance' cannot be used as a folder: "):
-        create_app({"SQLALCHEMY_DATABASE_URI": "sqlite://"})
+    env = {name: value for name, value in os.environ.items() if name != "DATABASE_URL"}
+    done = subprocess.run([str(Path(sys.executable).parent / "entity-monitor"), "db", "upgrade"], capture_output=True,
+                          text=True, timeout=120, env={**env, "INSTANCE_PATH": str(tmp_path / "taken" / "instance")})
+    assert done.returncode == 4 and done.stderr == (
+        f"entity-monitor: configuration refused: INSTANCE_PATH={str(tmp_path / 'taken' / 'instance')!r} cannot be used "
+        "as a folder: Not a directory\n")
 
 
 def test_instance_config_values_of_their_own_type_stand(monkeypatch, tmp_path):

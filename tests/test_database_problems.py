@@ -33,6 +33,7 @@ def own_database(tmp_path, database, name, change=None) -> str:
     """A database of the test's own (never the worker's shared schema): empty, or migrated then `change`d."""
     if database == "sqlite":
         url = f"sqlite:///{tmp_path / f'{name}.db'}"
+        (tmp_path / f"{name}.db").touch()  # there, without a schema (SQLite's empty file)
     else:
         url = url_with_own_schema(f"{name}_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}")
     if change:
@@ -82,11 +83,12 @@ def test_a_database_with_an_older_schema_is_named_in_one_line_too(tmp_path, data
     assert only_line(done).startswith(f"{NO_SCHEMA} (") and "trial_ends_at" in only_line(done)
 
 
-@pytest.mark.parametrize("url, problem", [
-    (UNREACHABLE_POSTGRESQL, "the database (DATABASE_URL) cannot be used: connection failed"),
-    ("sqlite:////nonexistent/folder/x.db", "the database (DATABASE_URL) cannot be used: unable to open database file"),
+@pytest.mark.parametrize("url, problem, args", [
+    (UNREACHABLE_POSTGRESQL, "the database (DATABASE_URL) cannot be used: connection failed", ["accounts", "list"]),
+    (UNREACHABLE_POSTGRESQL, "the database (DATABASE_URL) cannot be used: connection failed", ["db", "upgrade"]),
+    ("sqlite:////nonexistent/folder/x.db", "the database (DATABASE_URL) cannot be used: unable to open database file",
+     ["db", "upgrade"]),
 ])
-@pytest.mark.parametrize("args", [["accounts", "list"], ["db", "upgrade"]])
 def test_a_database_that_cannot_be_reached_is_named_in_one_line(tmp_path, url, problem, args):
     """A refused connection or an unopenable file ended in a traceback of 150 lines."""
     done = entity_monitor(tmp_path, url, *args)
@@ -94,6 +96,32 @@ def test_a_database_that_cannot_be_reached_is_named_in_one_line(tmp_path, url, p
     if url.startswith("sqlite"):  # it named neither the file nor why (operability walk)
         assert only_line(done).endswith("(the file and its folder must exist and be writable by this user: SQLite "
                                         "writes its -wal and -shm files beside the database)")
+
+
+def files_under(folder) -> list:
+    return sorted(str(path.relative_to(folder)) for path in folder.rglob("*"))
+
+
+@pytest.mark.parametrize("args, code", [
+    (["accounts", "list"], 1), (["accounts", "show", "acct_x"], 1), (["accounts", "create", "--name", "Acme"], 1),
+    (["keys", "list", "--account", "acct_x"], 1), (["checks", "run"], 1), (["deliveries", "run"], 1),
+    (["providers", "status"], 1), (["events", "prune"], 1), (["scheduler", "run"], 4), (["serve"], 4),
+])
+@pytest.mark.parametrize("where", ["instance", "url"])
+def test_a_command_on_a_database_that_is_not_there_says_so_and_creates_nothing(tmp_path, args, code, where):
+    """SQLite created the file, empty, and the instance folder with it: a command that only reads left an empty
+    database behind (operator walk), and said `no such table` (`serve`, `scheduler run`: no schema) of a database
+    that was never there. `db upgrade` creates it; the long-running commands exit 4, not restarted."""
+    instance = tmp_path / "instance"
+    url = f"sqlite:///{tmp_path / 'gone.db'}" if where == "url" else ""  # "": the instance folder's monitor.db
+    database = tmp_path / "gone.db" if where == "url" else instance / "monitor.db"
+    done = entity_monitor(tmp_path, url, *args, INSTANCE_PATH=str(instance), **SERVING)
+    assert done.returncode == code and done.stdout == "" and "Traceback" not in done.stderr
+    assert (f"entity-monitor: there is no database at {database}: create it with `entity-monitor db upgrade`, or "
+            "point DATABASE_URL (or INSTANCE_PATH) at the one in use") in done.stderr.splitlines()
+    assert files_under(tmp_path) == []
+    assert entity_monitor(tmp_path, url, "db", "upgrade", INSTANCE_PATH=str(instance)).returncode == 0
+    assert entity_monitor(tmp_path, url, "accounts", "list", INSTANCE_PATH=str(instance)).returncode == 0
 
 
 @pytest.mark.parametrize("database", DATABASES)
