@@ -28,10 +28,25 @@ def cut_echo(text: str) -> str:
 
 def _completes_previous(text: str, index: int) -> bool:
     """Whether text[index] belongs with the character before it: a combining mark (accents, variation selectors), an
-    emoji skin tone, or either side of a zero-width joiner."""
+    emoji skin tone, either side of a zero-width joiner, an emoji tag (a subdivision flag's letters), a flag's second
+    regional indicator, or a Hangul vowel or final consonant jamo."""
     character = text[index]
     return (unicodedata.category(character).startswith("M") or "\U0001f3fb" <= character <= "\U0001f3ff"
-            or ZERO_WIDTH_JOINER in (character, text[index - 1]))
+            or ZERO_WIDTH_JOINER in (character, text[index - 1]) or "\U000e0020" <= character <= "\U000e007f"
+            or "\u1160" <= character <= "\u11ff" or "\ud7b0" <= character <= "\ud7ff"
+            or _is_regional_indicator(character) and _regional_indicators_before(text, index) % 2 == 1)
+
+
+def _is_regional_indicator(character: str) -> bool:
+    return "\U0001f1e6" <= character <= "\U0001f1ff"
+
+
+def _regional_indicators_before(text: str, index: int) -> int:
+    """How many regional indicators run up to text[index]: a flag is a pair of them, so an odd count parts one."""
+    count = 0
+    while count < index and _is_regional_indicator(text[index - 1 - count]):
+        count += 1
+    return count
 
 
 class ServiceError(Exception):

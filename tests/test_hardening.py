@@ -515,3 +515,14 @@ def test_an_echo_is_not_cut_between_a_character_and_what_completes_it(tail):
     assert cut_echo("x" * 199 + tail + "y" * 50) == "x" * 199 + "…"
     whole = "x" * (200 - len(tail)) + tail
     assert cut_echo(whole + "y" * 50) == whole + "…"
+
+
+@pytest.mark.parametrize("text, kept", [
+    ("x" + "\U0001f1eb\U0001f1f7" * 150, "x" + "\U0001f1eb\U0001f1f7" * 99),  # flags: pairs of regional indicators
+    ("\U0001f1eb\U0001f1f7" * 150, "\U0001f1eb\U0001f1f7" * 100),
+    ("x" * 197 + "\U0001f3f4\U000e0067\U000e0062\U000e0065\U000e006e\U000e0067\U000e007f", "x" * 197),  # England
+    ("x" * 199 + "\u1100\u1161\u11a8", "x" * 199)])  # 각 written as its three jamo
+def test_an_echo_is_not_cut_inside_a_flag_or_a_hangul_syllable(text, kept):
+    """A flag is two regional indicators (or a black flag and tags), a Hangul syllable may be written as its jamo: cut
+    at 200 characters, 🇫🇷 came back as 🇫 alone, 🏴󠁧󠁢󠁥󠁮󠁧󠁿 as a black flag, 각 as ᄀ."""
+    assert cut_echo(text) == kept + "…"
