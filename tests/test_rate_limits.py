@@ -416,3 +416,18 @@ def test_a_dashboard_import_refused_for_its_content_spends_a_bulk_call(app, alic
     for _ in range(LIMITS["bulk"]):
         browser.post("/subscriptions/import", data={"rows": ""})
     _refused_page(browser.post("/subscriptions/import", data={"rows": ""}))
+
+
+def test_the_time_to_send_a_refused_form_again_is_not_before_the_key_can_be_used(app, alice, monkeypatch):
+    """The time was cut to its minute: 45 seconds to wait from 12:00:30 said "from 12:01", and a form sent again at
+    12:01 was refused again; it is the minute from which the key can be used (rounded up)."""
+    import app.dashboard as dashboard
+    now = utcnow().replace(second=0, microsecond=500_000)  # any wait in whole seconds ends past a minute's start
+    monkeypatch.setattr(dashboard, "utcnow", lambda: now)
+    browser = _dashboard(app, alice)
+    _spend(alice, "POST", "/subscriptions", LIMITS["write"], json={})
+    refused = browser.post("/subscriptions", data={"url": "https://www.linkedin.com/in/jane"})
+    _refused_page(refused)
+    again = re.search(r"send it again from ([0-9]{2}:[0-9]{2}) UTC", refused.get_data(as_text=True)).group(1)
+    usable = now + timedelta(seconds=int(refused.headers["Retry-After"]))
+    assert again == f"{usable.replace(second=0, microsecond=0) + timedelta(minutes=1):%H:%M}"

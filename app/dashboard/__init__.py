@@ -232,10 +232,16 @@ def _too_many(error) -> dict:
     after = f"{minutes} minute{'' if minutes == 1 else 's'}"
     if request.endpoint == "dashboard.login":  # limited by address, not a key (dashboard walk)
         return {"message": f"Too many sign-ins without a valid key from this address. Try again in {after}."}
-    again = f"{utcnow() + timedelta(seconds=seconds):%H:%M} UTC"
+    again = f"{_minute_from(utcnow() + timedelta(seconds=seconds)):%H:%M} UTC"
     return {"message": f"{error.message} This key can be used again in {after}.",
             "back": _page_sent_from() if request.method == "POST" else request.full_path.rstrip("?"),
             "keeps_form": f"This key's rate limit was reached, so nothing was done: send it again from {again}."}
+
+
+def _minute_from(moment):
+    """The first whole minute at or after `moment`: cut down to its minute, a form sent again then was refused again."""
+    whole = moment.replace(second=0, microsecond=0)
+    return whole if whole == moment else whole + timedelta(minutes=1)
 
 
 @bp.errorhandler(HTTPException)
