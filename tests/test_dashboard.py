@@ -6,7 +6,7 @@ import html
 import io
 import re
 from datetime import timedelta
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import pytest
 from sqlalchemy import delete, select, update
@@ -414,6 +414,24 @@ def test_a_subscription_opened_from_a_list_view_leads_back_to_it_after_its_forms
     assert _back_link_of(browser.text(added.headers["Location"])) == view
     assert _back_link_of(browser.text(opened.split("?")[0])) == "/subscriptions"  # opened from no list: the whole
     assert "?list=" not in browser.text("/subscriptions")  # (which needs none in its links)
+
+
+def test_a_subscriptions_page_carries_only_the_lists_own_view_in_its_list(browser, alice):
+    """`list=` was carried as it came, into every link and form of the page and the add's redirect: any parameter of
+    the list's address (a tracking tag), or a crafted `list` of kilobytes, went on in each of them (a 10 kB one made
+    a 10 kB Location, beyond what a proxy takes), though only the search, filters and page are read back."""
+    subscription = subscribe(alice.account_id, "person-1")
+    listed = browser.text("/subscriptions?search=person&utm_source=mail&status=active")
+    assert "utm_source" not in re.search(r'href="(/subscriptions/sub_[^"]+)"', listed).group(1)
+    junk = "search=person&" + "x=" + "y" * 10_000 + "&status=active"
+    page = browser.text(f"/subscriptions/{subscription.id}?list={quote(junk)}")
+    pause = html.unescape(re.search(r'action="([^"]*/pause[^"]*)"', page).group(1))
+    assert parse_qs(urlsplit(pause).query) == {"list": ["search=person&status=active"]}
+    assert len(page) < 8_000
+    added = browser.post("/subscriptions", data={"url": "linkedin.com/in/person-2", "list_query": junk})
+    assert parse_qs(urlsplit(added.headers["Location"]).query) == {"list": ["search=person&status=active"]}
+    not_a_list = browser.text(f"/subscriptions/{subscription.id}?list=nothing%3Dhere")
+    assert "list=" not in re.search(r'action="([^"]*/pause[^"]*)"', not_a_list).group(1)
 
 
 def test_metadata_is_edited_as_json_and_bad_json_changes_nothing(browser, alice):

@@ -3,7 +3,7 @@ refused change comes back as a notice on the page it was made from."""
 import json
 import re
 from datetime import timedelta
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, urlencode
 
 from flask import current_app, g, redirect, request, url_for
 
@@ -155,7 +155,7 @@ def subscriptions_page():
         return back_to("dashboard.subscriptions_page")
     rows, total = subscriptions.list_page(account_id(), **query)
     return render("subscriptions.html", rows=rows, total=total, filters=filters, page=page_number,
-                  pages=_page_count(total))
+                  pages=_page_count(total), opened_from=_opened_from(urlencode(list(request.args.items(multi=True)))))
 
 
 @bp.post("/subscriptions")
@@ -174,7 +174,7 @@ def add_subscription():
         return _back_to_the_list()
     notify("success", f"Subscribed to {row['url']}.")
     return back_to("dashboard.subscription_page", subscription_id=subscription.id,
-                   list=request.form.get("list_query") or None)
+                   **_opened_from(request.form.get("list_query", "")))
 
 
 ADD_ONE_WORDS = {"url": "Enter a profile URL, or an id with its type.",
@@ -254,15 +254,20 @@ def subscription_page(subscription_id):
     timeline = [{"event": row, "changes": change_rows(parse_body(row))} for row in rows]
     return render("subscription.html", subscription=subscription, timeline=timeline, total=total, page=page_number,
                   pages=_page_count(total), opened_from=_opened_from(),
-                  list_href=url_for("dashboard.subscriptions_page",
-                                    **_list_view(SUBSCRIPTIONS_VIEW, request.args.get("list", ""))),
+                  list_href=url_for("dashboard.subscriptions_page", **_list_view(SUBSCRIPTIONS_VIEW, _list_arg())),
                   metadata=json.dumps(subscription.custom_metadata or {}, indent=2, ensure_ascii=False))
 
 
-def _opened_from() -> dict:
-    """The list view a subscription's page was opened from (its `list`: the list's query), kept by its links and forms
-    for its *← Subscriptions*, which led to page 1 of the whole list (walk)."""
-    return {"list": request.args["list"]} if request.args.get("list") else {}
+def _opened_from(query=None) -> dict:
+    """The list view a subscription's page was opened from (its `list`: the list's query, or `query`), kept by its
+    links and forms for its *← Subscriptions*, which led to page 1 of the whole list (walk). Only the view's own search,
+    filters and page: anything else of the list's address, or a crafted `list`, was carried whole into every link."""
+    view = _list_view(SUBSCRIPTIONS_VIEW, _list_arg() if query is None else query)
+    return {"list": urlencode(view)} if view else {}
+
+
+def _list_arg() -> str:
+    return request.args.get("list", "")
 
 
 @bp.post("/subscriptions/<dashboard_subscription:subscription_id>/<any(pause, resume, cancel):action>")
