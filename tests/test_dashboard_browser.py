@@ -462,3 +462,27 @@ def test_the_focus_ring_stands_out_from_the_page_and_the_cards(page):
         rgb = [int(part) for part in ring[ring.index("(") + 1:ring.index(")")].split(",")[:3]]
         for background in ((255, 255, 255), (0xf5, 0xf7, 0xfa)):
             assert _contrast(rgb, background) >= 3, (selector, ring, background)
+
+
+def test_a_page_the_keys_limit_refuses_after_a_form_was_done_does_not_keep_it_as_not_done(server, page):
+    """A page refused by the key's rate limit passed on the form sent just before it as refused ("so nothing was
+    done: send it again"), though that form had been done: its answer led to this page, refused on its own (a read
+    spent, the write not). Sent again, an add or an import is refused as a duplicate; only a form refused itself, or
+    one kept from an earlier refusal, is passed on."""
+    base, env = server
+    key = new_account(env, "Busy team")
+    api = {"headers": {"X-API-Key": key}, "timeout": 10}
+    subscription_id = requests.post(f"{base}/api/v1/subscriptions", json={"entity_type": "contact",
+                                                                          "network_id": "jane-doe"}, **api).json()["id"]
+    _sign_in_at(page, f"{base}/subscriptions/{subscription_id}", key)
+    with requests.Session() as reads:  # the key's reads spent: the page the saved form leads to is refused
+        while reads.get(f"{base}/api/v1/subscriptions", **api).status_code != 429:
+            pass
+    page.get_by_label("JSON object, sent with every event").fill('{"owner": "sam"}')
+    page.get_by_role("button", name="Save metadata").click()
+    page.wait_for_load_state()
+    assert "This key can be used again in" in page.content()
+    with sqlite3.connect(env["DATABASE_URL"].removeprefix("sqlite:///")) as database:
+        assert json.loads(database.execute("SELECT custom_metadata FROM subscriptions").fetchone()[0]) == {
+            "owner": "sam"}  # done
+    assert page.evaluate("window.sessionStorage.getItem('kept-form')") is None

@@ -235,7 +235,10 @@ def _too_many(error) -> dict:
     again = f"{_minute_from(utcnow() + timedelta(seconds=seconds)):%H:%M} UTC"
     return {"message": f"{error.message} This key can be used again in {after}.",
             "back": _page_sent_from() if request.method == "POST" else request.full_path.rstrip("?"),
-            "keeps_form": f"This key's rate limit was reached, so nothing was done: send it again from {again}."}
+            "keeps_form": f"This key's rate limit was reached, so nothing was done: send it again from {again}.",
+            # a page refused on its own: the form sent just before was done (its answer led here), so only a form
+            # kept from an earlier refusal is passed on
+            "keeps_only_refused": request.method != "POST"}
 
 
 def _minute_from(moment):

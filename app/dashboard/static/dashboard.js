@@ -23,12 +23,14 @@ document.addEventListener("DOMContentLoaded", function () {
   // signed in again, or once the key's rate limit was reached, a page refusing it), and what was typed was lost: a
   // form marked data-keep keeps its fields in this tab when sent; a page that did not do what it asked (marked
   // data-keeps-form, whose value says why) passes them on, given back to the same form (its action) of the same
-  // account on the next page, and dropped on any other page (the form was answered). Never sent anywhere. Where the
-  // browser refuses this tab's storage, nothing is kept and the rest of the script still runs.
+  // account on the next page, and dropped on any other page (the form was answered). A page refused on its own
+  // (data-keeps-only-refused: a GET the key's rate limit refused) passes on only a form refused before it: the form
+  // sent just before it was done, its answer leading there. Never sent anywhere. Where the browser refuses this tab's
+  // storage, nothing is kept and the rest of the script still runs.
   var account = document.body.getAttribute("data-account");
   var kept = takeKeptForm();
   var refusal = document.querySelector("[data-keeps-form]");
-  if (kept && refusal) {
+  if (kept && refusal && (kept.why || !refusal.hasAttribute("data-keeps-only-refused"))) {
     keepForm({action: kept.action, account: kept.account, fields: kept.fields,
               why: refusal.getAttribute("data-keeps-form")});
   } else if (kept && kept.why && kept.account === account) {
