@@ -8,7 +8,7 @@ from app.schemas.base import BodySchema, PageQuerySchema, PaginationSchema, Quer
 from app.services.entities import ENTITY_TYPES, PATH_KIND, network_id_from_url, normalize_network_id
 
 STATUSES = ("active", "paused", "cancelled")
-LAST_CHECK_STATUSES = ("pending", "ok", "NETWORK_ERROR", None)
+LAST_CHECK_STATUSES = ("pending", "ok", "NETWORK_ERROR")  # the column is NOT NULL: pending until a check
 MAX_METADATA_KEYS = 20
 
 EntityType = fields.Str(required=True, validate=validate.OneOf(ENTITY_TYPES),
@@ -171,7 +171,7 @@ class SubscriptionSchema(SubscriptionCreatedSchema):
     """The get shape (interface spec plus contract §3)."""
     last_checked_at = Timestamp(allow_none=True)
     last_change_at = Timestamp(allow_none=True)
-    last_check_status = fields.Str(allow_none=True, metadata=one_of(LAST_CHECK_STATUSES))
+    last_check_status = fields.Str(metadata=one_of(LAST_CHECK_STATUSES))
     next_check_at = Timestamp(allow_none=True)
     paused_at = Timestamp(allow_none=True)
     cancelled_at = Timestamp(allow_none=True)
