@@ -434,6 +434,18 @@ def test_a_subscriptions_page_carries_only_the_lists_own_view_in_its_list(browse
     assert "list=" not in re.search(r'action="([^"]*/pause[^"]*)"', not_a_list).group(1)
 
 
+def test_a_subscriptions_form_url_opened_leads_to_its_page_with_the_list_it_was_opened_from(browser, alice):
+    """Signed in again after a form was sent once the session had ended, the form's URL led to its page without the
+    list view its actions carry: the kept text was not given back (browser test) and *← Subscriptions* led to the whole
+    list."""
+    subscription = subscribe(alice.account_id)
+    opened = browser.get(f"/subscriptions/{subscription.id}/metadata?list=search%3Djane")
+    assert opened.status_code == 303
+    assert opened.headers["Location"] == f"/subscriptions/{subscription.id}?list=search%3Djane"
+    assert browser.get(f"/subscriptions/{subscription.id}/pause").headers["Location"] == (
+        f"/subscriptions/{subscription.id}")  # (none to keep)
+
+
 def test_metadata_is_edited_as_json_and_bad_json_changes_nothing(browser, alice):
     subscription = subscribe(alice.account_id)
     browser.post(f"/subscriptions/{subscription.id}/metadata", data={"custom_metadata": '{"owner": "sam"}'})

@@ -486,3 +486,29 @@ def test_a_page_the_keys_limit_refuses_after_a_form_was_done_does_not_keep_it_as
         assert json.loads(database.execute("SELECT custom_metadata FROM subscriptions").fetchone()[0]) == {
             "owner": "sam"}  # done
     assert page.evaluate("window.sessionStorage.getItem('kept-form')") is None
+
+
+def test_what_was_typed_on_a_subscriptions_page_opened_from_a_list_is_back_after_signing_in(server, page):
+    """A subscription's page opened from a filtered list carries `list=` in its forms' actions; a form sent once the
+    session had ended came back, after signing in, to the page without it (the form's URL leads to its page, its
+    query dropped), whose form's action was then not the kept one's: what was typed was lost, and the page's
+    *← Subscriptions* led to the whole list."""
+    base, env = server
+    key = new_account(env, "Sales Ops")
+    subscription_id = requests.post(f"{base}/api/v1/subscriptions", json={"entity_type": "contact",
+                                                                          "network_id": "jane-doe"},
+                                    headers={"X-API-Key": key}, timeout=10).json()["id"]
+    _sign_in_at(page, f"{base}/subscriptions?search=jane&status=active", key)
+    page.get_by_role("link", name="jane-doe").click()
+    page.wait_for_load_state()
+    with sqlite3.connect(env["DATABASE_URL"].removeprefix("sqlite:///")) as database:  # the session ends
+        database.execute("UPDATE dashboard_sessions SET expires_at = '2000-01-01 00:00:00.000000'")
+    page.get_by_label("JSON object, sent with every event").fill('{"owner": "sam"}')
+    page.get_by_role("button", name="Save metadata").click()
+    page.wait_for_load_state()
+    _sign_in_at(page, page.url, key)
+    assert page.url.startswith(f"{base}/subscriptions/{subscription_id}?list=")
+    assert page.get_by_label("JSON object, sent with every event").input_value() == '{"owner": "sam"}'
+    assert "Your session had ended, so nothing was done." in page.content()
+    assert page.get_by_role("link", name="← Subscriptions").get_attribute("href") == (
+        "/subscriptions?search=jane&status=active")

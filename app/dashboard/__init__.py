@@ -120,8 +120,16 @@ def page_of_a_form_url():
         page = _dashboard_route(urls, path, "GET")
         if page:
             endpoint, arguments = page
-            return redirect(url_for(endpoint, **arguments), 303)  # built again: the path is decoded text
+            # built again (the path is decoded text)
+            return redirect(url_for(endpoint, **arguments, **_list_it_was_opened_from()), 303)
     return None
+
+
+def _list_it_was_opened_from() -> dict:
+    """The list view a subscription's page was opened from (`list=`), which its forms' URLs carry: dropped on the way
+    back to the page (a form sent once the session had ended, signed in again), the page's form was not the one whose
+    text was kept (its URL differs), so the text was lost, and *← Subscriptions* led to the whole list."""
+    return {"list": request.args["list"]} if request.args.get("list") else {}
 
 
 def _dashboard_route(urls, path: str, method: str):
