@@ -431,3 +431,13 @@ def test_the_time_to_send_a_refused_form_again_is_not_before_the_key_can_be_used
     again = re.search(r"send it again from ([0-9]{2}:[0-9]{2}) UTC", refused.get_data(as_text=True)).group(1)
     usable = now + timedelta(seconds=int(refused.headers["Retry-After"]))
     assert again == f"{usable.replace(second=0, microsecond=0) + timedelta(minutes=1):%H:%M}"
+
+
+def test_a_refused_pages_link_to_open_it_again_is_its_own_address(app, alice):
+    """It was the page's decoded path: `/events/evt_a%3Fb` refused linked to `/events/evt_a?b`, another address."""
+    browser = _dashboard(app, alice)
+    for _ in range(LIMITS["default"]):
+        browser.get("/events/evt_a%3Fb%23c?page=2")
+    refused = browser.get("/events/evt_a%3Fb%23c?page=2")
+    _refused_page(refused)
+    assert '<a href="/events/evt_a%3Fb%23c?page=2">Open the page again</a>' in refused.get_data(as_text=True)

@@ -6,7 +6,7 @@ double-submit one)."""
 import hmac
 import secrets
 from datetime import timedelta
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from flask import (Blueprint, Response, abort, current_app, g, make_response, redirect, render_template,
                    request, stream_template, url_for)
@@ -242,11 +242,18 @@ def _too_many(error) -> dict:
         return {"message": f"Too many sign-ins without a valid key from this address. Try again in {after}."}
     again = f"{_minute_from(utcnow() + timedelta(seconds=seconds)):%H:%M} UTC"
     return {"message": f"{error.message} This key can be used again in {after}.",
-            "back": _page_sent_from() if request.method == "POST" else request.full_path.rstrip("?"),
+            "back": _page_sent_from() if request.method == "POST" else _this_page(),
             "keeps_form": f"This key's rate limit was reached, so nothing was done: send it again from {again}.",
             # a page refused on its own: the form sent just before was done (its answer led here), so only a form
             # kept from an earlier refusal is passed on
             "keeps_only_refused": request.method != "POST"}
+
+
+def _this_page() -> str:
+    """This request's address as sent: `request.full_path` is the decoded path (`/events/evt_a%3Fb` as
+    `/events/evt_a?b`, another address)."""
+    query = request.query_string.decode(errors="replace")
+    return quote(request.path) + (f"?{query}" if query else "")
 
 
 def _minute_from(moment):
