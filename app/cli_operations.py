@@ -230,7 +230,7 @@ def export_subscriptions(account_id, export_format, status):
 
 @events_cli.command("prune")
 @click.option("--days", type=click.IntRange(min=1), help="Keep this many days (default: EVENT_RETENTION_DAYS; at "
-                                                            "least 1, as for the setting).")
+              "least 1, as for the setting).")
 def prune_events(days):
     """Delete events older than the retention, with their delivery attempts (never one still being delivered)."""
     pruned = retention.prune(days)

@@ -115,8 +115,6 @@ class Defaults:
     RETENTION_BATCH_SIZE = 500
 
 
-
-
 class ConfigError(Exception):
     """A setting the service cannot start with; the message names the variable and the accepted values."""
 

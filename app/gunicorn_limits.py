@@ -1,8 +1,8 @@
 """What gunicorn answers itself, before the app sees a request: its limits, its error answers in the
 contract's JSON shape instead of an HTML page, and a log that never holds a secret.
 
-Used by `app/gunicorn_conf.py` (`entity-monitor serve`). Without that file (`gunicorn wsgi:app`) the limits are gunicorn's
-defaults and a request line or header past them gets gunicorn's HTML page; everything the app sees
+Used by `app/gunicorn_conf.py` (`entity-monitor serve`). Without that file (`gunicorn wsgi:app`) the limits are
+gunicorn's defaults and a request line or header past them gets gunicorn's HTML page; everything the app sees
 answers JSON either way, and the app itself keeps secrets out of the access log's request line."""
 import json
 import uuid

@@ -100,7 +100,7 @@ def deliver_everything_at_once():
         token = outbox.new_claim_token()
         with write_transaction() as session:
             session.execute(OutboxDelivery.__table__.update()
-                               .where(OutboxDelivery.id.in_([row.id for row in rows])).values(claim_token=token))
+                            .where(OutboxDelivery.id.in_([row.id for row in rows])).values(claim_token=token))
         now_ms = int(time.time() * 1000)
         claimed = [outbox.Claimed(row.id, row.account_id, row.type, 0,
                                   outbox.Outgoing(row.event_id, "https://receiver.example/", b"", 1, "s", None))

@@ -88,7 +88,8 @@ class PostgresSchema:
         self.url = url
         self.engine = create_engine(url)
         with self.engine.connect() as connection:
-            tables = set(connection.scalars(text("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")))
+            tables = set(connection.scalars(text(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")))
             sequences = connection.scalars(text("SELECT sequence_name FROM information_schema.sequences "
                                                 "WHERE sequence_schema = current_schema()")).all()
         tables.discard("alembic_version")

@@ -268,7 +268,7 @@ def test_unavailable_at_the_first_check_then_reachable_sends_the_initial_state(a
     network.set("private-jane", person("private-jane"))
     check(created["id"])
     assert [event["type"] for event in events_of(alice, created["id"])] == ["entity.unavailable",
-                                                                           "subscription.initial_state"]
+                                                                            "subscription.initial_state"]
 
 
 def test_unknown_values_through_the_engine(alice, network):

@@ -145,7 +145,7 @@ def test_checks_run_all_counts_the_cut_off_checks_another_checker_took_meanwhile
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_checks_run_stops_on_a_signal_and_releases_what_it_has_not_started(runner, app, alice, network,
-                                                                          monkeypatch, signum):
+                                                                           monkeypatch, signum):
     """SIGTERM killed it at once, its claims left for the lease (two minutes); SIGINT was ignored until half the
     lease ran out, and then the provider was blamed (fault walk)."""
     ids = [subscribe(alice, f"person-{number}") for number in range(6)]

@@ -204,8 +204,8 @@ def test_the_report_has_an_outcome_per_row_in_file_order_and_a_dry_run_names_no_
     plan = importer.Plan("url")
     dry = importer.import_rows(alice.account_id, rows, plan, cli_operations._load_item, dry_run=True)
     assert [(o.row, o.result, o.subscription_id) for o in dry.outcomes] == [(1, "created", None),
-                                                                           (2, "refused", None),
-                                                                           (3, "present", None)]  # none made
+                                                                            (2, "refused", None),
+                                                                            (3, "present", None)]  # none made
     report = importer.import_rows(alice.account_id, rows, plan, cli_operations._load_item)
     kim, blank, again = report.outcomes
     assert kim.result == "created" and kim.subscription_id.startswith("sub_")
@@ -296,7 +296,7 @@ def test_a_file_that_is_a_bare_list_of_urls_is_imported_whole(runner, alice, tmp
     path.write_text("".join(f"https://www.linkedin.com/in/bare-{letter}\n" for letter in "abc"), encoding="utf-8-sig")
     assert "created=3" in _ok(runner, "subscriptions", "import", str(path), "--account", alice.account_id)
     assert sorted(row["network_id"] for row in alice.get("/subscriptions").json["data"]) == ["bare-a", "bare-b",
-                                                                                            "bare-c"]
+                                                                                             "bare-c"]
 
 
 @pytest.mark.parametrize("first", ["https://www.linkedin.com/in/first", "linkedin.com/in/first"])
@@ -323,7 +323,7 @@ def test_a_one_column_header_with_a_slash_is_a_header(runner, alice, tmp_path, h
 def test_a_column_to_import_named_twice_is_refused(runner, alice, tmp_path, header, extra):
     """Only the last of the two was read, silently (walk)."""
     path = _write_csv(tmp_path / "twice.csv", header, [["https://www.linkedin.com/in/jane-doe"] + ["x"] * (len(header)
-                                                                                                      - 1)])
+                                                                                                           - 1)])
     result = runner.invoke(args=["subscriptions", "import", path, "--account", alice.account_id, *extra])
     assert result.exit_code != 0 and "columns named like" in result.output and "rename all but" in result.output
     assert subscription_count(alice.account_id) == 0

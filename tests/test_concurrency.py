@@ -222,5 +222,5 @@ def test_a_send_test_form_sent_twice_at_once_to_two_processes_sends_one_test(app
     race(app, 2, lambda: results.append(outbox.send_test(tenant.account_id, _Answering(), "")))
     assert sorted(result is None for result in results) == [False, True], results  # sent, then refused
     tests = db.session.scalar(select(func.count()).where(Event.account_id == tenant.account_id,
-                                                          Event.type == "test"))
+                                                         Event.type == "test"))
     assert tests == 1

@@ -116,9 +116,9 @@ def test_export_walks_every_chunk_on_postgres(app, monkeypatch):
     from app.services import export
     monkeypatch.setattr(export, "CHUNK_ROWS", 3)
     account, _key = accounts.create_account("Export", "enterprise")
-    created = subscriptions.bulk_create(account.id, [{"entity_type": "contact", "network_id": f"person-{n}",
-                                                      "custom_metadata": {"n": str(n), "who": "Zoë"}} for n in range(8)],
-                                        SubscriptionCreateSchema().load).created
+    items = [{"entity_type": "contact", "network_id": f"person-{n}", "custom_metadata": {"n": str(n), "who": "Zoë"}}
+             for n in range(8)]
+    created = subscriptions.bulk_create(account.id, items, SubscriptionCreateSchema().load).created
     chunks, _media_type = export.export(account.id, "all", "json")
     body = json.loads("".join(chunks))
     assert body["total"] == 8

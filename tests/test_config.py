@@ -155,8 +155,9 @@ def test_instance_config_values_of_their_own_type_stand(monkeypatch, tmp_path):
 def test_instance_config_values_written_as_text_are_read_as_the_environments(monkeypatch, tmp_path):
     """`SCHEDULER_ENABLED = "0"` in config.py was a true value; `CHECK_INTERVAL_SECONDS = "30"` a string that
     failed later, with a TypeError."""
-    app = _app_with(monkeypatch, tmp_path, config_py='SCHEDULER_ENABLED = "0"\nMETRICS_ENABLED = "off"\n'
-                                                     'CHECK_INTERVAL_SECONDS = "30"\nWEBHOOK_RETRY_SCHEDULE = "5,300"\n')
+    config_py = ('SCHEDULER_ENABLED = "0"\nMETRICS_ENABLED = "off"\n'
+                 'CHECK_INTERVAL_SECONDS = "30"\nWEBHOOK_RETRY_SCHEDULE = "5,300"\n')
+    app = _app_with(monkeypatch, tmp_path, config_py=config_py)
     assert (app.config["SCHEDULER_ENABLED"], app.config["METRICS_ENABLED"]) == (False, False)
     assert (app.config["CHECK_INTERVAL_SECONDS"], app.config["WEBHOOK_RETRY_SCHEDULE"]) == (30, [5.0, 300.0])
 
@@ -209,7 +210,7 @@ def test_a_whole_number_that_is_not_seconds_is_not_told_to_be_written_as_seconds
     ("postgresql://monitor@db.internal/monitor", POSTGRESQL_CONNECTION),
     ("postgresql+psycopg://monitor@db.internal/monitor?connect_timeout=3&keepalives_idle=5",
      {name: value for name, value in POSTGRESQL_CONNECTION.items() if name not in ("connect_timeout",
-                                                                                  "keepalives_idle")}),
+                                                                                   "keepalives_idle")}),
 ])
 def test_postgresql_connections_give_up_on_a_server_that_does_not_answer(tmp_path, monkeypatch, url, expected):
     """Nothing bounded a connect or a wait on a server that vanished: every serving thread, /healthz's too, waited
@@ -225,7 +226,6 @@ def test_a_number_pasted_with_a_no_break_space_around_it_is_read(monkeypatch, tm
     app = _app_with(monkeypatch, tmp_path, {"CHECK_INTERVAL_SECONDS": "30\u00a0",
                                             "EMPLOYEE_COUNT_MIN_PERCENT": "\u00a05"})
     assert (app.config["CHECK_INTERVAL_SECONDS"], app.config["EMPLOYEE_COUNT_MIN_PERCENT"]) == (30, 5.0)
-
 
 
 def test_a_gunicorn_argument_it_does_not_know_is_left_to_gunicorn_to_report(capsys):

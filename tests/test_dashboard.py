@@ -105,7 +105,7 @@ def test_sign_in_returns_to_the_page_asked_for_but_never_off_site(app, alice):
     client = app.test_client()
     page = client.get("/login?next=/events")
     response = client.post("/login?next=/events", data={"api_key": alice.key,
-                                                         "csrf_token": csrf_of(page.get_data(as_text=True))})
+                                                        "csrf_token": csrf_of(page.get_data(as_text=True))})
     assert response.headers["Location"] == "/events"
     page = client.get("/login?next=//evil.example/x")
     response = client.post("/login?next=//evil.example/x", data={
@@ -368,7 +368,7 @@ def test_a_bulk_action_comes_back_to_the_list_view_it_was_sent_from(browser, ali
     ("/subscriptions", {"url": "https://example.com/nothing"}, 'value="https://example.com/nothing"'),
     ("/subscriptions/import", {"rows": "name,owner\nfoo,bar"}, ">name,owner\nfoo,bar</textarea>")])
 def test_a_refused_add_or_import_comes_back_to_the_list_view_it_was_sent_from(browser, alice, monkeypatch, action,
-                                                                               data, typed):
+                                                                              data, typed):
     """They came back to page 1 of the whole list, its search, filters and page lost, as the bulk actions had (walk)."""
     monkeypatch.setattr(views, "PAGE_SIZE", 2)
     for index in range(5):
@@ -507,7 +507,7 @@ def test_metadata_the_api_would_refuse_is_refused_here_too_and_changes_nothing(b
     ("/keys", {"name": "x" * 101}, None, "name", "Key name: Length must be between 1 and 100."),
 ])
 def test_a_refusal_names_the_field_as_the_form_does_not_by_its_api_path(browser, alice, form, data, page, api_path,
-                                                                         says):
+                                                                        says):
     """`custom_metadata.foo.value: Not a valid string.` and the like, the API's field paths, were shown to people
     (walk); the API's JSON keeps them (contract)."""
     subscription = subscribe(alice.account_id)
@@ -626,7 +626,8 @@ def test_import_an_uploaded_csv(browser, alice):
 
 
 @pytest.mark.parametrize("content, refusal", [
-    ("url,owner\nhttps://www.linkedin.com/in/jane,Zoë\n".encode("latin-1"), "not UTF-8 text (byte 46 is not, on line 2)"),
+    ("url,owner\nhttps://www.linkedin.com/in/jane,Zoë\n".encode("latin-1"),
+     "not UTF-8 text (byte 46 is not, on line 2)"),
     (codecs.BOM_UTF8 + "url,owner\nhttps://www.linkedin.com/in/jane,Zoë\n".encode("latin-1"),
      "not UTF-8 text (byte 49 is not, on line 2)"),
     (b'"' + b"x" * 200_000 + b'"\nhttps://www.linkedin.com/in/jane\n', "cannot be read as CSV at its header"),
@@ -1257,7 +1258,7 @@ def test_keys_are_created_shown_once_listed_and_revoked(browser, alice):
     assert "<td>CRM sync</td>" not in browser.text("/keys")
     for name, message in (("", "name: Length must be between 1 and 100."),
                           ("CRM\r\nsync", "name must not be blank (spaces and invisible characters alone) or "
-                                           "contain control characters")):
+                           "contain control characters")):
         refused = browser.post("/keys", data={"name": name})
         assert refused.status_code == 400 and message in refused.get_data(as_text=True)
     assert len(keys.list_keys(alice.account_id)) == 1

@@ -234,7 +234,7 @@ def test_a_delivery_error_reads_in_whole_lines_on_a_phone(server, page):
     key = new_account(env, "Phone team")
     api = {"headers": {"X-API-Key": key}, "timeout": 10}
     requests.post(f"{base}/api/v1/webhooks/configure", json={"endpoint_url": "http://127.0.0.1:9/hook"},
-                 **api).raise_for_status()  # (nothing listens on port 9: the connection is refused)
+                  **api).raise_for_status()  # (nothing listens on port 9: the connection is refused)
     subscription_id = requests.post(f"{base}/api/v1/subscriptions", json={"entity_type": "company",
                                                                           "network_id": "acme"}, **api).json()["id"]
     _cli(env, "checks", "run", subscription_id)

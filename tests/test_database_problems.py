@@ -227,7 +227,7 @@ def test_a_connection_the_server_ends_once_the_answer_is_made_leaves_the_answer_
                            "process held its write lock past SQLITE_BUSY_TIMEOUT_MS)"),
 ])
 def test_a_request_while_the_database_cannot_be_used_is_a_503_to_retry_said_once(app, alice, caplog, monkeypatch,
-                                                                                  error, said):
+                                                                                 error, said):
     """Every request of a PostgreSQL outage answered 500 INTERNAL_ERROR with a traceback each: a client could not
     tell "retry later" from a bug, and the log flooded (PostgreSQL walk)."""
     import sqlite3

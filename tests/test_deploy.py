@@ -74,7 +74,8 @@ def test_the_nginx_site_passes_nginx_t_once_its_certificate_placeholders_are_fil
     site = (DEPLOY / "nginx.conf").read_text()
     metrics = site.split("location = /metrics {")[1].split("}")[0]  # not public: the README's advice, shipped
     assert "deny all;" in metrics and "allow 10.0.0.0/8;" in metrics
-    placeholders = ["/etc/ssl/entity-monitor/REPLACE-WITH-fullchain.pem", "/etc/ssl/entity-monitor/REPLACE-WITH-privkey.pem"]
+    placeholders = ["/etc/ssl/entity-monitor/REPLACE-WITH-fullchain.pem",
+                    "/etc/ssl/entity-monitor/REPLACE-WITH-privkey.pem"]
     assert all(placeholder in site for placeholder in placeholders)
     certificate, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",

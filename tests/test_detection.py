@@ -48,7 +48,7 @@ def test_first_check_is_state_not_change_and_lists_present_activities():
     detection = detect("contact", None, contact(activities=present))
     assert detection.changes == []
     assert [change.type for change in detection.present_activities] == ["contact.post_created",
-                                                                      "contact.comment_created"]
+                                                                        "contact.comment_created"]
     assert detection.snapshot[SEEN_KEY] == activity_key("a1") + activity_key("c1")
 
 

@@ -95,7 +95,7 @@ def test_export_carries_custom_metadata_as_one_json_column(alice):
 def test_empty_export_is_a_header_or_an_empty_list(alice):
     assert _csv_rows(alice.get("/subscriptions/export")) == [COLUMNS]
     assert json.loads(alice.get("/subscriptions/export?format=json").get_data(as_text=True)) == {"data": [],
-                                                                                              "total": 0}
+                                                                                                 "total": 0}
 
 
 def test_export_holds_only_the_callers_subscriptions(alice, bob):
@@ -118,7 +118,7 @@ def test_export_walks_every_row_across_chunks_with_equal_created_at(alice, monke
 
 
 @pytest.mark.parametrize("export_format, content_type", [("csv", "text/csv; charset=utf-8"),
-                                                          ("json", "application/json")])
+                                                         ("json", "application/json")])
 def test_head_answers_the_get_s_headers_without_reading_a_row(alice, three, monkeypatch, export_format, content_type):
     """A HEAD runs no export (contract §8's bulk class is for the GET, README: Rate limits)."""
     reads = []

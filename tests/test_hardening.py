@@ -141,7 +141,8 @@ def test_an_over_long_id_or_path_is_cut_in_the_404(alice):
 
 
 def test_a_long_message_of_the_service_s_own_is_not_cut(alice):
-    response = alice.post("/subscriptions", json={"entity_type": "contact", "network_url": "https://www.linkedin.com/x"})
+    response = alice.post("/subscriptions",
+                          json={"entity_type": "contact", "network_url": "https://www.linkedin.com/x"})
     assert is_validation_error(response, "network_url") and len(response.json["message"]) > 200
     assert response.json["message"].endswith("Expected https://www.linkedin.com/in/<id> or /company/<id>.")
     assert response.json["details"]["errors"][0]["message"] == response.json["message"]
@@ -272,8 +273,9 @@ def test_the_check_reads_the_host_the_sender_connects_to():
     assert not parse_endpoint("https://example.com/x@y").has_credentials  # an @ in the path is no user part
 
 
-@pytest.mark.parametrize("url,error", [("https://127.0.0.1\\@example.com/", "refused: 127.0.0.1 is not a public"),
-                                       ("https://hooks.example.com:99999/", "refused: the endpoint URL cannot be parsed")])
+@pytest.mark.parametrize("url,error", [
+    ("https://127.0.0.1\\@example.com/", "refused: 127.0.0.1 is not a public"),
+    ("https://hooks.example.com:99999/", "refused: the endpoint URL cannot be parsed")])
 def test_the_sender_refuses_a_stored_url_by_the_host_it_would_connect_to(url, error):
     """A configuration stored before the check used urllib3's reading is still refused when sent."""
     transport = Transport(workers=1, timeout=2, max_response_bytes=1024, allow_http=False, allow_private=False)

@@ -334,7 +334,6 @@ def test_metrics_serve_answers_a_scrape_while_another_client_sends_nothing(runne
         server.server_close()
 
 
-
 def test_metrics_serve_logs_its_requests_through_the_apps_logging(caplog, capsys):
     """http.server printed its own line for every scrape on stderr: plain text under LOG_FORMAT=json."""
     handler = cli_operations.MetricsRequestHandler.__new__(cli_operations.MetricsRequestHandler)

@@ -34,7 +34,7 @@ def test_document_is_openapi_3_1_without_a_key(document):
     assert document["info"]["title"] and document["info"]["version"]
     assert document["servers"] == [{"url": "/api/v1"}]
     assert document["components"]["securitySchemes"]["ApiKey"] == {"type": "apiKey", "in": "header",
-                                                                    "name": "X-API-Key"}
+                                                                   "name": "X-API-Key"}
 
 
 def test_also_served_under_v1(anon, document):
@@ -90,7 +90,8 @@ def test_request_bodies_come_from_the_validating_schemas(document):
 
 
 def test_query_parameters_are_documented(document):
-    parameters = {parameter["name"]: parameter for parameter in document["paths"]["/subscriptions"]["get"]["parameters"]}
+    listed = document["paths"]["/subscriptions"]["get"]["parameters"]
+    parameters = {parameter["name"]: parameter for parameter in listed}
     assert {"limit", "offset", "entity_type", "status", "search"} <= set(parameters)
     assert all(parameter["in"] == "query" for parameter in parameters.values())
     assert parameters["limit"]["schema"]["maximum"] == 100 and parameters["limit"]["schema"]["minimum"] == 1
@@ -141,7 +142,7 @@ def test_operations_that_take_no_body_document_the_answers_to_one(alice, documen
     url = path.replace("{key_id}", "key_x").replace("{event_id}", "evt_x").replace("{subscription_id}", "sub_x")
     assert alice.request(method.upper(), url, json={"x": 1}).status_code == 400
     assert alice.request(method.upper(), url, data=b"{" + b" " * (1 << 20) + b"}",
-                      headers={"Content-Type": "application/json"}).status_code == 413
+                         headers={"Content-Type": "application/json"}).status_code == 413
 
 
 def test_only_a_keyed_operation_that_may_carry_a_body_reads_one(document):
@@ -221,9 +222,10 @@ def test_webhook_bodies_state_the_url_shape_and_the_event_enum(document):
     assert update["minProperties"] == 1 and update["properties"]["is_active"]["type"] == "boolean"
 
 
-@pytest.mark.parametrize("url", ["https://hooks.example.com:00/", "https://hooks.example.com:0/", "https://a.example:080/",
-                                 "https://hooks.example.com:443/in", "https://hooks.example.com:65535/",
-                                 "https://hooks.example.com:65536/", "https://0.0.0.0.0.0.0.0.0.A:00"])
+@pytest.mark.parametrize("url", [
+    "https://hooks.example.com:00/", "https://hooks.example.com:0/", "https://a.example:080/",
+    "https://hooks.example.com:443/in", "https://hooks.example.com:65535/", "https://hooks.example.com:65536/",
+    "https://0.0.0.0.0.0.0.0.0.A:00"])
 def test_the_documented_url_shape_agrees_with_the_form_check(app, document, url):
     """schemathesis (seed 41) sent `https://0.0.0.0.0.0.0.0.0.A:00`: port 0 matched the pattern, and is refused."""
     from app.services.webhooks import endpoint_url_problem
@@ -291,7 +293,6 @@ def test_the_create_body_says_what_is_accepted_beyond_its_variants(document, ali
                  {"network_url": " HTTPS://M.LINKEDIN.COM:443/in/lee-moe/en#top "},
                  {"network_url": "https://www.linkedin.com/mwlite/in/ada-lo"}):
         assert alice.post("/subscriptions", json={"entity_type": "contact", **body}).status_code == 201, body
-
 
 
 def test_the_get_shapes_metadata_is_documented_as_the_two_counts_it_holds(document, alice):

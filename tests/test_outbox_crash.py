@@ -16,7 +16,7 @@ from app.services import events, outbox
 from app.worker.deliveries import deliver_due
 from app.services.transport import Outcome
 from tests.webhook_helpers import (LOCAL_RECEIVER_CONFIG, ROOT, Clock, Receiver, Reply, configure,
-                                  record_events)
+                                   record_events)
 
 LEASE_SECONDS = 2
 

@@ -192,7 +192,7 @@ def test_sigterm_and_sigint_stop_a_busy_scheduler_quickly_every_time(service, ho
         with running(server):
             wait_until_serving(service, server, port)
             assert Api(port, key).post("/webhooks/configure", {"endpoint_url": receiver.url,
-                                                                "events": ["*"]}).status_code == 201
+                                                               "events": ["*"]}).status_code == 201
             server.send_signal(signal.SIGTERM)
             assert server.wait(STOP_WITHIN_SECONDS) == 0
         fast = {"CHECK_INTERVAL_SECONDS": "1"}
@@ -227,7 +227,7 @@ def test_sigterm_stops_the_scheduler_at_once_while_a_request_is_still_in_flight(
         with running(gunicorn(service, port, env={"CHECK_INTERVAL_SECONDS": "1"})) as server:
             wait_until_serving(service, server, port)
             assert Api(port, key).post("/webhooks/configure", {"endpoint_url": receiver.url,
-                                                                "events": ["*"]}).status_code == 201
+                                                               "events": ["*"]}).status_code == 201
             service.wait_for(lambda: service.sql("SELECT sum(check_count) FROM subscriptions")[0][0] > 0,
                              what="the scheduler to be busy")
             with socket.create_connection(("127.0.0.1", port)) as slow_client:  # a body that has not all come
@@ -293,7 +293,8 @@ def test_a_scheduler_killed_with_sigkill_leaves_claims_that_return_within_the_co
     ("CHECK_INTERVAL_SECONDS", "30s", "CHECK_INTERVAL_SECONDS='30s' is not a whole number"),
     ("SCHEDULER_ENABLED", "maybe", "SCHEDULER_ENABLED='maybe' is not a boolean: use one of 1/true/yes/on/0/false"),
     ("API_KEY_MODE", "bogus", "API_KEY_MODE='bogus' is not accepted: use live or test"),
-    ("PROVIDER", "simulatd", "PROVIDER='simulatd' is not a provider: use one of coresignal, crustdata, http, simulated"),
+    ("PROVIDER", "simulatd",
+     "PROVIDER='simulatd' is not a provider: use one of coresignal, crustdata, http, simulated"),
     ("PROVIDER", "crustdata", "PROVIDER=crustdata needs PROVIDER_CRUSTDATA_API_KEY"),
     ("PROVIDER_RATE_LIMIT", "lots", "PROVIDER_RATE_LIMIT 'lots' is not a rate like '30/minute'"),
     ("WEBHOOK_RETRY_SCHEDULE", "5,,300", "WEBHOOK_RETRY_SCHEDULE='5,,300' must be comma-separated seconds"),
@@ -455,7 +456,6 @@ needs_two_cpus = pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(
                                     reason="needs a process allowed at least two CPUs")
 
 
-
 def test_the_console_script_shows_an_account(service):
     """`entity-monitor accounts show` failed with 'Working outside of application context' for every account: the
     app's `flask` command, which the tests drive, pushed the context itself (walk)."""
@@ -465,6 +465,7 @@ def test_the_console_script_shows_an_account(service):
     assert (shown["id"], shown["api_keys"], shown["webhook_endpoint"]) == (account["id"], 1, None)
     missing = service.command("accounts", "show", "acct_missing", check=False)
     assert missing.returncode == 1 and "acct_missing" in missing.stderr and "Traceback" not in missing.stderr
+
 
 @needs_two_cpus
 @pytest.mark.parametrize("setting", ["", "auto", "off"])

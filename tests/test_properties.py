@@ -137,7 +137,7 @@ def test_headcount_unknown_in_between_reports_the_known_difference_once(before, 
 
 
 NOT_TEXT = st.one_of(st.integers(), st.floats(), st.booleans(), st.lists(st.integers(), max_size=3),
-                    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+                     st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
 NOT_A_COUNT = st.one_of(st.floats().filter(lambda value: not value.is_integer()), st.text(max_size=8),
                         st.booleans(), st.lists(st.integers(), max_size=3),
                         # below zero or past 2**53, whole numbers too (a 400-digit one failed every check: walk)

@@ -348,7 +348,7 @@ def test_no_call_starts_past_the_deadline_however_free_the_provider(alice, vendo
 
 @pytest.mark.parametrize("concurrency", [1, 2])
 def test_a_stopping_scheduler_releases_the_checks_not_started_before_the_calls_out_return(alice, vendor,
-                                                                                        monkeypatch, concurrency):
+                                                                                          monkeypatch, concurrency):
     """They were released with the batch, after its slow calls: a process killed at its graceful timeout while a
     call was out left them claimed until the lease ran out (walk: 150 checks waited two minutes). Then only once a
     call returned, and never with one call at a time (Crustdata's), made by the loop itself (vendor walk)."""
@@ -396,7 +396,7 @@ def test_checks_deferred_by_the_budget_are_released_with_their_batch(app, alice,
 
 @pytest.mark.parametrize("stopped_after", [None, 1])
 def test_a_check_that_cannot_be_recorded_counts_as_failed_and_the_others_are_recorded(alice, vendor, monkeypatch,
-                                                                                       stopped_after):
+                                                                                      stopped_after):
     """A batch that cannot be written is written one check at a time; one that still cannot be is a failed check,
     its claim cleared (here every fetched one). A lone fetched check (the others released early by a stop)
     re-raised instead, and kept its claim for the lease (review)."""

@@ -9,7 +9,7 @@ import textwrap
 from datetime import timedelta
 from pathlib import Path
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 
 from app.common import utcnow
 from app.extensions import db
@@ -33,7 +33,8 @@ def run_two_checkers(app, alice, vendor, count, config):
     nothing is due, and return what each checked."""
     for number in range(count):
         vendor.person(f"p{number}")
-        assert alice.post("/subscriptions", json={"entity_type": "contact", "network_id": f"p{number}"}).status_code == 201
+        created = alice.post("/subscriptions", json={"entity_type": "contact", "network_id": f"p{number}"})
+        assert created.status_code == 201
     db.session.execute(Subscription.__table__.update().values(next_check_at=utcnow() - timedelta(minutes=1)))
     db.session.commit()
     root = Path(__file__).resolve().parents[1]
@@ -55,7 +56,8 @@ def test_two_processes_never_exceed_the_vendor_limit_together(app, alice):
     try:
         checked, outputs = run_two_checkers(app, alice, vendor, 60,
                                             {"CHECK_BATCH_SIZE": 5, "PROVIDER_RATE_LIMIT": "20 per 2 seconds"})
-        assert sum(checked) == 60 and min(checked) > 0, (checked, sorted(set(vendor.statuses)), outputs)  # both took part
+        # both took part
+        assert sum(checked) == 60 and min(checked) > 0, (checked, sorted(set(vendor.statuses)), outputs)
         assert set(vendor.statuses) == {200}  # never throttled
         assert vendor.calls_per_window(2.0) <= 20
     finally:

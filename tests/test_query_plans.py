@@ -82,7 +82,7 @@ def test_the_event_list_of_one_type_reads_the_type_index(app):
 
 
 @pytest.mark.parametrize("query, counted", [("", False), ("?type=contact.position_changed", False),
-                                           ("?subscription_id=sub_x", True)])
+                                            ("?subscription_id=sub_x", True)])
 def test_the_event_lists_total_is_read_from_counters_unless_filtered_by_subscription(app, query, counted):
     """A count of the account's events on every page took seconds at millions (PostgreSQL walk: 3.6 s at 5.7M)."""
     tenant = make_tenant(app, "Totals", "growth")

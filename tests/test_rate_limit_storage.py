@@ -69,7 +69,7 @@ def test_a_shared_storage_that_is_down_falls_back_to_counting_in_memory(app, ali
     first = alice.get("/account")
     assert first.status_code == 200 and first.headers["X-RateLimit-Limit"] == "100"
     assert alice.get("/account").headers["X-RateLimit-Remaining"] == str(int(first.headers["X-RateLimit-Remaining"])
-                                                                        - 1)
+                                                                         - 1)
     assert anon.get("/account").json["error"] == "UNAUTHORIZED"
     assert alice.get("/no-such-route").json["error"] == "NOT_FOUND"
     for _ in range(100):

@@ -69,7 +69,7 @@ def test_every_api_write_keeps_the_counters_equal_to_the_rows(alice, bob):
            for n in range(4) for kind in ("contact", "company")]
     bob.post("/subscriptions", json={"entity_type": "contact", "network_id": "bobs-one"})
     alice.post("/subscriptions/bulk", json={"subscriptions": [{"entity_type": "company", "network_id": f"b-{n}"}
-                                                               for n in range(3)]})
+                                                              for n in range(3)]})
     alice.delete(f"/subscriptions/{ids[0]}")
     alice.delete(f"/subscriptions/{ids[0]}")  # idempotent: counted once
     alice.post(f"/subscriptions/{ids[1]}/pause")

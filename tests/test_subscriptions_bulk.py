@@ -14,8 +14,6 @@ def _contact(network_id):
     return {"entity_type": "contact", "network_id": network_id}
 
 
-
-
 def _statuses(ids):
     db.session.rollback()
     return dict(db.session.execute(select(Subscription.id, Subscription.status)
@@ -69,7 +67,7 @@ def test_partial_success_reports_failures_in_request_order(alice):
         _contact("FINE-1"),                                           # 5 duplicate within the batch
         "not an object",                                              # 6
         None,                                                         # 7
-        {"entity_type": "contact", "network_id": "ok-3", "bogus": 1}, # 8 unknown field
+        {"entity_type": "contact", "network_id": "ok-3", "bogus": 1},  # 8 unknown field
         {"entity_type": "contact"},                                   # 9 no id or url
         {"entity_type": "contact", "network_id": 12},                 # 10 wrong type
     ]
@@ -184,7 +182,7 @@ def test_bulk_cancel_reports_unknown_and_foreign_ids_as_not_found(alice, bob):
     assert body["cancelled"] == 1 and body["failed"] == 2
     assert body["subscriptions"] == [{"id": mine, "status": "cancelled"}]
     assert [(error["id"], error["code"]) for error in body["errors"]] == [("sub_nope", "NOT_FOUND"),
-                                                                         (bobs, "NOT_FOUND")]
+                                                                          (bobs, "NOT_FOUND")]
     assert all(error["error"] for error in body["errors"])
     assert _statuses([bobs]) == {bobs: "active"}
 

@@ -10,8 +10,6 @@ CONTACT_URL = "https://www.linkedin.com/in/{}"
 COMPANY_URL = "https://www.linkedin.com/company/{}"
 
 
-
-
 def _create(tenant, **body):
     return tenant.post("/subscriptions", json=body)
 

@@ -122,7 +122,7 @@ def test_counts_are_written_within_the_interval_without_another_request(alice, m
 
 
 def test_counts_whose_flush_the_database_failed_are_written_later_without_another_request(alice, monkeypatch,
-                                                                                           caplog):
+                                                                                          caplog):
     """A failed flush kept its counts only until the worker's next request: one that went quiet kept them (review)."""
     import sqlite3
     import time

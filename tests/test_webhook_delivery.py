@@ -849,7 +849,7 @@ def test_the_cli_sends_what_is_due(alice, runner):
 
 @pytest.mark.parametrize("once", [False, True])
 def test_the_cli_says_what_became_of_its_tries_and_fails_when_none_was_delivered(alice, app, runner, monkeypatch,
-                                                                                  once):
+                                                                                 once):
     """It printed `sent=N`, failed tries counted as sent, and exited 0 whatever happened (operator walk)."""
     monkeypatch.setitem(app.config, "WEBHOOK_RETRY_SCHEDULE", [600])  # the first run's retry is not due in the second
     run = ["deliveries", "run", *(["--once"] if once else [])]
@@ -877,6 +877,7 @@ def test_the_cli_stops_on_a_signal_and_releases_what_it_has_not_sent(alice, app,
             os.kill(os.getpid(), signal.SIGTERM)  # as the operator's signal arrives while the first try is out
             time.sleep(0.2)
         return Reply(status=200)
+
     def ignored(*_):  # the test process's own (without the command's, SIGTERM ended the test run)
         pass
     previous = signal.signal(signal.SIGTERM, ignored)
@@ -1470,7 +1471,6 @@ def test_past_its_budget_a_round_claims_no_new_batch_of_a_backlog(app, alice):
         sent = deliveries.deliver_until_idle(budget_seconds=0.5)
     assert 0 < sent < 16 and len(answered) == sent
     assert deliveries.woken.is_set()  # the next round starts at once
-
 
 
 def owed_rows(event_id):

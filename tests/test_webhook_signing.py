@@ -20,8 +20,7 @@ from app.services import outbox
 from app.worker.deliveries import deliver_due
 from app.services.transport import Outgoing, sign, signed_headers
 from tests.webhook_helpers import (LOCAL_RECEIVER_CONFIG, ROOT, Clock, Receiver, Reply, configure, load_script,
-                                  record_events)
-
+                                   record_events)
 
 
 def reference_hmac_sha256_hex(key: bytes, message: bytes) -> str:

@@ -234,7 +234,7 @@ def test_a_name_lookup_past_the_deadline_ends_the_try_at_the_deadline(alice, app
 
 
 def test_a_names_checked_address_serves_the_tries_of_a_few_seconds_then_is_looked_up_again(alice, app, certificates,
-                                                                                          resolver, monkeypatch):
+                                                                                           resolver, monkeypatch):
     """A lookup, in a thread of its own, for every try cost the sender a third of its rate (bench_deliveries): the
     checked address serves CHECKED_ADDRESS_SECONDS of tries; then the name is looked up, and checked, again."""
     from app.services import transport

@@ -179,4 +179,3 @@ def unexpected_error(error: Exception) -> tuple:
         return 503, "UNAVAILABLE", UNAVAILABLE_MESSAGE, {"Retry-After": str(UNAVAILABLE_RETRY_SECONDS)}
     log.exception("unhandled error (request_id=%s)", g.get("request_id"))
     return 500, "INTERNAL_ERROR", UNEXPECTED_MESSAGE, None
-

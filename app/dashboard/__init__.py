@@ -299,7 +299,6 @@ def _title_for(status) -> str:
             429: "Too many attempts", 503: "Try again in a moment"}.get(status, "Something went wrong")
 
 
-
 @bp.app_template_filter("when")
 def when(moment):
     """A <time> the page's script shows in the browser's zone; the UTC value stays in its tooltip."""

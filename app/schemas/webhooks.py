@@ -156,7 +156,7 @@ class DeliveryListSchema(Schema):
 
 class RecoverSchema(BodySchema):
     since = UtcDateTime(required=True, metadata={"description": "Start of the window (at most 14 days ago): "
-                                                               "ISO 8601 or Unix seconds."})
+                                                 "ISO 8601 or Unix seconds."})
     until = UtcDateTime(metadata={"description": "End of the window; default now. ISO 8601 or Unix seconds."})
     include_pending = StrictBool(load_default=False, metadata={
         "description": "Also send now the events of the window still waiting for their next try."})

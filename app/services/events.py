@@ -162,7 +162,7 @@ def list_page(account_id, limit, offset, event_type=None, subscription_id=None, 
     if subscription_id is None and delivery_status is None:
         of_type = [EventDayCount.type == event_type] if event_type else []
         kept = select(func.coalesce(func.sum(EventDayCount.kept), 0)).where(EventDayCount.account_id == account_id,
-                                                                             *of_type)
+                                                                            *of_type)
     return newest_first_page(Event, Event.created_at, limit, offset, inline=("delivery_status",), total_query=kept,
                              narrowed_by="subscription_id", account_id=account_id, type=event_type,
                              subscription_id=subscription_id, delivery_status=delivery_status)

@@ -151,4 +151,3 @@ class LastUsedRecorder:
 
 
 last_used = LastUsedRecorder()
-

@@ -94,7 +94,7 @@ def check_endpoint_url(url: str) -> str:
     endpoint = parse_endpoint(url)
     allow_loopback = config["WEBHOOK_TEST_ALLOW_LOOPBACK"]
     if any(is_forbidden_address(address, allow_loopback) for address in _resolved_addresses(endpoint.host,
-                                                                                           endpoint.port)):
+                                                                                            endpoint.port)):
         raise ValidationFailed("endpoint_url", NOT_PUBLIC, url)
     return url
 
