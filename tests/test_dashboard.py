@@ -118,6 +118,15 @@ def test_sign_in_returns_to_the_page_asked_for_but_never_off_site(app, alice):
         assert (response.status_code, response.headers["Location"]) == (302, "/")
 
 
+def test_sign_in_returns_to_the_page_asked_for_as_it_was_sent(app, alice):
+    """`next` was the decoded path: an event id holding `?` (`%3F`) came back as another address."""
+    client = app.test_client()
+    sign_in = client.get("/events/evt_a%3Fb?x=1").headers["Location"]
+    page = client.get(sign_in)
+    response = client.post(sign_in, data={"api_key": alice.key, "csrf_token": csrf_of(page.get_data(as_text=True))})
+    assert response.headers["Location"] == "/events/evt_a%3Fb?x=1"
+
+
 def test_the_sign_in_form_needs_its_csrf_token(app, alice):
     client = app.test_client()
     client.get("/login")

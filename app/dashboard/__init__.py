@@ -38,7 +38,7 @@ def require_session():
     if request.endpoint in PUBLIC_ENDPOINTS:
         return None
     if g.dashboard_session is None:
-        return redirect(url_for("dashboard.login", next=request.full_path.rstrip("?")))
+        return redirect(url_for("dashboard.login", next=_this_page()))
     if request.method == "POST" and not _same_token(request.form.get("csrf_token"), g.dashboard_session.csrf_token):
         if request.endpoint == "dashboard.logout" and _sent_from_this_origin():  # from a tab opened before a newer
             return None  # sign-in: it must still sign out, but no other origin of the site may (review)
