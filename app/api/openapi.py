@@ -14,20 +14,20 @@ _PATH_PARAMETER = re.compile(r"<(?:[a-z]+:)?([a-z_]+)>")
 PREFIX = "/api/v1"
 NO_NUL_PATTERN = "^[^\\u0000]*$"
 ALWAYS = {401: ["UNAUTHORIZED"], 429: ["RATE_LIMIT_EXCEEDED"], 500: ["INTERNAL_ERROR"], 503: ["UNAVAILABLE"]}
-RATE_LIMITED = " Sent unless the operator switched rate limiting off (RATELIMIT_ENABLED=0)."
+UNLESS_LIMITS_ARE_OFF = " Sent unless the operator switched rate limiting off (RATELIMIT_ENABLED=0)."
 HEADERS = {  # name: (JSON type, always sent where documented, description)
     "X-Request-Id": ("string", True, "The request's id (also `request_id` in an error): the client's own "
                                      "X-Request-Id when it is sane, else a new one."),
     "X-RateLimit-Limit": ("integer", False, "Requests a key may make in the operation's rate-limit class a window."
-                                            + RATE_LIMITED),
-    "X-RateLimit-Remaining": ("integer", False, "Requests left in the current window." + RATE_LIMITED),
-    "X-RateLimit-Reset": ("integer", False, "When the current window ends, in Unix seconds." + RATE_LIMITED),
+                                            + UNLESS_LIMITS_ARE_OFF),
+    "X-RateLimit-Remaining": ("integer", False, "Requests left in the current window." + UNLESS_LIMITS_ARE_OFF),
+    "X-RateLimit-Reset": ("integer", False, "When the current window ends, in Unix seconds." + UNLESS_LIMITS_ARE_OFF),
     "Retry-After": ("integer", False, "Seconds to wait before trying again."),
     "Location": ("string", True, "The path of what was created; it answers GET."),
     "Content-Disposition": ("string", True, "`attachment` with the file's name."),
 }
 RATE_LIMIT_HEADERS = ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset")
-BEFORE_OR_PAST_THE_LIMIT = {401, 500, 503}  # answered without a key's window: no key, or a failure
+ANSWERED_OUTSIDE_A_KEY_S_WINDOW = {401, 500, 503}  # answered without a key's window: no key, or a failure
 RETRY_LATER = {429, 503}
 
 
@@ -127,7 +127,7 @@ def _error_codes(meta, rule, method) -> dict:
 def _headers(meta, status: int) -> dict:
     """The headers an answer of this status carries (contract §1 and §8, README's API decisions)."""
     names = ["X-Request-Id"]
-    if meta["auth"] and status not in BEFORE_OR_PAST_THE_LIMIT:
+    if meta["auth"] and status not in ANSWERED_OUTSIDE_A_KEY_S_WINDOW:
         names += RATE_LIMIT_HEADERS
     if status in RETRY_LATER:
         names.append("Retry-After")
