@@ -441,6 +441,8 @@ def test_a_subscriptions_page_carries_only_the_lists_own_view_in_its_list(browse
     assert parse_qs(urlsplit(added.headers["Location"]).query) == {"list": ["search=person&status=active"]}
     not_a_list = browser.text(f"/subscriptions/{subscription.id}?list=nothing%3Dhere")
     assert "list=" not in re.search(r'action="([^"]*/pause[^"]*)"', not_a_list).group(1)
+    crafted = browser.text(f"/subscriptions/{subscription.id}?list=search%3D%2500%26status%3Dactive")
+    assert _back_link_of(crafted) == "/subscriptions?status=active"  # a NUL: the list's 400 (review)
 
 
 def test_a_subscriptions_form_url_opened_leads_to_its_page_with_the_list_it_was_opened_from(browser, alice):
