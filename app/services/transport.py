@@ -188,17 +188,17 @@ def _causes(error: BaseException):
         error = next((arg for arg in reversed(error.args) if isinstance(arg, BaseException)), error.__cause__)
 
 
-def _connection_failure(error: BaseException) -> str:
+def _connection_failure(error: BaseException, endpoint: Endpoint) -> str:
     """A connection that failed, in words, with the address tried: `connection refused (203.0.113.7:443)`. As
     requests words it, it named our classes and a retry never made (`WatchedHTTPConnectionPool(host=…): Max retries
-    exceeded with url: … (Caused by NewConnectionError(…))`: webhook walk); it stays so for a cause not named here."""
+    exceeded with url: … (Caused by NewConnectionError(…))`: webhook walk); it stays so for a cause not named here.
+    An error that names no connection pool (a connection closed or reset once the request went out) is the
+    endpoint's address: it was said without one."""
     chain = list(_causes(error))
     reason = _reason(chain[-1])
     if reason is None:
         return _error_text(f"connection failed: {error}")
-    pool = next((cause.pool for cause in chain if getattr(cause, "pool", None) is not None), None)
-    if pool is None:
-        return _error_text(f"connection failed: {reason}")
+    pool = next((cause.pool for cause in chain if getattr(cause, "pool", None) is not None), endpoint)
     host = f"[{pool.host}]" if ":" in pool.host else pool.host  # an IPv6 address, as in a URL
     return _error_text(f"connection failed: {reason} ({host}:{pool.port})")
 
@@ -212,6 +212,8 @@ def _reason(cause: BaseException) -> Optional[str]:
         return f"the name does not resolve ({cause.strerror})"
     if isinstance(cause, UnicodeError):  # the name cannot be encoded for a lookup (a label over 63 characters)
         return f"the name cannot be looked up ({cause})"
+    if isinstance(cause, http.client.RemoteDisconnected):  # an OSError without strerror: it was said as a repr
+        return "the endpoint closed the connection without an answer"
     if isinstance(cause, OSError) and cause.strerror:
         return cause.strerror[:1].lower() + cause.strerror[1:]
     return None
@@ -279,7 +281,7 @@ class Transport:
             if deadline.expired or isinstance(error, (requests.Timeout, urllib3.exceptions.TimeoutError)):
                 outcome = self._failure(started, f"timeout: no answer within {self.timeout:g} s", throttled=True)
             else:
-                outcome = self._failure(started, _connection_failure(error))
+                outcome = self._failure(started, _connection_failure(error, endpoint))
         finally:
             self._deadlines.end(deadline)
         return replace(outcome, request_headers=headers)
