@@ -152,6 +152,13 @@ def test_position_change_while_the_company_is_unknown_reports_the_last_known_com
                                      "current_company": "Acme", "current_title": "CTO"}
 
 
+def test_position_change_of_a_contact_whose_company_was_never_known_carries_null_companies():
+    """As the README's Events section says (a strict CRM parser read these as strings: CRM walk)."""
+    [step] = run("contact", contact(company=None), contact(company=None, title="CTO"))
+    assert step[0][1]["changes"] == {"previous_company": None, "previous_title": "Engineer",
+                                     "current_company": None, "current_title": "CTO"}
+
+
 def test_unknown_extra_fields_are_kept_in_the_initial_state_but_ignored_and_not_stored():
     first = normalize_snapshot("contact", {**contact(), "followers": 10, "skills": ["x"]})
     second = normalize_snapshot("contact", {**contact(), "followers": 99, "skills": ["y"], "new": 1})
