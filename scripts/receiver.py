@@ -51,9 +51,12 @@ def verify(headers, raw_body: bytes, secrets, now_ms=None) -> dict:
                for signature in offered for secret in secrets):
         raise Rejected(401, "signature does not match")
     try:
-        return json.loads(raw_body)
+        event = json.loads(raw_body)
     except ValueError:
         raise Rejected(400, "body is not JSON")
+    if not (isinstance(event, dict) and isinstance(event.get("id"), str)):  # a list went on to event.get: no answer
+        raise Rejected(400, "body is not an event (a JSON object with an id)")
+    return event
 
 
 class SeenIds:

@@ -171,6 +171,19 @@ def test_the_receiver_script_accepts_fresh_signed_bodies_and_rejects_the_rest():
         receiver.verify(headers(now_ms), json.dumps(json.loads(body)).encode(), ["whsec_a"], now_ms)
 
 
+@pytest.mark.parametrize("body", [b"[1]", b'"evt_1"', b"{}", b'{"id": 1}'])
+def test_the_receiver_script_refuses_a_signed_body_that_is_not_an_event(body):
+    """A signed JSON body that was not an object (`[1]`) raised AttributeError in the handler: a traceback and the
+    connection closed without an answer; one without an id was remembered as the id None (CRM walk)."""
+    receiver = load_script("receiver")
+    now_ms = 1_800_000_000_000
+    headers = {"X-Webhook-Timestamp": str(now_ms), "X-Webhook-Signature": reference_signature("whsec_a", str(now_ms),
+                                                                                              body)}
+    with pytest.raises(receiver.Rejected) as rejected:
+        receiver.verify(headers, body, ["whsec_a"], now_ms)
+    assert rejected.value.status == 400
+
+
 def test_the_receiver_script_prints_one_whole_line_per_event_under_concurrent_deliveries():
     """print() wrote the line and its newline apart: two threads' events came out as one line (webhook walk)."""
     receiver = load_script("receiver")
