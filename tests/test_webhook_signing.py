@@ -149,6 +149,7 @@ def test_the_test_send_is_signed_too(alice):
     assert request.headers["X-Webhook-Signature"] == reference_signature(
         secret, request.headers["X-Webhook-Timestamp"], request.body)
     assert request.headers["X-Webhook-Id"].startswith("evt_test_")
+    assert set(request.event) == {"id", "type", "created", "data"} and set(request.event["data"]) == {"message"}
 
 
 def test_the_receiver_script_accepts_fresh_signed_bodies_and_rejects_the_rest():
