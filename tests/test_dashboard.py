@@ -5,6 +5,7 @@ import csv
 import html
 import io
 import re
+import time
 from datetime import timedelta
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
@@ -19,6 +20,7 @@ from app.dashboard import presenters, views
 from app.errors import ValidationFailed
 from app.models import Account, DashboardSession, Event, Subscription
 from app.services import dashboard_sessions, events, keys, webhooks
+from app.services.transport import sign
 from tests.conftest import make_tenant, subscription_count
 from app.worker.deliveries import deliver_due
 from tests.dashboard_helpers import Browser, csrf_of, sign_in
@@ -1073,6 +1075,27 @@ def test_configure_shows_the_secret_once_then_test_and_rotate(browser, alice):
         new_secret = rotated.split('id="secret">')[1].split("<")[0]
         assert new_secret.startswith("whsec_") and new_secret not in page
         assert "hmac.compare_digest" in rotated
+
+
+def test_the_verification_snippet_works_as_copied_through_a_rotation_and_refuses_replays(browser, alice):
+    """The snippet took any old timestamp (a replay passed), raised KeyError on a request without the headers, and
+    checked only X-Webhook-Signature, so a receiver still on the old secret refused every delivery of the 24-hour
+    overlap the page promises (CRM walk)."""
+    old = configure(alice, "http://127.0.0.1:9/hook")["secret"]
+    page = browser.post("/webhook/rotate").get_data(as_text=True)
+    new = page.split('id="secret">')[1].split("<")[0]
+    namespace = {}
+    exec(html.unescape(page.split('<pre class="wrap">')[1].split("</pre>")[0]), namespace)
+    verified, body = namespace["verified"], b'{"id":"evt_1"}'
+
+    def headers(timestamp_ms):
+        return {"X-Webhook-Timestamp": str(timestamp_ms), "X-Webhook-Signature": sign(new, timestamp_ms, body),
+                "X-Webhook-Signature-Previous": sign(old, timestamp_ms, body)}
+    now_ms = int(time.time() * 1000)
+    assert verified(new, headers(now_ms), body) and verified(old, headers(now_ms), body)
+    assert not verified(new, headers(now_ms), body + b" ")
+    assert not verified(new, headers(now_ms - 301_000), body)
+    assert not verified(new, {}, body)
 
 
 def test_a_rotate_form_sent_again_does_not_rotate_a_second_time(browser, alice):
