@@ -55,6 +55,7 @@ def configure_engine(engine: Engine, busy_timeout_ms: int) -> None:
         # psycopg2, rather than psycopg 3's pipeline of one statement per row: the statement-level triggers
         # (the subscription and id gram counters, migration d7e3a9c1f5b2) then run once for the batch.
         engine.dialect.use_insertmanyvalues_wo_returning = True
+        event.listen(engine, "connect", _limit_lock_waits)
     if engine.dialect.name != "sqlite":
         return
     _WRITER_QUEUES[engine] = WriterQueue(busy_timeout_ms / 1000)
@@ -76,6 +77,17 @@ def configure_engine(engine: Engine, busy_timeout_ms: int) -> None:
         # on the driver's connection: every request begins a transaction, and SQLAlchemy's execution layer
         # costs more than the BEGIN itself
         connection.connection.driver_connection.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+# PostgreSQL's lock_timeout, SQLite's busy timeout: a statement that waits this long for a lock fails (a 503 to retry).
+# Without it, requests waited as long as a row lock was held (a stuck session, a host cut off mid-transaction):
+# eight writes of one account took every serving thread, and /healthz and every other account waited too (fault walk).
+POSTGRESQL_LOCK_TIMEOUT_MS = 10_000
+
+
+def _limit_lock_waits(dbapi_connection, _record):
+    dbapi_connection.execute(f"SET lock_timeout = {POSTGRESQL_LOCK_TIMEOUT_MS}")
+    dbapi_connection.commit()
 
 
 @contextmanager
@@ -292,6 +304,9 @@ def busy_or_unreachable(error: Exception):
     if orig is not None and _first_line(orig).startswith(("database is locked", "database table is locked")):
         return (f"the database (DATABASE_URL) is busy: {_first_line(orig)} (another process held its write lock "
                 "past SQLITE_BUSY_TIMEOUT_MS)")
+    if getattr(orig, "sqlstate", None) == "55P03":  # lock_not_available: POSTGRESQL_LOCK_TIMEOUT_MS passed
+        return (f"the database (DATABASE_URL) is busy: {_first_line(orig)} (another session held a lock this "
+                f"statement needed for {POSTGRESQL_LOCK_TIMEOUT_MS // 1000} s)")
     return unreachable(error)
 
 

@@ -111,6 +111,7 @@ def run_migrations_online():
             if connection.dialect.name == "postgresql":
                 # Hosts starting at once (each unit runs `db upgrade` first) upgrade one after the other: the
                 # next sees the head and has nothing to do, instead of failing on alembic_version's key (walk)
+                connection.execute(text("SET LOCAL lock_timeout = 0"))  # a migration waits for the service's locks
                 connection.execute(text("SELECT pg_advisory_xact_lock(7305111002)"))
             context.run_migrations()
 

@@ -247,6 +247,44 @@ def test_a_request_while_the_database_cannot_be_used_is_a_503_to_retry_said_once
     assert lines[0].getMessage().startswith(said)
 
 
+@pytest.mark.postgresql_only("a row lock another session holds meets PostgreSQL's lock_timeout (SQLite's: above)")
+def test_a_lock_held_past_the_lock_timeout_is_a_503_to_retry(app, alice, caplog, monkeypatch):
+    """Another session held the account's row (a host cut off mid-transaction, an operator's open transaction): its
+    creates waited as long as the lock was held, eight of them took every serving thread, and /healthz and every other
+    account waited too (fault walk). A lock wait past POSTGRESQL_LOCK_TIMEOUT_MS is now a busy database, a 503."""
+    from app import database, outage_log
+    from app.extensions import db
+    monkeypatch.setattr(outage_log, "_places", {})
+    monkeypatch.setattr(database, "POSTGRESQL_LOCK_TIMEOUT_MS", 300)
+    db.engine.dispose()  # connections made from here on take the short timeout
+    holder = db.engine.connect()
+    try:
+        holder.execute(text("SET LOCAL idle_in_transaction_session_timeout = 5000"))  # the lock's end, without the fix
+        holder.execute(text("SELECT id FROM accounts WHERE id = :id FOR UPDATE"), {"id": alice.account_id})
+        answer = alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "jane"})
+    finally:
+        holder.rollback()
+        holder.close()
+    assert answer.status_code == 503 and answer.json["error"] == "UNAVAILABLE" and answer.headers["Retry-After"] == "5"
+    [line] = [record for record in caplog.records if record.name == "app.api.errors"]
+    assert line.exc_info is None and "is busy: canceling statement due to lock timeout" in line.getMessage()
+    assert alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "jane"}).status_code == 201
+
+
+@pytest.mark.skipif("postgresql" not in DATABASES, reason="needs a PostgreSQL server (TEST_POSTGRES_URL)")
+def test_db_upgrade_waits_past_the_lock_timeout_for_its_turn(tmp_path):
+    """`db upgrade` waits for another host's upgrade (the advisory lock) and the service's locks as long as they are
+    held: the requests' lock_timeout is not its own."""
+    from app.database import POSTGRESQL_LOCK_TIMEOUT_MS
+    holder = create_engine(os.environ["TEST_POSTGRES_URL"]).connect()
+    held_ms = POSTGRESQL_LOCK_TIMEOUT_MS + 1500
+    holder.execute(text(f"SET LOCAL idle_in_transaction_session_timeout = {held_ms}"))  # then the server ends it
+    holder.execute(text("SELECT pg_advisory_xact_lock(7305111002)"))
+    done = entity_monitor(tmp_path, own_database(tmp_path, "postgresql", "turns"), "db", "upgrade")
+    assert done.returncode == 0, done.stderr
+    holder.invalidate()
+
+
 def test_a_missing_table_met_by_a_request_is_a_500_with_its_traceback_not_a_503(app, alice, caplog, monkeypatch):
     """Serving refuses a schema of another release, so a missing table or column met by a request is a bug of the SQL:
     as a 503 "retry later" it was hidden, with a line that blamed the schema (review)."""
