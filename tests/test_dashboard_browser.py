@@ -400,6 +400,27 @@ def test_what_was_typed_in_a_form_the_keys_rate_limit_refused_is_back_on_its_pag
     shot(page, "15-typed-text-back-after-the-rate-limit")
 
 
+def test_a_form_refused_after_a_file_was_chosen_asks_for_the_file_again(server, page, tmp_path):
+    """No page may put a chosen file back in its input: the note said "What you typed is back: send it again", and an
+    import sent again so went without its file (dashboard walk)."""
+    base, env = server
+    key = new_account(env, "Upload team")
+    _sign_in_at(page, f"{base}/subscriptions", key)
+    with requests.Session() as api:  # the key's bulk calls spent through the API (the starter tier's 10 a window)
+        for _ in range(10):
+            assert api.post(f"{base}/api/v1/subscriptions/bulk", json={},
+                            headers={"X-API-Key": key}).status_code == 400
+    export = tmp_path / "crm.csv"
+    export.write_text("LinkedIn URL\nhttps://www.linkedin.com/in/jane\n")
+    page.get_by_label("upload a CSV export").set_input_files(str(export))
+    page.get_by_role("button", name="Import").click()
+    page.wait_for_load_state()
+    assert "This key can be used again in 15 minutes." in page.content()
+    page.get_by_role("link", name="Open the page again").click()
+    page.wait_for_load_state()
+    assert "What you typed is back, but not the file you chose: choose it again, then send." in page.content()
+
+
 def test_a_webhook_forms_event_boxes_are_kept_as_ticked(server, page):
     """Kept by name alone, the event boxes (one name, a box a value) came back as the page had them: a refused form
     left every event ticked where the team had chosen one family (dashboard walk)."""

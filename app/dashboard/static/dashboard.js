@@ -31,7 +31,7 @@ document.addEventListener("DOMContentLoaded", function () {
   var kept = takeKeptForm();
   var refusal = document.querySelector("[data-keeps-form]");
   if (kept && refusal && (kept.why || !refusal.hasAttribute("data-keeps-only-refused"))) {
-    keepForm({action: kept.action, account: kept.account, fields: kept.fields,
+    keepForm({action: kept.action, account: kept.account, fields: kept.fields, file: kept.file,
               why: refusal.getAttribute("data-keeps-form")});
   } else if (kept && kept.why && kept.account === account) {
     document.querySelectorAll("form[data-keep]").forEach(function (form) {
@@ -43,7 +43,9 @@ document.addEventListener("DOMContentLoaded", function () {
       var note = document.createElement("p");
       note.className = "notice error";
       note.setAttribute("role", "alert");
-      note.textContent = kept.why + " What you typed is back: send it again.";
+      // a chosen file no page may choose again: the note said all was back, and the form went without it
+      note.textContent = kept.why + (kept.file ? " What you typed is back, but not the file you chose: choose it " +
+                                     "again, then send." : " What you typed is back: send it again.");
       form.parentNode.insertBefore(note, form);
     });
   }
@@ -55,7 +57,10 @@ document.addEventListener("DOMContentLoaded", function () {
         var key = fieldKey(field);
         if (key) { fields[key] = field.type === "checkbox" ? field.checked : field.value; }
       });
-      keepForm({action: form.action, account: account, fields: fields});
+      var file = Array.prototype.some.call(form.elements, function (field) {
+        return field.type === "file" && field.files && field.files.length > 0;
+      });
+      keepForm({action: form.action, account: account, fields: fields, file: file});
     });
   });
   document.querySelectorAll("form[data-progress]").forEach(function (form) {
