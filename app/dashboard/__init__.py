@@ -120,16 +120,10 @@ def page_of_a_form_url():
         page = _dashboard_route(urls, path, "GET")
         if page:
             endpoint, arguments = page
-            # built again (the path is decoded text)
-            return redirect(url_for(endpoint, **arguments, **_list_it_was_opened_from()), 303)
+            # built again (the path is decoded text), with the list view a subscription's form URL carries: dropped,
+            # the page's form was not the one whose text was kept (its URL differs), so the text was lost
+            return redirect(url_for(endpoint, **arguments, **views.opened_from()), 303)
     return None
-
-
-def _list_it_was_opened_from() -> dict:
-    """The list view a subscription's page was opened from (`list=`), which its forms' URLs carry: dropped on the way
-    back to the page (a form sent once the session had ended, signed in again), the page's form was not the one whose
-    text was kept (its URL differs), so the text was lost, and *← Subscriptions* led to the whole list."""
-    return {"list": request.args["list"]} if request.args.get("list") else {}
 
 
 def _dashboard_route(urls, path: str, method: str):
@@ -320,4 +314,4 @@ def readable(network_id):
     return unquote(network_id) if network_id else network_id
 
 
-from app.dashboard import views  # noqa: E402,F401 - registers the routes on `bp`
+from app.dashboard import views  # noqa: E402 - registers the routes on `bp`

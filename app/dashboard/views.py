@@ -155,7 +155,7 @@ def subscriptions_page():
         return back_to("dashboard.subscriptions_page")
     rows, total = subscriptions.list_page(account_id(), **query)
     return render("subscriptions.html", rows=rows, total=total, filters=filters, page=page_number,
-                  pages=_page_count(total), opened_from=_opened_from(urlencode(list(request.args.items(multi=True)))))
+                  pages=_page_count(total), opened_from=opened_from(urlencode(list(request.args.items(multi=True)))))
 
 
 @bp.post("/subscriptions")
@@ -174,7 +174,7 @@ def add_subscription():
         return _back_to_the_list()
     notify("success", f"Subscribed to {row['url']}.")
     return back_to("dashboard.subscription_page", subscription_id=subscription.id,
-                   **_opened_from(request.form.get("list_query", "")))
+                   **opened_from(request.form.get("list_query", "")))
 
 
 ADD_ONE_WORDS = {"url": "Enter a profile URL, or an id with its type.",
@@ -253,12 +253,12 @@ def subscription_page(subscription_id):
                                    subscription_id=subscription.id)
     timeline = [{"event": row, "changes": change_rows(parse_body(row))} for row in rows]
     return render("subscription.html", subscription=subscription, timeline=timeline, total=total, page=page_number,
-                  pages=_page_count(total), opened_from=_opened_from(),
+                  pages=_page_count(total), opened_from=opened_from(),
                   list_href=url_for("dashboard.subscriptions_page", **_list_view(SUBSCRIPTIONS_VIEW, _list_arg())),
                   metadata=json.dumps(subscription.custom_metadata or {}, indent=2, ensure_ascii=False))
 
 
-def _opened_from(query=None) -> dict:
+def opened_from(query=None) -> dict:
     """The list view a subscription's page was opened from (its `list`: the list's query, or `query`), kept by its
     links and forms for its *← Subscriptions*, which led to page 1 of the whole list (walk). Only the view's own search,
     filters and page: anything else of the list's address, or a crafted `list`, was carried whole into every link."""
@@ -279,7 +279,7 @@ def change_subscription(subscription_id, action):
         else:
             subscriptions.set_status(account_id(), subscription_id, "paused" if action == "pause" else "active")
         return {"pause": "Paused.", "resume": "Resumed.", "cancel": "Cancelled."}[action]
-    return _attempt(change, "dashboard.subscription_page", subscription_id=subscription_id, **_opened_from())
+    return _attempt(change, "dashboard.subscription_page", subscription_id=subscription_id, **opened_from())
 
 
 @bp.post("/subscriptions/<dashboard_subscription:subscription_id>/metadata")
@@ -297,7 +297,7 @@ def edit_metadata(subscription_id):
         subscriptions.update_metadata(account_id(), subscription_id, body["custom_metadata"], _shown_metadata())
         return "Custom metadata saved."
     return _attempt(change, "dashboard.subscription_page", typed={"custom_metadata": typed},
-                    subscription_id=subscription_id, **_opened_from())
+                    subscription_id=subscription_id, **opened_from())
 
 
 def _shown_metadata():
