@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 import sqlalchemy
+from filelock import FileLock, Timeout
 
 from app import cpu_affinity
 from tests.webhook_helpers import Receiver, Reply
@@ -240,7 +241,10 @@ def test_sigterm_stops_the_scheduler_at_once_while_a_request_is_still_in_flight(
                 def checks_and_sends():
                     return service.sql("SELECT sum(check_count), (SELECT count(*) FROM delivery_attempts) FROM "
                                        "subscriptions")[0]
-                time.sleep(5)
+                # its stop frees the lock last, once the batches in hand are recorded or released (not a fixed
+                # wait: on a loaded machine finishing them took longer than the 5 s this test once allowed)
+                service.wait_for(lambda: scheduler_lock_is_free(service), seconds=STOP_WITHIN_SECONDS,
+                                 what="the scheduler to stop")
                 settled = checks_and_sends()
                 time.sleep(3)
                 assert server.poll() is None  # still waiting for the request in flight ...
@@ -249,6 +253,17 @@ def test_sigterm_stops_the_scheduler_at_once_while_a_request_is_still_in_flight(
                 assert service.sql("SELECT count(*) FROM outbox WHERE claim_token IS NOT NULL") == [(0,)]
             assert server.wait(STOP_WITHIN_SECONDS) == 0
             assert "stopped" in server.stderr.read()
+
+
+def scheduler_lock_is_free(service) -> bool:
+    """Whether no process holds the SQLite database's scheduler lock (app.worker.scheduler.lock_for)."""
+    lock = FileLock(os.path.realpath(service.database) + ".scheduler.lock", thread_local=False)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return False
+    lock.release()
+    return True
 
 
 # --- crash recovery ------------------------------------------------------------------------------------
