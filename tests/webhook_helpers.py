@@ -213,7 +213,8 @@ def record_events(account_id, count=1, event_type="contact.position_changed", su
         config = events.webhook_config_for(session, account_id)
         recorded = [events.record(session, account_id, event_type,
                                   data or {"entity": events.entity_data(subscription),
-                                           "changes": {"previous_title": "Engineer", "current_title": "CTO"}},
+                                           "changes": {"previous_company": "Acme", "previous_title": "Engineer",
+                                                       "current_company": "Acme", "current_title": "CTO"}},
                                   subscription=subscription, config=config)
                     for _ in range(count)]
         ids = [event.id for event in recorded]

@@ -7,7 +7,9 @@ from flask import current_app
 from marshmallow import fields, validate
 
 from app.api.http import BODY_METHODS
+from app.schemas import event_data
 from app.schemas.base import BodySchema, ErrorSchema, QuerySchema
+from app.schemas.events import ENVELOPE_METADATA
 from app.version import VERSION
 
 _PATH_PARAMETER = re.compile(r"<(?:[a-z]+:)?([a-z_]+)>")
@@ -29,6 +31,19 @@ HEADERS = {  # name: (JSON type, always sent where documented, description)
 RATE_LIMIT_HEADERS = ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset")
 ANSWERED_OUTSIDE_A_KEY_S_WINDOW = {401, 500, 503}  # answered without a key's window: no key, or a failure
 RETRY_LATER = {429, 503}
+WEBHOOK_HEADERS = {  # name: (JSON schema, always sent, description); app/services/transport.py sends them
+    "X-Webhook-Id": ({"type": "string"}, True, "The event's id, the same on every try: ignore an id already processed "
+                                               "(deliveries are at least once)."),
+    "X-Webhook-Attempt": ({"type": "integer", "minimum": 1}, True, "This try's number, from 1."),
+    "X-Webhook-Timestamp": ({"type": "integer"}, True, "When this try was signed, in Unix milliseconds: refuse an old "
+                                                       "one (a replay)."),
+    "X-Webhook-Signature": ({"type": "string", "pattern": "^[0-9a-f]{64}$"}, True,
+                            'hex(HMAC_SHA256(key = the whole secret "whsec_…", message = X-Webhook-Timestamp + "." '
+                            "+ the raw body)): verify it against the body as received, not re-serialised."),
+    "X-Webhook-Signature-Previous": ({"type": "string", "pattern": "^[0-9a-f]{64}$"}, False,
+                                     "For 24 hours after POST /webhooks/rotate-secret: the same signature made with "
+                                     "the previous secret."),
+}
 
 
 def _free_query_text(field) -> bool:
@@ -64,6 +79,9 @@ def build_document(app) -> dict:
     spec.components.schema("Error", schema=ErrorSchema)
     for name, (json_type, required, description) in HEADERS.items():
         spec.components.header(name, {"description": description, "required": required, "schema": {"type": json_type}})
+    for event_type, data in event_data.DATA.items():
+        spec.components.schema(event_data.component_name(event_type, "Data"), component=data)
+        spec.components.schema(event_data.component_name(event_type, "Event"), component=_envelope(event_type))
     paths, operation_ids, bodies = {}, set(), set()
     for rule in app.url_map.iter_rules():
         view = app.view_functions.get(rule.endpoint)
@@ -80,6 +98,7 @@ def build_document(app) -> dict:
     for path, operations in sorted(paths.items()):
         spec.path(path=path, operations=operations)
     document = spec.to_dict()
+    document["webhooks"] = {event_type: {"post": _webhook(event_type)} for event_type in event_data.DATA}
     _require_what_answers_carry(document["components"]["schemas"], plugin.converter.refs)
     for body in bodies:  # rules across fields (JSON Schema combinators) that no field can state
         if hasattr(body, "document_cross_field_rules"):
@@ -162,6 +181,32 @@ def _operation(meta, rule, method):
         operation["requestBody"] = {"required": True, "content": {"application/json": {"schema": meta["body"]}}}
     operation["security"] = [{"ApiKey": []}] if meta["auth"] else []
     return operation
+
+
+def _envelope(event_type: str) -> dict:
+    """The body an endpoint receives for an event of `event_type` (README Events)."""
+    properties = {"id": {"type": "string"}, "type": {"const": event_type},
+                  "created": {"type": "integer", "description": "Unix time in seconds."},
+                  "data": {"$ref": f"#/components/schemas/{event_data.component_name(event_type, 'Data')}"},
+                  "metadata": {"type": "object", **ENVELOPE_METADATA}}
+    if event_type == "test":  # it belongs to no subscription
+        del properties["metadata"]
+    return {"type": "object", "properties": properties, "required": list(properties)}
+
+
+def _webhook(event_type: str) -> dict:
+    """What the service POSTs to the configured endpoint for an event of `event_type`, and what it makes of the
+    answer (README Webhooks)."""
+    headers = [{"in": "header", "name": name, "required": required, "schema": schema, "description": description}
+               for name, (schema, required, description) in WEBHOOK_HEADERS.items()]
+    schema = {"$ref": f"#/components/schemas/{event_data.component_name(event_type, 'Event')}"}
+    return {"summary": f"A `{event_type}` event, signed", "operationId": f"receive_{event_type.replace('.', '_')}",
+            "parameters": headers,
+            "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}},
+            "responses": {"2XX": {"description": "Received, within 10 seconds: the delivery succeeded."},
+                          "410": {"description": "Gone: the configuration is deactivated at once."},
+                          "default": {"description": "Any other answer, none within 10 seconds or a redirect: the "
+                                                     "try failed, and the next follows WEBHOOK_RETRY_SCHEDULE."}}}
 
 
 def cached_document():

@@ -1,6 +1,7 @@
 from marshmallow import Schema, fields, validate
 
 from app.schemas.base import PageQuerySchema, PaginationSchema, Timestamp, one_of
+from app.schemas.event_data import component_name
 from app.services.events import DELIVERY_STATUSES, EVENT_TYPES
 
 ATTEMPT_STATUSES = ("succeeded", "failed")
@@ -40,7 +41,10 @@ class EventSchema(Schema):
     id = fields.Str()
     type = fields.Str(metadata=one_of(EVENT_TYPES))
     created = fields.Int(metadata={"description": "Unix time in seconds."})
-    data = fields.Dict()
+    data = fields.Dict(metadata={"json_schema": {
+        "description": "What its `type` carries (README Events; the document's `webhooks` give each type's).",
+        "anyOf": [{"$ref": f"#/components/schemas/{component_name(event_type, 'Data')}"}
+                  for event_type in EVENT_TYPES]}})
     metadata = fields.Dict(metadata={"json_schema": ENVELOPE_METADATA})
     delivery_status = fields.Str(metadata=one_of(DELIVERY_STATUSES))
 
