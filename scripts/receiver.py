@@ -38,16 +38,22 @@ def expected_signature(secret: str, timestamp: str, raw_body: bytes) -> str:
     return hmac.new(secret.encode(), timestamp.encode() + b"." + raw_body, hashlib.sha256).hexdigest()
 
 
+def _matches(signature, expected: str) -> bool:
+    """In constant time, as bytes: compare_digest raises TypeError for text beyond ASCII (a header's `é`)."""
+    return bool(signature) and hmac.compare_digest(signature.encode(), expected.encode())
+
+
 def verify(headers, raw_body: bytes, secrets, now_ms=None) -> dict:
     """The parsed event when the request is authentic and fresh; raises Rejected otherwise."""
     timestamp = headers.get("X-Webhook-Timestamp", "")
-    if not timestamp.isdigit():
+    # str.isdigit takes `²`, which int() refuses, as it does more than 4,300 digits: milliseconds have 13
+    if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= 20):
         raise Rejected(400, "missing or malformed X-Webhook-Timestamp")
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     if abs(now_ms - int(timestamp)) > TOLERANCE_MS:
         raise Rejected(400, "timestamp outside the 5-minute tolerance (replayed or clock skew)")
     offered = [headers.get(name) for name in ("X-Webhook-Signature", "X-Webhook-Signature-Previous")]
-    if not any(signature and hmac.compare_digest(signature, expected_signature(secret, timestamp, raw_body))
+    if not any(_matches(signature, expected_signature(secret, timestamp, raw_body))
                for signature in offered for secret in secrets):
         raise Rejected(401, "signature does not match")
     try:

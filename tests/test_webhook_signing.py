@@ -172,6 +172,19 @@ def test_the_receiver_script_accepts_fresh_signed_bodies_and_rejects_the_rest():
         receiver.verify(headers(now_ms), json.dumps(json.loads(body)).encode(), ["whsec_a"], now_ms)
 
 
+@pytest.mark.parametrize("timestamp, signature, status",
+                         [("\u00b2", "00", 400), ("1" * 5000, "00", 400), ("1800000000000", "\u00e9", 401)])
+def test_the_receiver_script_refuses_headers_it_cannot_read(timestamp, signature, status):
+    """A timestamp of `²` or of 5,000 digits (str.isdigit takes them, int() does not) or a signature of `é`
+    (compare_digest refuses text beyond ASCII) raised in the handler: a traceback and the connection closed without
+    an answer (security walk)."""
+    receiver = load_script("receiver")
+    headers = {"X-Webhook-Timestamp": timestamp, "X-Webhook-Signature": signature}
+    with pytest.raises(receiver.Rejected) as rejected:
+        receiver.verify(headers, b'{"id":"evt_1"}', ["whsec_a"], 1_800_000_000_000)
+    assert rejected.value.status == status
+
+
 @pytest.mark.parametrize("body", [b"[1]", b'"evt_1"', b"{}", b'{"id": 1}'])
 def test_the_receiver_script_refuses_a_signed_body_that_is_not_an_event(body):
     """A signed JSON body that was not an object (`[1]`) raised AttributeError in the handler: a traceback and the
