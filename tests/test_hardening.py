@@ -11,7 +11,7 @@ from app.extensions import db
 from app.models import ApiKey, OutboxDelivery, WebhookConfig
 from app.redaction import REDACTED, RedactSecretsFromRequestLine, redact_uri
 from app.services import outbox
-from app.services.transport import Outgoing, Transport, parse_endpoint
+from app.services.transport import NOT_PUBLIC_REFUSAL, Outgoing, Transport, parse_endpoint
 from tests.webhook_helpers import LOCAL_RECEIVER_CONFIG, configure, record_events
 
 SUBSCRIPTION = "/subscriptions/sub_0123456789abcdef01234567"
@@ -274,7 +274,7 @@ def test_the_check_reads_the_host_the_sender_connects_to():
 
 
 @pytest.mark.parametrize("url,error", [
-    ("https://127.0.0.1\\@example.com/", "refused: 127.0.0.1 is not a public"),
+    ("https://127.0.0.1\\@example.com/", NOT_PUBLIC_REFUSAL),  # example.com, public, would be tried
     ("https://hooks.example.com:99999/", "refused: the endpoint URL cannot be parsed")])
 def test_the_sender_refuses_a_stored_url_by_the_host_it_would_connect_to(url, error):
     """A configuration stored before the check used urllib3's reading is still refused when sent."""

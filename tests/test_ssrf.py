@@ -1,6 +1,8 @@
 """The SSRF guard: every non-public class refused when configuring and again at send time, against the
 address actually connected to (DNS rebinding: the name resolves publicly at configure time, privately
 at send time). No test traffic leaves 127.0.0.1: refused sends never connect."""
+import json
+import logging
 import socket
 
 import pytest
@@ -127,6 +129,21 @@ def test_dns_rebinding_to_every_non_public_class_is_refused_at_send_time(alice, 
     assert attempt.error.startswith("refused:") and "not a public address" in attempt.error
     assert attempt.next_attempt_at is not None  # an ordinary failure: retried, then failed
     assert attempt.request_headers is None  # nothing was sent
+
+
+def test_a_refused_send_does_not_tell_the_account_the_address(alice, dns, caplog):
+    """A name of the account's own, pointed after configure (by a CNAME) at an internal name, had the try's error say
+    that name's internal address ("refused: 10.1.2.3 is not a public address"): the test send and the delivery log
+    read internal DNS out to any account (security walk). The operator's log still names it."""
+    dns.table["hooks.example.com"] = PUBLIC_ADDRESS
+    configure(alice, "https://hooks.example.com/hook")
+    dns.table["hooks.example.com"] = FORBIDDEN["private-10"]
+    caplog.set_level(logging.INFO, logger="app.services.transport")
+    answer = alice.post("/webhooks/test").json
+    deliveries = alice.get("/webhooks/deliveries").json["data"]
+    assert answer["delivered"] is False and answer["error"].startswith("refused:") and len(deliveries) == 1
+    assert FORBIDDEN["private-10"] not in json.dumps([answer, deliveries])
+    assert f"{FORBIDDEN['private-10']}, the address of hooks.example.com" in caplog.text
 
 
 def test_rebinding_to_a_live_loopback_receiver_never_reaches_it(alice, app, dns):

@@ -41,6 +41,7 @@ MAX_SESSIONS = 256
 # names' TTLs commonly are, and never an address that was not checked (a rebinding takes effect after it, refused)
 CHECKED_ADDRESS_SECONDS = 10
 MAX_ERROR_LENGTH = 500
+NOT_PUBLIC_REFUSAL = "refused: the endpoint's address is not a public address (loopback, private, link-local…)"
 # What a request on a kept connection meets when the endpoint closed it as the request went out.
 CLOSED_UNANSWERED = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ssl.SSLEOFError)
 
@@ -276,7 +277,11 @@ class Transport:
             with response:
                 outcome = self._answered(response, started, deadline)
         except InvalidIPAddress as error:
-            return self._failure(started, f"refused: {error} is not a public address")
+            # the address goes to the operator's log alone: the try's error is the account's to read, and a name the
+            # account points (by a CNAME) at an internal one would have it say that name's internal address
+            log.info("webhook send of %s refused: %s, the address of %s, is not public", outgoing.event_id, error,
+                     endpoint.host)
+            return self._failure(started, NOT_PUBLIC_REFUSAL)
         except (requests.RequestException, urllib3.exceptions.HTTPError) as error:
             if deadline.expired or isinstance(error, (requests.Timeout, urllib3.exceptions.TimeoutError)):
                 outcome = self._failure(started, f"timeout: no answer within {self.timeout:g} s", throttled=True)
