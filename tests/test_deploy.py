@@ -68,28 +68,75 @@ def test_the_web_unit_makes_and_empties_the_metrics_folder_and_the_cli_leaves_it
     assert "--property=UnsetEnvironment=PROMETHEUS_MULTIPROC_DIR" in (DEPLOY / "entity-monitor-cli").read_text()
 
 
+CERTIFICATE_PLACEHOLDERS = ("/etc/ssl/entity-monitor/REPLACE-WITH-fullchain.pem",
+                            "/etc/ssl/entity-monitor/REPLACE-WITH-privkey.pem")
+
+
+def _site_with_a_certificate(folder: Path) -> str:
+    """The shipped site, its certificate placeholders replaced by a self-signed certificate made in `folder`."""
+    site = (DEPLOY / "nginx.conf").read_text()
+    assert all(placeholder in site for placeholder in CERTIFICATE_PLACEHOLDERS)
+    certificate, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    "/CN=monitor.example.com", "-keyout", str(key), "-out", str(certificate)],
+                   check=True, capture_output=True, timeout=60)
+    return site.replace(CERTIFICATE_PLACEHOLDERS[0], str(certificate)).replace(CERTIFICATE_PLACEHOLDERS[1], str(key))
+
+
+def _nginx_conf(folder: Path, site: str) -> Path:
+    (folder / "site.conf").write_text(site)
+    (folder / "nginx.conf").write_text(
+        f"pid {folder}/nginx.pid;\nerror_log {folder}/error.log;\nevents {{}}\n"
+        f"http {{\n  access_log off;\n  client_body_temp_path {folder}/body;\n  proxy_temp_path {folder}/proxy;\n"
+        f"  include {folder}/site.conf;\n}}\n")
+    return folder / "nginx.conf"
+
+
 @pytest.mark.skipif(shutil.which("nginx") is None or shutil.which("openssl") is None,
                     reason="nginx or openssl is not installed")
 def test_the_nginx_site_passes_nginx_t_once_its_certificate_placeholders_are_filled(tmp_path):
     site = (DEPLOY / "nginx.conf").read_text()
     metrics = site.split("location = /metrics {")[1].split("}")[0]  # not public: the README's advice, shipped
     assert "deny all;" in metrics and "allow 10.0.0.0/8;" in metrics
-    placeholders = ["/etc/ssl/entity-monitor/REPLACE-WITH-fullchain.pem",
-                    "/etc/ssl/entity-monitor/REPLACE-WITH-privkey.pem"]
-    assert all(placeholder in site for placeholder in placeholders)
-    certificate, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
-                    "/CN=monitor.example.com", "-keyout", str(key), "-out", str(certificate)],
-                   check=True, capture_output=True, timeout=60)
-    site = site.replace(placeholders[0], str(certificate)).replace(placeholders[1], str(key))
-    (tmp_path / "site.conf").write_text(site)
-    (tmp_path / "nginx.conf").write_text(
-        f"pid {tmp_path}/nginx.pid;\nerror_log {tmp_path}/error.log;\nevents {{}}\n"
-        f"http {{\n  access_log off;\n  include {tmp_path}/site.conf;\n}}\n")
     done = subprocess.run(["nginx", "-t", "-p", str(tmp_path), "-e", str(tmp_path / "error.log"),
-                           "-c", str(tmp_path / "nginx.conf")], capture_output=True, text=True, timeout=60)
+                           "-c", str(_nginx_conf(tmp_path, _site_with_a_certificate(tmp_path)))],
+                          capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "syntax is ok" in done.stderr and "test is successful" in done.stderr
+
+
+@pytest.mark.skipif(shutil.which("nginx") is None or shutil.which("openssl") is None,
+                    reason="nginx or openssl is not installed")
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
+def test_the_nginx_site_tells_browsers_to_come_back_over_https_only(tmp_path):
+    """Without Strict-Transport-Security a browser sent to http:// again (a typed address, an old bookmark) met the
+    redirect unprotected: an attacker on its network could keep it on http and serve a sign-in page that took the
+    API key pasted into it (security walk). Every answer over TLS carries it, an error included."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    site = _site_with_a_certificate(tmp_path).replace("listen 443 ssl;", f"listen 127.0.0.1:{port} ssl;")
+    site = site.replace("listen [::]:443 ssl;", "").split("server {\n    listen 80;")[0]  # the port 80 redirect
+    nginx = subprocess.Popen(["nginx", "-p", str(tmp_path), "-e", str(tmp_path / "error.log"), "-c",
+                              str(_nginx_conf(tmp_path, site)), "-g", "daemon off;"])
+    try:
+        answer = _answer_over_tls(f"https://127.0.0.1:{port}/login")  # no app behind it: nginx's 502
+        assert answer.status_code == 502
+        assert answer.headers["Strict-Transport-Security"] == "max-age=31536000"
+    finally:
+        nginx.terminate()
+        nginx.wait(timeout=30)
+
+
+def _answer_over_tls(url):
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return requests.get(url, timeout=5, verify=False)  # the certificate is the test's own
+        except requests.ConnectionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 @pytest.mark.skipif(shutil.which("nginx") is None or shutil.which("curl") is None,
