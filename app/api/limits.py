@@ -39,7 +39,8 @@ export_limit = rate_class("bulk", head="read")
 
 def limit_unauthenticated():
     """Requests refused for want of a valid key (missing, malformed, unknown) are limited per client
-    address, one bucket for every route, so guessing keys is slow.
+    address, one bucket for every route: it bounds an address's bad-key noise. A valid key from that address is
+    still served (no lock-out of the clients behind one NAT); a key of 32 random characters is not guessed anyway.
 
     flask-limiter's class limit applies only to keyed requests; hence this explicit check, made just before
     the 401."""
