@@ -72,6 +72,29 @@ def test_a_delivery_over_tls_is_verified_with_the_test_ca_and_signed(alice, cert
     assert verify(received.headers, received.body, [secret])["id"] == event.id
 
 
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+
+
+def test_the_environments_proxy_variables_are_not_used(alice, certificates, resolver, monkeypatch):
+    """A proxy would make the connection to an address the sender never checked: the sender's sessions ignore the
+    environment (security walk: held, but nothing pinned it)."""
+    with socket.socket() as proxy:
+        proxy.bind(("127.0.0.1", 0))
+        proxy.listen()
+        proxy.setblocking(False)
+        for name in PROXY_VARIABLES:
+            monkeypatch.setenv(name, f"http://127.0.0.1:{proxy.getsockname()[1]}")
+        for name in ("NO_PROXY", "no_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        with Receiver(certificates=certificates) as receiver:
+            configure(alice, receiver.url)
+            event, attempt = deliver_one(alice.account_id)
+        with pytest.raises(BlockingIOError):  # no connection ever came to the proxy
+            proxy.accept()
+    assert attempt.status == "succeeded" and [request.headers["X-Webhook-Id"] for request in receiver.requests] == [
+        event.id]
+
+
 def test_deliveries_to_one_endpoint_reuse_the_pinned_tls_connection(alice, certificates, resolver):
     with Receiver(certificates=certificates) as receiver:
         configure(alice, receiver.url)
