@@ -86,13 +86,36 @@ def test_signing_in_sets_a_strict_httponly_cookie_holding_no_key(app, alice):
     assert "Alice Inc" in client.get("/").get_data(as_text=True)
 
 
-def test_the_cookie_is_secure_over_https(app, alice):
+def test_the_cookies_are_secure_and_host_only_over_https(app, alice):
     client = app.test_client()
     page = client.get("/login", base_url="https://localhost")
+    [login_cookie] = page.headers.getlist("Set-Cookie")
+    assert login_cookie.startswith("__Host-em_login_csrf=") and "Secure" in login_cookie
     response = client.post("/login", base_url="https://localhost",
                            data={"api_key": alice.key, "csrf_token": csrf_of(page.get_data(as_text=True))})
-    cookie = next(value for value in response.headers.getlist("Set-Cookie") if value.startswith("em_session="))
-    assert "Secure" in cookie
+    cookies = response.headers.getlist("Set-Cookie")
+    cookie = next(value for value in cookies if value.startswith("__Host-em_session="))
+    assert "Secure" in cookie and "Path=/" in cookie and "Domain" not in cookie
+    removed = next(value for value in cookies if value.startswith("__Host-em_login_csrf="))
+    assert "Secure" in removed and "Max-Age=0" in removed  # a browser drops a __Host- cookie only so
+    assert "Alice Inc" in client.get("/", base_url="https://localhost").get_data(as_text=True)
+    signed_out = client.post("/logout", base_url="https://localhost", data={"csrf_token": csrf_of(
+        client.get("/", base_url="https://localhost").get_data(as_text=True))})
+    assert any(value.startswith("__Host-em_session=") and "Secure" in value and "Max-Age=0" in value
+               for value in signed_out.headers.getlist("Set-Cookie"))
+
+
+def test_over_https_a_session_cookie_without_the_host_prefix_is_not_read(app, alice):
+    """A sibling subdomain can set `em_session` for the whole domain, never a `__Host-` cookie: a session of an
+    account of its own planted so would have had the victim import their CRM list into it (security walk)."""
+    token = sign_in(app.test_client(), alice.key).headers["Set-Cookie"].split(";")[0].split("=", 1)[1]
+    planted = app.test_client()
+    planted.set_cookie("em_session", token, domain="localhost")
+    response = planted.get("/", base_url="https://localhost")
+    assert response.status_code == 302 and response.headers["Location"].startswith("/login")
+    prefixed = app.test_client()
+    prefixed.set_cookie("__Host-em_session", token, domain="localhost")
+    assert "Alice Inc" in prefixed.get("/", base_url="https://localhost").get_data(as_text=True)
 
 
 def test_a_wrong_key_is_refused_with_the_apis_message_and_no_session(app, alice):

@@ -34,7 +34,7 @@ bp = Blueprint("dashboard", __name__, template_folder="templates", static_folder
 def require_session():
     if request.method in ("GET", "HEAD") and request.endpoint not in PUBLIC_ENDPOINTS:  # one snapshot, as the API's
         read_in_a_new_snapshot()
-    g.dashboard_session = dashboard_sessions.find(request.cookies.get(SESSION_COOKIE))
+    g.dashboard_session = dashboard_sessions.find(read_cookie(SESSION_COOKIE))
     if request.endpoint in PUBLIC_ENDPOINTS:
         return None
     if g.dashboard_session is None:
@@ -135,12 +135,33 @@ def _dashboard_route(urls, path: str, method: str):
     return (endpoint, arguments) if endpoint.startswith(f"{bp.name}.") else None
 
 
+def _cookie_name(name: str) -> str:
+    """Over https a cookie's name has the `__Host-` prefix: a browser then takes it only from a secure answer that
+    names no Domain, so a sibling subdomain cannot plant a session (of an account of its own) for this site
+    (security walk). Plain http (development) cannot have it."""
+    return f"__Host-{name}" if request.is_secure else name
+
+
+def read_cookie(name: str):
+    return request.cookies.get(_cookie_name(name))
+
+
+def set_cookie(response, name: str, value: str, **options) -> None:
+    response.set_cookie(_cookie_name(name), value, httponly=True, secure=request.is_secure, samesite="Strict",
+                        **options)
+
+
+def delete_cookie(response, name: str) -> None:
+    """(A browser refuses a `__Host-` cookie without Secure, its removal too.)"""
+    response.delete_cookie(_cookie_name(name), httponly=True, secure=request.is_secure, samesite="Strict")
+
+
 def _same_token(sent, expected) -> bool:
     return bool(sent) and bool(expected) and hmac.compare_digest(sent.encode(), expected.encode())
 
 
 def check_login_csrf():
-    if not _same_token(request.form.get("csrf_token"), request.cookies.get(LOGIN_CSRF_COOKIE)):
+    if not _same_token(request.form.get("csrf_token"), read_cookie(LOGIN_CSRF_COOKIE)):
         abort(403, "The sign-in form has expired. Reload the page and try again.")
 
 

@@ -12,7 +12,7 @@ from app.api.limits import (bulk_limit, class_size, default_limit, limit_unauthe
                             spend_as_key, write_limit)
 from app.common import utcnow
 from app.dashboard import (LOGIN_CSRF_COOKIE, SESSION_COOKIE, account_id, back_to, bp, check_login_csrf,
-                           new_login_csrf, notify, render, safe_next, stream)
+                           delete_cookie, new_login_csrf, notify, read_cookie, render, safe_next, set_cookie, stream)
 from app.dashboard.presenters import (change_rows, events_chart, import_results_href, import_steps, parse_body,
                                       refusal_in_form_words)
 from app.errors import InvalidState, NotFound, ServiceError, Unauthorized, ValidationFailed, cut_echo
@@ -110,24 +110,23 @@ def login():
         message = "Paste an API key to sign in." if error.message == keys.MISSING_MESSAGE else error.message
         return _login_page(error=message, status=401)
     response = redirect(safe_next(request.args.get("next")))
-    response.set_cookie(SESSION_COOKIE, token, max_age=int(dashboard_sessions.LIFETIME.total_seconds()),
-                        httponly=True, secure=request.is_secure, samesite="Strict")
-    response.delete_cookie(LOGIN_CSRF_COOKIE)
+    set_cookie(response, SESSION_COOKIE, token, max_age=int(dashboard_sessions.LIFETIME.total_seconds()))
+    delete_cookie(response, LOGIN_CSRF_COOKIE)
     return response
 
 
 def _login_page(status=200, **context):
     token = new_login_csrf()
     response = render("login.html", code=status, login_csrf=token, **context)
-    response.set_cookie(LOGIN_CSRF_COOKIE, token, httponly=True, secure=request.is_secure, samesite="Strict")
+    set_cookie(response, LOGIN_CSRF_COOKIE, token)
     return response
 
 
 @bp.post("/logout")
 def logout():
-    dashboard_sessions.close(request.cookies.get(SESSION_COOKIE))
+    dashboard_sessions.close(read_cookie(SESSION_COOKIE))
     response = back_to("dashboard.login", signed_out="1")
-    response.delete_cookie(SESSION_COOKIE)
+    delete_cookie(response, SESSION_COOKIE)
     return response
 
 
