@@ -1177,6 +1177,33 @@ def test_an_account_whose_endpoint_was_failing_takes_the_last_sender_again_once_
     assert started[:4] == ["recovered", "dead", "recovered", "recovered"]
 
 
+def test_an_account_whose_failing_endpoint_answered_at_once_takes_the_last_free_sender_in_later_rounds(app):
+    """An account claimed with its endpoint failing was marked slow whenever it started holding tries, though its
+    last try had come back at once (a 503), and every round forgot that: with a dead endpoint holding the other
+    senders, its first sends and retries waited for one of the dead endpoint's tries to end (walk: 9 failing
+    endpoints, one of them dead, 8 senders: a healthy account's first sends a median of 9.7 s late, retries up to
+    16 s). What a try showed of its endpoint now outlives the round."""
+    app.config.update(WEBHOOK_WORKERS=2)
+    started, gate = [], threading.Event()
+
+    def send(outgoing):
+        started.append(outgoing.url)
+        if outgoing.url == "dead":
+            gate.wait(10)
+        return Outcome(False, 503, 1)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        answered = tries_of("answers-503", 1, send, endpoint_failing=True)
+        deliveries._sending(app, pool).add([answered])
+        wait(answered.futures, timeout=5)
+        next_round = deliveries._sending(app, pool)
+        dead = tries_of("dead", 2, send, endpoint_failing=True)
+        next_round.add([dead])
+        again = tries_of("answers-503", 1, send, endpoint_failing=True)
+        assert served_while_the_others_hang(next_round, again, [dead], gate), started
+    assert started[:3] == ["answers-503", "dead", "answers-503"]
+
+
 def test_an_account_that_starts_holding_tries_starts_level_with_the_least_served():
     """Not at nothing: an account whose tries came and went would otherwise go ahead of every account holding tries
     for as long as its sender time stayed below theirs."""

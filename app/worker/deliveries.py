@@ -84,9 +84,11 @@ def _sender_pool(app) -> ThreadPoolExecutor:
 
 
 def _sending(app, pool) -> "_Sending":
-    """A try that takes over half the timeout marks its account slow (a dead endpoint takes all of it)."""
+    """A try that takes over half the timeout marks its account slow (a dead endpoint takes all of it); the marks
+    outlive the round, in the application."""
     return _Sending(pool, app.config["WEBHOOK_WORKERS"], app.config["WEBHOOK_BATCH_SIZE"],
-                    slow_after=app.config["WEBHOOK_TIMEOUT_SECONDS"] / 2)
+                    slow_after=app.config["WEBHOOK_TIMEOUT_SECONDS"] / 2,
+                    slow=app.extensions.setdefault("webhook_slow_accounts", {}))
 
 
 def deliver_due(keep_going=always, outcomes=None) -> int:
@@ -108,14 +110,17 @@ class _Sending:
     one that has had the least sender time (fair queuing: an account that starts holding tries starts level with
     the least served of those holding some), so an endpoint that answers slowly occupies at most the senders the
     other accounts leave, and a batch claimed later does not wait behind another account's queue. The last free
-    sender is kept from accounts whose last try this round took over `slow_after` seconds (a dead endpoint takes
-    the whole timeout), or whose endpoint was failing when claimed, until one of their tries comes back quickly:
-    however many of them queue, an account whose endpoint answers gets a sender at once. A returning try
+    sender is kept from accounts whose last try took over `slow_after` seconds (a dead endpoint takes the whole
+    timeout), or whose endpoint was failing when claimed and none of whose tries has come back here, until one of
+    their tries comes back quickly: however many of them queue, an account whose endpoint answers (if only with a
+    5xx) gets a sender at once. A returning try
     wakes the sender loop when that matters: its batch's last try has returned (record the batch) or a sender fell
     idle (claim more)."""
 
-    def __init__(self, pool, senders: int, batch_size: int, slow_after: float):
+    def __init__(self, pool, senders: int, batch_size: int, slow_after: float, slow=None):
         self.pool, self.senders, self.most, self.slow_after = pool, senders, max(senders, batch_size), slow_after
+        # account id -> whether its last try to come back took over `slow_after` (one entry per account sent to)
+        self._slow = {} if slow is None else slow
         self.batches = []
         self.changed = threading.Event()
         self._lock = threading.Lock()
@@ -123,7 +128,6 @@ class _Sending:
         self._running = Counter()  # account id -> tries in the pool
         self._held = Counter()  # account id -> tries queued or running
         self._served = {}  # account id -> seconds its returned tries took, while it holds tries
-        self._slow = set()  # accounts whose last try took over `slow_after`, this round
         self._left = {}  # id of an InFlight -> its tries not returned yet
         self.endpoints = {}  # account id -> its URL as last read (None: inactive or gone), `check_endpoints`
 
@@ -138,7 +142,7 @@ class _Sending:
                     if not self._held[claimed.account_id]:
                         self._served[claimed.account_id] = min(self._served.values(), default=0.0)
                         if claimed.endpoint_failing:  # slow until a try shows otherwise: a dead one often is
-                            self._slow.add(claimed.account_id)  # (a round's marks end with it; this one does not)
+                            self._slow.setdefault(claimed.account_id, True)
                     self._queued.setdefault(claimed.account_id, deque()).append((batch, index))
                     self._held[claimed.account_id] += 1
                 self.batches.append(batch)
@@ -169,7 +173,7 @@ class _Sending:
     def _next_account(self, last_free: bool):
         """The account whose queued try the next free sender takes; of the last free one, none that is slow (None:
         keep it free)."""
-        queued = [account_id for account_id in self._queued if not last_free or account_id not in self._slow]
+        queued = [account_id for account_id in self._queued if not last_free or not self._slow.get(account_id)]
         return min(queued, key=lambda account_id: (self._running[account_id], self._served[account_id]), default=None)
 
     def check_endpoints(self) -> None:
@@ -212,10 +216,10 @@ class _Sending:
         self._held[account_id] -= 1
         self._served[account_id] += spent
         if spent > self.slow_after:
-            self._slow.add(account_id)
+            self._slow[account_id] = True
         elif outcome is not None:  # a try not sent says nothing of the endpoint
-            self._slow.discard(account_id)
-        if not self._held[account_id]:  # its slow mark stays: its next tries this round are likely as slow
+            self._slow[account_id] = False
+        if not self._held[account_id]:  # its slow mark stays: its next tries are likely as slow
             del self._held[account_id], self._served[account_id]
         self._left[id(batch)] -= 1
         if dispatch:
