@@ -1056,7 +1056,7 @@ def test_an_account_whose_endpoint_answers_at_once_gets_the_next_free_sender_how
 
 def tries_of(account, count, send, endpoint_failing=False) -> deliveries.InFlight:
     """An account's part of a claim, as `_claim` makes it: `count` tries, each sent by `send(outgoing)`."""
-    items = [SimpleNamespace(account_id=account, outgoing=SimpleNamespace(url=account),
+    items = [SimpleNamespace(account_id=account, outgoing=Outgoing("evt_x", account, b"{}", 1, "whsec_x"),
                              endpoint_failing=endpoint_failing) for _ in range(count)]
     return deliveries.InFlight("claim_x", items, [Future() for _ in items], send)
 
@@ -1326,6 +1326,39 @@ def test_tries_held_when_the_configuration_changes_are_not_sent_to_what_it_was(a
         assert sorted(after.event_ids) == sorted(set(ids) - set(before.event_ids))  # claimed again as it is now
 
 
+def test_tries_held_across_a_secret_rotation_are_signed_with_the_new_secret_and_the_old_one_as_previous(app, alice):
+    """A try kept the secrets of its claim: held behind a slow try (for up to half the lease), it went out after a
+    rotation signed with the old secret only, which a receiver on the new secret refuses (contract §5: for 24 hours
+    after a rotation, deliveries carry both)."""
+    app.config.update(WEBHOOK_BATCH_SIZE=10, WEBHOOK_WORKERS=1)
+    first_may_answer, secrets = threading.Event(), []
+
+    def first_holds(received):
+        first_may_answer.wait(30)
+        return Reply()
+
+    with Receiver(first_holds) as receiver:
+        secrets.append(configure(alice, receiver.url)["secret"])
+        record_events(alice.account_id, 3)
+
+        def rotate_then_let_the_first_answer():
+            if _wait_for(lambda: len(receiver.requests) == 1):
+                secrets.append(alice.post("/webhooks/rotate-secret").json["secret"])
+                time.sleep(deliveries.SHARE_CLAIM_SECONDS + 0.5)  # the sender reads the configuration again
+            first_may_answer.set()
+        assert deliver_until_idle_while(rotate_then_let_the_first_answer) == 3
+    old, new = secrets
+    assert [signed_with(request, secrets) for request in receiver.requests] == [(old, None), (new, old), (new, old)]
+
+
+def signed_with(request, secrets) -> tuple:
+    """(the secret of X-Webhook-Signature, that of X-Webhook-Signature-Previous or None), of `secrets`."""
+    timestamp = int(request.headers["X-Webhook-Timestamp"])
+    by_signature = {sign(secret, timestamp, request.body): secret for secret in secrets}
+    return (by_signature.get(request.headers["X-Webhook-Signature"]),
+            by_signature.get(request.headers.get("X-Webhook-Signature-Previous")))
+
+
 def test_a_redelivery_asked_for_after_a_try_ended_is_sent_though_that_try_is_not_recorded_yet(app, alice):
     """A try that had come back (its record waiting for a slow try of the same account) still held its delivery: a
     redelivery asked for then restarted the held row, and the record ended it as delivered; nothing more was sent
@@ -1367,7 +1400,7 @@ def test_a_failed_look_at_the_configurations_leaves_the_tries_as_claimed(app, al
         raise RuntimeError("the database went away")
     monkeypatch.setattr(outbox, "endpoints_now", database_gone)
     sending.check_endpoints()
-    assert sending.endpoints == {alice.account_id: "https://93.184.216.34/"}
+    assert sending.endpoints[alice.account_id].url == "https://93.184.216.34/"
     assert "reading the webhook configurations again failed" in caplog.text
 
 

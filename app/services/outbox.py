@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from itertools import zip_longest
-from typing import Optional
+from typing import NamedTuple, Optional
 
 from flask import current_app
 from sqlalchemy import DateTime, Integer, and_, case, delete, exists, func, insert, literal, or_, select, update
@@ -50,6 +50,17 @@ class Claimed:
     outgoing: Outgoing
     event_created_at: datetime = None  # detection time, for the detection-to-delivery histogram
     endpoint_failing: bool = False  # its configuration's last recorded try failed (`failing_since`)
+
+
+class Destination(NamedTuple):
+    """Where an account's tries go and the secrets that sign them, as its configuration says (`endpoints_now`)."""
+    url: str
+    secret: str
+    previous_secret: Optional[str]  # while the rotation overlap lasts
+
+    @classmethod
+    def of(cls, outgoing: Outgoing) -> "Destination":
+        return cls(outgoing.url, outgoing.secret, outgoing.previous_secret)
 
 
 # --- sending what is due ------------------------------------------------------------------------
@@ -170,11 +181,15 @@ def _number_attempts(session, rows, found) -> list:
 
 
 def endpoints_now(account_ids) -> dict:
-    """{account id: the URL its deliveries go to now, None when its configuration is gone or inactive}: what a
-    sender checks the tries it holds against (one read; no transaction left open)."""
-    found = db.session.execute(select(WebhookConfig.account_id, WebhookConfig.endpoint_url)
+    """{account id: the Destination of its deliveries now, None when its configuration is gone or inactive}: what a
+    sender checks and signs the tries it holds with (one read; no transaction left open)."""
+    now = utcnow()
+    found = db.session.execute(select(WebhookConfig.account_id, WebhookConfig.endpoint_url, WebhookConfig.secret,
+                                      WebhookConfig.previous_secret, WebhookConfig.rotated_at)
                                .where(WebhookConfig.account_id.in_(account_ids), WebhookConfig.is_active.is_(True)))
-    endpoints = {**dict.fromkeys(account_ids), **dict(found.all())}
+    endpoints = {**dict.fromkeys(account_ids),
+                 **{row.account_id: Destination(row.endpoint_url, row.secret,
+                                                webhooks.previous_secret_in_overlap(row, now)) for row in found}}
     end_read_transaction()
     return endpoints
 

@@ -5,7 +5,7 @@ import threading
 import time
 from collections import Counter, deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from flask import current_app
@@ -129,14 +129,14 @@ class _Sending:
         self._held = Counter()  # account id -> tries queued or running
         self._served = {}  # account id -> seconds its returned tries took, while it holds tries
         self._left = {}  # id of an InFlight -> its tries not returned yet
-        self.endpoints = {}  # account id -> its URL as last read (None: inactive or gone), `check_endpoints`
+        self.endpoints = {}  # account id -> its outbox.Destination as last read (None: inactive or gone)
 
     def add(self, batches: list) -> None:
         """A claim's batches, queued together before any is handed to a sender (one at a time, the first account's
         tries took every free sender)."""
         with self._lock:
             for batch in batches:
-                self.endpoints[batch.batch[0].account_id] = batch.batch[0].outgoing.url  # as the claim read it
+                self.endpoints[batch.batch[0].account_id] = outbox.Destination.of(batch.batch[0].outgoing)
                 self._left[id(batch)] = len(batch.batch)
                 for index, claimed in enumerate(batch.batch):
                     if not self._held[claimed.account_id]:
@@ -177,9 +177,8 @@ class _Sending:
         return min(queued, key=lambda account_id: (self._running[account_id], self._served[account_id]), default=None)
 
     def check_endpoints(self) -> None:
-        """Read again where the accounts it holds tries of send them: a try whose configuration has been deactivated,
-        removed or pointed elsewhere since its claim is not sent (it is given back, and claimed again as the
-        configuration is now), instead of going out for up to half the lease."""
+        """Read again where the accounts it holds tries of send them, and with which secrets (`_as_configured_now`),
+        instead of sending as claimed for up to half the lease."""
         accounts = list(self.room())
         if not accounts:
             return
@@ -191,16 +190,25 @@ class _Sending:
     def _send(self, account_id: str, batch: InFlight, index: int) -> None:
         if batch.futures[index].done():  # refused by the pool, which ran it all the same
             return
-        outgoing = batch.batch[index].outgoing
+        outgoing = self._as_configured_now(account_id, batch.batch[index].outgoing)
         began = time.monotonic()
         try:
-            outcome = batch.send(outgoing) if self.endpoints.get(account_id, outgoing.url) == outgoing.url else None
+            outcome = batch.send(outgoing) if outgoing else None
         except BaseException as error:  # noqa: BLE001 - handed to whoever reads the future
             with self._lock:
                 self._returned(account_id, batch, index, None, error=error, spent=time.monotonic() - began)
             return
         with self._lock:
             self._returned(account_id, batch, index, outcome, spent=time.monotonic() - began)
+
+    def _as_configured_now(self, account_id, outgoing):
+        """The try as the account's configuration was last read: None when that has been deactivated, removed or
+        pointed elsewhere since the claim (the try is given back, and claimed again as it is now); else signed with
+        the secrets it has now (after a rotation: the new one, and the old one for X-Webhook-Signature-Previous)."""
+        destination = self.endpoints[account_id]
+        if destination is None or destination.url != outgoing.url:
+            return None
+        return replace(outgoing, secret=destination.secret, previous_secret=destination.previous_secret)
 
     def _returned(self, account_id, batch, index, outcome, error=None, dispatch=True, spent=0.0) -> None:
         """A try came back after `spent` seconds of a sender (the caller holds the lock): its outcome to its future,
