@@ -1003,6 +1003,33 @@ def test_a_claim_shares_the_batch_out_among_the_accounts_with_deliveries_due(app
         == [alice.account_id] * 2
 
 
+def test_a_claim_takes_the_accounts_whose_endpoint_answers_or_began_failing_last_before_older_failures(app, alice,
+                                                                                                       bob):
+    """Accounts were taken by their oldest due delivery: endpoints failing for a while (their backlogs due long ago)
+    filled every claim of `limit` accounts, and an account whose first try had just failed got its retry only once
+    fewer of them had deliveries due (walk: 9 failing endpoints, 8 senders: a sender's worth claimed every second
+    while busy left a healthy account's due tries out for up to 4 s)."""
+    failing = [make_tenant(app, f"Failing {number}") for number in range(2)]
+    for number, tenant in enumerate(failing):
+        configure(tenant, f"https://93.184.216.{40 + number}/")
+        record_events(tenant.account_id, 3)
+    configure(alice, "https://93.184.216.34/")
+    configure(bob, "https://93.184.216.35/")
+    [alices] = record_events(alice.account_id)  # its retry: its endpoint began failing a moment ago
+    [bobs] = record_events(bob.account_id)  # its endpoint answers
+    now = utcnow()
+    with write_transaction() as session:
+        for account_id, since in [(failing[0].account_id, now - timedelta(hours=2)),
+                                  (failing[1].account_id, now - timedelta(hours=1)),
+                                  (alice.account_id, now - timedelta(seconds=5))]:
+            session.execute(update(WebhookConfig).where(WebhookConfig.account_id == account_id)
+                            .values(failing_since=since))
+    claimed = outbox.claim_due(outbox.new_claim_token(), 2)
+    assert [item.outgoing.event_id for item in claimed] == [bobs, alices]
+    assert [item.account_id for item in outbox.claim_due(outbox.new_claim_token(), 2)] == [
+        failing[1].account_id, failing[0].account_id]
+
+
 @pytest.mark.parametrize("budget", [None, 0.5])
 def test_an_account_whose_slow_endpoint_has_a_backlog_leaves_the_next_free_sender_to_the_others(app, alice, bob,
                                                                                                 budget):

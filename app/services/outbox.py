@@ -111,7 +111,7 @@ def claim_due(token: str, limit: int, room=None) -> list:
 
 def _shared_out(session, now, limit: int, room: dict) -> list:
     """The ids of up to `limit` due deliveries, locked, taken in turns: the oldest due of each account with room
-    (the account waiting longest first, each at most an even share of what is left of `limit`), then the next of
+    (in the order of `_accounts_due`, each at most an even share of what is left of `limit`), then the next of
     each, and so on. Oldest-due-first across accounts gave an account with a backlog (its endpoint slow or down for
     a while) every sender, and the others' deliveries waited behind it. Rows another sender has locked are passed
     over, and when that leaves the batch short the next accounts are tried, so two senders claiming at once take
@@ -135,9 +135,12 @@ def _shared_out(session, now, limit: int, room: dict) -> list:
 
 
 def _accounts_due(session, now, excluded: list, limit: int) -> list:
-    """Up to `limit` accounts with an active configuration and a delivery due, the one whose oldest due delivery
-    is oldest first. The accounts come from the outbox itself, one index seek each (a recursive query stepping
-    from one account id to the next): only the accounts that are owed something, not every configuration."""
+    """Up to `limit` accounts with an active configuration and a delivery due: those whose endpoint is not failing,
+    then those failing for the shortest time, each the one whose oldest due delivery is oldest first. By the oldest
+    due alone, the endpoints failing for a while (their backlogs due long ago) came first in every claim, and an
+    account whose first try had just failed got its retry only once fewer of them than `limit` had any due. The
+    accounts come from the outbox itself, one index seek each (a recursive query stepping from one account id to
+    the next): only the accounts that are owed something, not every configuration."""
     outbox = OutboxDelivery.__table__
     owing = select(func.min(outbox.c.account_id).label("account_id")).cte("owing", recursive=True)
     owing = owing.union_all(
@@ -145,12 +148,13 @@ def _accounts_due(session, now, excluded: list, limit: int) -> list:
                .scalar_subquery()).where(owing.c.account_id.is_not(None)))
     oldest_due = (select(func.min(outbox.c.next_attempt_at)).where(outbox.c.account_id == owing.c.account_id)
                   .scalar_subquery())
-    chosen = (select(owing.c.account_id, oldest_due.label("oldest_due"))
+    chosen = (select(owing.c.account_id, oldest_due.label("oldest_due"), WebhookConfig.failing_since)
               .join(WebhookConfig, WebhookConfig.account_id == owing.c.account_id)
               .where(WebhookConfig.is_active.is_(True), owing.c.account_id.not_in(excluded))
               .subquery())
     return session.scalars(select(chosen.c.account_id).where(chosen.c.oldest_due <= now)
-                           .order_by(chosen.c.oldest_due).limit(limit)).all()
+                           .order_by(chosen.c.failing_since.desc().nulls_first(), chosen.c.oldest_due)
+                           .limit(limit)).all()
 
 
 def _without_configuration_gone(session, rows, configs, now) -> list:
