@@ -1386,6 +1386,21 @@ def signed_with(request, secrets) -> tuple:
             by_signature.get(request.headers.get("X-Webhook-Signature-Previous")))
 
 
+def test_the_tries_claimed_with_one_that_got_a_410_are_not_sent(app, alice):
+    """A 410 deactivated the configuration when the account's part of the batch was recorded, once its last try had
+    returned: every try claimed with the one that got it (up to a batch, 100) went to the endpoint all the same,
+    though it had asked to be left alone ("deactivated at once", contract §5). They stay owed, unsent."""
+    app.config.update(WEBHOOK_BATCH_SIZE=10, WEBHOOK_WORKERS=1)
+    with Receiver(Reply(status=410)) as receiver:
+        configure(alice, receiver.url)
+        ids = record_events(alice.account_id, 4)
+        deliveries.deliver_until_idle()
+    assert len(receiver.requests) == 1
+    assert config_row(alice.account_id).is_active is False
+    unsent = [row for event_id in ids for row in owed_rows(event_id)]
+    assert len(unsent) == 3 and all(row.claim_token is None for row in unsent)
+
+
 def test_a_redelivery_asked_for_after_a_try_ended_is_sent_though_that_try_is_not_recorded_yet(app, alice):
     """A try that had come back (its record waiting for a slow try of the same account) still held its delivery: a
     redelivery asked for then restarted the held row, and the record ended it as delivered; nothing more was sent

@@ -346,7 +346,7 @@ def _next_try(held, claimed: Claimed, outcome: Outcome, now) -> tuple:
     if held.claimed_until not in (None, held.next_attempt_at) and held.claimed_until >= _ended(outcome, now):
         return 0, now
     tries = held.attempts + 1
-    delay = retry_delay(tries, outcome) if not outcome.succeeded and not _probe(claimed) else None
+    delay = retry_delay(tries, outcome) if not outcome.succeeded and not is_probe(claimed) else None
     return tries, (_ended(outcome, now) + timedelta(seconds=delay) if delay is not None else None)
 
 
@@ -390,7 +390,7 @@ def _log_failed_attempt(claimed: Claimed, outcome: Outcome, attempt: dict):
                        "next_attempt_at": isoformat(attempt["next_attempt_at"])})
 
 
-def _probe(claimed: Claimed) -> bool:
+def is_probe(claimed: Claimed) -> bool:
     """A `test` event (redelivered by API): tried once, and its answer tells nothing of the endpoint's health, as
     for `send_test`."""
     return claimed.event_type == "test"
@@ -401,7 +401,7 @@ def _update_endpoint_health(configs, results, now):
     WEBHOOK_DISABLE_AFTER_SECONDS deactivates. Test events are probes and count for none of this."""
     by_account = {}
     for claimed, outcome in results:
-        if not _probe(claimed):
+        if not is_probe(claimed):
             by_account.setdefault(claimed.account_id, []).append(outcome)
     disable_after = timedelta(seconds=current_app.config["WEBHOOK_DISABLE_AFTER_SECONDS"])
     for config in configs:

@@ -35,6 +35,7 @@ class InFlight:
     batch: list
     futures: list
     send: Callable  # Outgoing -> its Outcome, or None
+    gone: bool = False  # a try of it got a 410: the others are not sent (its record deactivates the configuration)
 
 
 def _claim(app, keep_going, limit: int, room=None) -> list:
@@ -193,7 +194,7 @@ class _Sending:
         outgoing = self._as_configured_now(account_id, batch.batch[index].outgoing)
         began = time.monotonic()
         try:
-            outcome = batch.send(outgoing) if outgoing else None
+            outcome = batch.send(outgoing) if outgoing and not batch.gone else None
         except BaseException as error:  # noqa: BLE001 - handed to whoever reads the future
             with self._lock:
                 self._returned(account_id, batch, index, None, error=error, spent=time.monotonic() - began)
@@ -216,6 +217,8 @@ class _Sending:
         future = batch.futures[index]
         if future.done():  # its refusal was handled already
             return
+        if outcome is not None and outcome.gone and not outbox.is_probe(batch.batch[index]):
+            batch.gone = True
         if error is None:
             future.set_result(outcome)
         else:
