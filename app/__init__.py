@@ -10,6 +10,7 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 from app import config as config_module
 from app.extensions import db, limiter, migrate
 from app.logging_setup import configure_logging
+from app.rate_limit_storage import client_timeouts
 from app.redaction import RedactSecretsFromRequestLine
 
 API_PREFIXES = ("/api/v1", "/v1")
@@ -102,6 +103,8 @@ def _configure(app, test_config):
         app.config.update(test_config)
     config_module.validate(app.config)
     app.config.setdefault("SQLALCHEMY_ENGINE_OPTIONS", _engine_options(app.config))
+    app.config["RATELIMIT_STORAGE_OPTIONS"] = {**client_timeouts(app.config["RATELIMIT_STORAGE_URI"]),
+                                               **app.config["RATELIMIT_STORAGE_OPTIONS"]}
 
 
 def _engine_options(config):

@@ -4,8 +4,11 @@ limits' MemoryStorage starts a 10 ms timer thread to sweep expired counters when
 has ended: under steady traffic, a thread start (and a wait for it) on almost every request, one of the
 largest costs of a request. Expired counters are already dropped when read (`MemoryStorage.get`), so the
 sweep only bounds the memory of keys nobody asks about again: once a second is plenty. Registered for the
-`memory` scheme when imported (limits keys storages by scheme), before the limiter is bound to the app."""
+`memory` scheme when imported (limits keys storages by scheme), before the limiter is bound to the app.
+
+And the timeouts of a Redis (or Valkey) client, for the API's limits and the provider's budget alike."""
 import time
+from urllib.parse import urlsplit
 
 from limits.storage import MemoryStorage
 
@@ -24,3 +27,18 @@ class SweepingMemoryStorage(MemoryStorage):
         if now >= self._next_sweep:
             self._next_sweep = now + SWEEP_EVERY_SECONDS
             super()._MemoryStorage__schedule_expiry()
+
+
+# A Redis that stops answering (a frozen server, a partition dropping packets) held every request that counted a
+# limit for as long as it lasted with redis-py 5, which waits without end by default (setup.cfg takes redis>=5), and 5
+# s a request with redis-py 8 (scale-out walk); a healthy one answers in well under a millisecond.
+CLIENT_TIMEOUT_SECONDS = 1.0
+_CLIENT_SCHEMES = ("redis", "rediss", "valkey", "valkeys")
+
+
+def client_timeouts(storage_uri: str) -> dict:
+    """The connect and read timeouts for the client of a Redis or Valkey storage URI (any of its forms: +sentinel,
+    +cluster); none for another storage, whose client takes no such options."""
+    if urlsplit(storage_uri).scheme.split("+")[0] not in _CLIENT_SCHEMES:
+        return {}
+    return {"socket_timeout": CLIENT_TIMEOUT_SECONDS, "socket_connect_timeout": CLIENT_TIMEOUT_SECONDS}

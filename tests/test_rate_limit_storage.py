@@ -5,13 +5,14 @@ import time
 
 import limits.storage.memory
 import pytest
-from limits import RateLimitItemPerSecond
+from limits import RateLimitItemPerSecond, parse
 from limits.errors import StorageError
 from limits.strategies import FixedWindowRateLimiter
 
 from app.api import limits as limits_module
 from app.extensions import limiter
 from app.rate_limit_storage import SweepingMemoryStorage
+from app.services import provider_limits
 
 
 def closed_port() -> int:
@@ -90,3 +91,34 @@ def test_requests_without_a_key_stay_limited_while_the_storage_is_down(app, anon
     request.addfinalizer(limits_module._storage_down.clear)
     answers = [anon.get("/account").json["error"] for _ in range(4)]
     assert answers == ["UNAUTHORIZED"] * 3 + ["RATE_LIMIT_EXCEEDED"]
+
+
+@pytest.fixture
+def silent_redis():
+    """A Redis address that takes connections and never answers: a frozen server (its kernel still accepts them)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(64)
+        yield f"redis://127.0.0.1:{listener.getsockname()[1]}"
+
+
+class TestARedisThatDoesNotAnswer:
+    """Its client waited without end with redis-py 5 (no timeout of its own: every request that counted a limit hung,
+    and every serving thread with it) and 5 s a request with redis-py 8 (scale-out walk). Each wait now ends after
+    a second (CLIENT_TIMEOUT_SECONDS): the API then counts in this process's memory, as when Redis is down."""
+
+    @pytest.fixture
+    def app_config(self, silent_redis):
+        return {"RATELIMIT_STORAGE_URI": silent_redis, "PROVIDER_RATE_LIMIT_STORAGE_URI": silent_redis}
+
+    def test_a_keyed_request_is_answered_and_counted_in_memory(self, app, alice):
+        began = time.monotonic()
+        answer = alice.get("/account")
+        assert answer.status_code == 200 and answer.headers["X-RateLimit-Remaining"] == "99"
+        assert time.monotonic() - began < 4  # 5 s with redis-py 8's own timeout
+
+    def test_the_provider_budget_gives_up_on_it(self, app):
+        began = time.monotonic()
+        with pytest.raises(Exception, match="Timeout"):
+            provider_limits.current_budget().try_take("simulated", parse("10/minute"))
+        assert time.monotonic() - began < 4

@@ -26,6 +26,7 @@ from sqlalchemy.types import NullType
 from app.common import utcnow
 from app.database import PreparedSelect, end_read_transaction, upsert, write_transaction
 from app.models import ProviderBudget, ProviderSlot, ProviderState
+from app.rate_limit_storage import client_timeouts
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +93,8 @@ class MovingWindowBudget:
     window, so all of the limit is usable."""
 
     def __init__(self, storage_uri: str):
-        self.limiter = limits.strategies.MovingWindowRateLimiter(limits.storage.storage_from_string(storage_uri))
+        storage = limits.storage.storage_from_string(storage_uri, **client_timeouts(storage_uri))
+        self.limiter = limits.strategies.MovingWindowRateLimiter(storage)
 
     def try_take(self, provider: str, rate):
         if self.limiter.hit(rate, "provider-budget", provider):
