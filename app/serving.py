@@ -19,6 +19,7 @@ from app.config import ConfigError, parse_whole_number
 from app.database import login_refused, missing_database, missing_schema, unreachable
 from app.exits import APP_LOAD_ERROR, WORKER_BOOT_ERROR, stop
 from app.extensions import db
+from app.metrics import multiprocess_directory
 from app.services import usage
 from app.worker.scheduler import running_one_off_command, start_when_serving
 
@@ -170,7 +171,9 @@ def gunicorn_settings(argv=None):
 
 def refuse_unsafe_process_model(config, gunicorn) -> None:
     """`--preload` (the scheduler would start in gunicorn's master, before the fork) and several web processes
-    sharing per-process state silently break: refuse them with the fix (ConfigError)."""
+    sharing per-process state silently break: refuse them with the fix (ConfigError). The metrics: each worker answered
+    a scrape with its own counters (three workers, 300 requests: 63, 110 and 127 in turn), which Prometheus reads as
+    counters going back and forth (scale-out walk)."""
     if gunicorn is None:
         return
     if gunicorn.preload_app:
@@ -186,3 +189,7 @@ def refuse_unsafe_process_model(config, gunicorn) -> None:
     if make_url(config["SQLALCHEMY_DATABASE_URI"]).get_backend_name() == "sqlite":
         raise ConfigError(f"SQLite takes one web process, not {processes}: serve with one worker process and "
                           "threads (gunicorn --threads 8), or set DATABASE_URL=postgresql://… for several")
+    if config["METRICS_ENABLED"] and not multiprocess_directory():
+        raise ConfigError(f"{processes} worker processes without PROMETHEUS_MULTIPROC_DIR would each answer /metrics "
+                          "with their own counts only: set it to an empty directory every worker and scheduler "
+                          "shares (e.g. /run/entity-monitor/metrics), or serve with one worker process and threads")

@@ -342,3 +342,31 @@ def test_metrics_serve_logs_its_requests_through_the_apps_logging(caplog, capsys
         handler.log_message('"%s" %s %s', "GET /metrics HTTP/1.1", "200", "3215")
     assert [record.getMessage() for record in caplog.records] == ['127.0.0.1 "GET /metrics HTTP/1.1" 200 3215']
     assert capsys.readouterr().err == ""
+
+
+def gunicorn_with_four_workers():
+    from app.serving import gunicorn_settings
+    return gunicorn_settings(["gunicorn", "-w", "4", "app.wsgi:app"])
+
+
+SCALED_OUT = {"SQLALCHEMY_DATABASE_URI": "postgresql://monitor@db.internal/monitor", "RATELIMIT_ENABLED": True,
+              "RATELIMIT_STORAGE_URI": "redis://127.0.0.1:6379", "METRICS_ENABLED": True}
+
+
+def test_several_workers_without_a_shared_metrics_directory_are_refused(monkeypatch):
+    """Each worker answered /metrics with its own counters: three workers after 300 requests said 63, 110 and 127 in
+    turn, every counter seeming to go back and forth (scale-out walk)."""
+    from app.config import ConfigError
+    from app.serving import refuse_unsafe_process_model
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    with pytest.raises(ConfigError, match="^4 worker processes without PROMETHEUS_MULTIPROC_DIR would each answer "
+                                          "/metrics with their own counts only: set it to an empty directory"):
+        refuse_unsafe_process_model(SCALED_OUT, gunicorn_with_four_workers())
+
+
+def test_several_workers_are_served_with_a_shared_metrics_directory_or_without_metrics(monkeypatch, tmp_path):
+    from app.serving import refuse_unsafe_process_model
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    refuse_unsafe_process_model(SCALED_OUT, gunicorn_with_four_workers())
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR")
+    refuse_unsafe_process_model({**SCALED_OUT, "METRICS_ENABLED": False}, gunicorn_with_four_workers())
