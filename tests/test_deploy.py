@@ -2,6 +2,7 @@
 (with the install prefix pointed at this environment), the nginx site passes `nginx -t` (with a
 generated certificate in place of the marked placeholders), and its proxying keeps slow clients off gunicorn's
 threads."""
+import os
 import shutil
 import socket
 import subprocess
@@ -60,12 +61,31 @@ def test_a_refused_configuration_is_not_restarted_forever(unit):
     assert "RestartSec=5" in lines and "postgresql.service" in unit_section[2]
 
 
-def test_the_web_unit_makes_and_empties_the_metrics_folder_and_the_cli_leaves_it_alone():
+def test_the_web_unit_makes_the_metrics_folder_and_the_cli_leaves_it_alone():
     web = (DEPLOY / "entity-monitor.service").read_text().splitlines()
     assert "RuntimeDirectory=entity-monitor" in web and "RuntimeDirectoryPreserve=yes" in web
-    assert "ExecStartPre=/bin/sh -c 'rm -rf /run/entity-monitor/metrics && mkdir /run/entity-monitor/metrics'" in web
     assert "ReadWritePaths=-/run/entity-monitor" in (DEPLOY / "entity-monitor-scheduler.service").read_text()
     assert "--property=UnsetEnvironment=PROMETHEUS_MULTIPROC_DIR" in (DEPLOY / "entity-monitor-cli").read_text()
+
+
+def test_the_web_unit_starting_keeps_the_metrics_of_processes_still_running(tmp_path):
+    """It emptied the folder: a scheduler unit running on, on the same host, wrote its counters to files no longer
+    there, and its checks and deliveries vanished from /metrics until it restarted (scale-out walk)."""
+    [line] = [line for line in (DEPLOY / "entity-monitor.service").read_text().splitlines()
+              if line.startswith("ExecStartPre=/bin/sh -c ") and "/run/entity-monitor/metrics" in line]
+    script = line.split(" -c ", 1)[1].strip("'").replace("$$", "$").replace("%%", "%")  # systemd's escapes
+    folder = tmp_path / "metrics"
+    folder.mkdir()
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    running = {f"counter_{os.getpid()}.db", f"histogram_{os.getpid()}.db"}
+    for name in running | {f"counter_{ended.pid}.db", f"histogram_{ended.pid}.db"}:
+        (folder / name).write_bytes(b"")
+    for place in (folder, tmp_path / "new"):
+        subprocess.run(["/bin/sh", "-c", script.replace("/run/entity-monitor/metrics", str(place))], check=True,
+                       timeout=60)
+    assert {path.name for path in folder.iterdir()} == running
+    assert list((tmp_path / "new").iterdir()) == []  # made when missing
 
 
 CERTIFICATE_PLACEHOLDERS = ("/etc/ssl/entity-monitor/REPLACE-WITH-fullchain.pem",
