@@ -8,7 +8,7 @@ from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy import MetaData
 from sqlalchemy.orm import DeclarativeBase
 
-from app import rate_limit_storage  # noqa: F401 - memory:// without a thread per request
+from app import rate_limit_storage  # memory:// without a thread per request; the counted fixed window
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -79,7 +79,7 @@ def _class_limit() -> str:
 
 # One shared default limit whose size and bucket follow the request's class: flask-limiter evaluates it once,
 # in its before_request hook (route decorators would add a second evaluation per request on top of that hook).
-limiter = Limiter(key_func=rate_limit_key, headers_enabled=False,
+limiter = Limiter(key_func=rate_limit_key, headers_enabled=False, strategy=rate_limit_storage.COUNTED_FIXED_WINDOW,
                   default_limits=[Limit(_class_limit, scope=lambda _endpoint: request_rate_class(), shared=True)])
 
 

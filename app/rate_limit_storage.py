@@ -6,11 +6,14 @@ largest costs of a request. Expired counters are already dropped when read (`Mem
 sweep only bounds the memory of keys nobody asks about again: once a second is plenty. Registered for the
 `memory` scheme when imported (limits keys storages by scheme), before the limiter is bound to the app.
 
-And the timeouts of a Redis (or Valkey) client, for the API's limits and the provider's budget alike."""
+And the fixed window the limiter counts in (`COUNTED_FIXED_WINDOW`, registered the same way), and the timeouts of a
+Redis (or Valkey) client, for the API's limits and the provider's budget alike."""
 import time
 from urllib.parse import urlsplit
 
+from flask import g, has_app_context
 from limits.storage import MemoryStorage
+from limits.strategies import STRATEGIES, FixedWindowRateLimiter
 
 SWEEP_EVERY_SECONDS = 1.0
 
@@ -42,3 +45,26 @@ def client_timeouts(storage_uri: str) -> dict:
     if urlsplit(storage_uri).scheme.split("+")[0] not in _CLIENT_SCHEMES:
         return {}
     return {"socket_timeout": CLIENT_TIMEOUT_SECONDS, "socket_connect_timeout": CLIENT_TIMEOUT_SECONDS}
+
+
+class CountedFixedWindow(FixedWindowRateLimiter):
+    """limits' fixed window, keeping in the request's `g` the count each hit brought its window to: a request's
+    X-RateLimit-Remaining is then what its own hit left (`app.api.limits`). It was read from the window as the answer
+    was written, after the hits of the key's requests answered meanwhile in every process: five requests at once all
+    said 0, and 100 over five threads gave 57 distinct values (scale-out walk)."""
+
+    def hit(self, item, *identifiers, cost: int = 1) -> bool:
+        key = item.key_for(*identifiers)
+        count = self.storage.incr(key, item.get_expiry(), amount=cost)
+        if has_app_context():
+            g.setdefault("rate_limit_counts", {})[key] = count
+        return count <= item.amount
+
+
+COUNTED_FIXED_WINDOW = "counted-fixed-window"
+STRATEGIES[COUNTED_FIXED_WINDOW] = CountedFixedWindow
+
+
+def count_after_hit(item, identifiers):
+    """The count this request's hit brought the window of `item` and `identifiers` to; None when it made none."""
+    return g.get("rate_limit_counts", {}).get(item.key_for(*identifiers))

@@ -12,7 +12,7 @@ from limits.strategies import FixedWindowRateLimiter
 
 from app.errors import RateLimited
 from app.extensions import limit_string, limiter, rate_limit_key
-from app.rate_limit_storage import SweepingMemoryStorage
+from app.rate_limit_storage import SweepingMemoryStorage, count_after_hit
 
 log = logging.getLogger(__name__)
 _storage_down = threading.Event()
@@ -112,7 +112,9 @@ def _rate_limit_state():
     """(limit, remaining, reset at) of the request's class."""
     current = limiter.current_limit
     if current is not None:
-        return current.limit.amount, current.remaining, current.reset_at
+        count = count_after_hit(current.limit, current.request_args)
+        remaining = current.remaining if count is None else current.limit.amount - count
+        return current.limit.amount, remaining, current.reset_at
     # no limited view ran (an unknown route, a wrong method): report the default class, unspent
     item = parse(limit_string("default"))
     reset_time, remaining = limiter.limiter.get_window_stats(item, *_class_bucket(rate_limit_key(), "default"))
