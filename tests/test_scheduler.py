@@ -281,6 +281,22 @@ def test_a_failing_step_is_logged_and_the_loop_goes_on(app, caplog):
     assert "scheduler step broken failed" in caplog.text
 
 
+def test_a_round_of_checks_that_fails_records_no_heartbeat(app, monkeypatch):
+    """The heartbeat was recorded before the round: with every round failing (the subscriptions table locked by an
+    operator's open transaction, each claim giving up at lock_timeout), /healthz said ok and the stalled-scheduler
+    alert stayed quiet for as long as no check ran (scale-out walk: 135 s, 13 failed rounds a scheduler)."""
+    def locked(_keep_going):
+        raise RuntimeError("canceling statement due to lock timeout")
+    monkeypatch.setattr(worker, "run_due_checks", locked)
+    running = scheduler.Scheduler(app)
+    running.run_step(running.tick_and_check)
+    assert health.scheduler_heartbeat()["last_tick_at"] is None
+    db.session.rollback()  # the read's snapshot (SQLite) would not see the tick written next
+    monkeypatch.setattr(worker, "run_due_checks", lambda _keep_going: False)
+    running.run_step(running.tick_and_check)
+    assert health.scheduler_heartbeat()["last_tick_at"] is not None
+
+
 def test_a_database_outage_is_one_line_a_minute_for_each_step_not_a_traceback_every_round(app, caplog, monkeypatch):
     """A dropped database wrote 15 tracebacks in 10 s, about 5,000 an hour a process (operability walk)."""
     import sqlite3

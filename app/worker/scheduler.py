@@ -57,9 +57,12 @@ class Scheduler:
         return not self.stopping.is_set()
 
     def tick_and_check(self):
-        """The heartbeat is the check loop's own: it stops when checking stops."""
-        health.record_tick(self.id, self.started_at)
+        """The heartbeat is the check loop's own, recorded once a round of checks has run to its end: it stops when
+        checking stops, and while every round fails. Recorded before the round, it went on while no check could run
+        (the subscriptions locked by an open transaction, each claim giving up at lock_timeout: /healthz said ok for
+        as long as it lasted, scale-out walk)."""
         checks.run_due_checks(self.keep_going)
+        health.record_tick(self.id, self.started_at)
 
     def run_step(self, step):
         """Run one step; an exception is logged and the next run goes on (a loop must never die)."""
