@@ -14,7 +14,7 @@ from app.services import events
 from app.services.events import EVENT_TYPES
 from app.services.transport import Outgoing, signed_headers
 from tests.test_checks import StubNetwork, activity, check, configure_webhook, firm, person, subscribe
-from tests.webhook_helpers import LOCAL_RECEIVER_CONFIG, Receiver, configure
+from tests.webhook_helpers import LOCAL_RECEIVER_CONFIG, Receiver, Reply, configure
 
 
 @pytest.fixture
@@ -95,7 +95,27 @@ def test_every_event_type_is_a_documented_webhook(document):
         assert envelope["properties"]["type"] == {"const": event_type}
         assert envelope["properties"]["data"] == {"$ref": f"#/components/schemas/{component_name(event_type, 'Data')}"}
         assert ("metadata" in envelope["required"]) is (event_type != "test")  # a test event has none
-        assert set(webhook["post"]["responses"]) == {"2XX", "410", "default"}
+        if event_type != "test":
+            assert set(webhook["post"]["responses"]) == {"2XX", "410", "default"}
+
+
+@pytest.mark.parametrize("status", [410, 500])
+def test_the_test_webhook_documents_a_probe_as_it_behaves(app, alice, document, status):
+    """API walk: the `test` webhook said, as every type's, that a 410 deactivates the configuration and that a failed
+    try is retried on WEBHOOK_RETRY_SCHEDULE; a test send is tried once and changes nothing (contract §5)."""
+    answers = document["webhooks"]["test"]["post"]["responses"]
+    assert set(answers) == {"2XX", "default"}
+    assert "tried once and changes nothing" in answers["default"]["description"]
+    assert "WEBHOOK_RETRY_SCHEDULE" not in answers["default"]["description"]
+    app.config.update(LOCAL_RECEIVER_CONFIG)
+    with Receiver(Reply(status=status)) as receiver:
+        configure(alice, receiver.url)
+        sent = alice.post("/webhooks/test").json
+    assert sent["delivered"] is False and sent["status_code"] == status
+    [attempt] = alice.get(f"/webhooks/deliveries?event_id={sent['event_id']}").json["data"]
+    assert attempt["next_attempt_at"] is None
+    assert alice.get("/webhooks/configure").json["is_active"] is True
+    assert receiver.event_ids == [sent["event_id"]]
 
 
 def test_the_documented_headers_are_those_a_delivery_sends(document):

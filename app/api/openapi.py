@@ -45,6 +45,17 @@ WEBHOOK_HEADERS = {  # name: (JSON schema, always sent, description); app/servic
                                      "the previous secret."),
 }
 
+DELIVERY_ANSWERS = {  # what an endpoint's answer does to an event's delivery (README Webhooks)
+    "2XX": {"description": "Received, within 10 seconds: the delivery succeeded."},
+    "410": {"description": "Gone: the configuration is deactivated at once."},
+    "default": {"description": "Any other answer, none within 10 seconds or a redirect: the try failed, and the next "
+                               "follows WEBHOOK_RETRY_SCHEDULE."}}
+PROBE_ANSWERS = {  # a test event (POST /webhooks/test, or redelivered) is a probe: contract §5
+    "2XX": {"description": "Received, within 10 seconds: the test send answers `delivered: true`."},
+    "default": {"description": "Any other answer (a 410 included), none within 10 seconds or a redirect: the try "
+                               "failed (`delivered: false`). A test event is tried once and changes nothing: no retry, "
+                               "and the configuration stays as it is."}}
+
 
 def _free_query_text(field) -> bool:
     return (isinstance(field, fields.String) and isinstance(field.parent, QuerySchema)
@@ -203,10 +214,7 @@ def _webhook(event_type: str) -> dict:
     return {"summary": f"A `{event_type}` event, signed", "operationId": f"receive_{event_type.replace('.', '_')}",
             "parameters": headers,
             "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}},
-            "responses": {"2XX": {"description": "Received, within 10 seconds: the delivery succeeded."},
-                          "410": {"description": "Gone: the configuration is deactivated at once."},
-                          "default": {"description": "Any other answer, none within 10 seconds or a redirect: the "
-                                                     "try failed, and the next follows WEBHOOK_RETRY_SCHEDULE."}}}
+            "responses": PROBE_ANSWERS if event_type == "test" else DELIVERY_ANSWERS}
 
 
 def cached_document():
