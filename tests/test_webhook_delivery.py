@@ -783,10 +783,17 @@ def test_an_empty_recovery_window_names_the_bound_at_fault(alice):
     now = utcnow().replace(microsecond=0)
     tomorrow, in_two_days, yesterday, last_month = (isoformat(now + timedelta(days=days))
                                                     for days in (1, 2, -1, -30))
+    unix_tomorrow = int(now.replace(tzinfo=timezone.utc).timestamp()) + 86400
+    tomorrow_in_delhi = (now + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%S+05:30")
     for body, field, value in [({"since": tomorrow}, "since", tomorrow),
                                ({"since": tomorrow, "until": in_two_days}, "since", tomorrow),
                                ({"since": yesterday, "until": yesterday}, "until", yesterday),
-                               ({"since": last_month, "until": last_month}, "until", last_month)]:
+                               ({"since": last_month, "until": last_month}, "until", last_month),
+                               # as sent, not as loaded (walk: 1795763244 came back "2026-11-27T07:07:24Z")
+                               ({"since": unix_tomorrow}, "since", unix_tomorrow),
+                               ({"since": tomorrow_in_delhi}, "since", tomorrow_in_delhi),
+                               ({"since": yesterday, "until": unix_tomorrow - 3 * 86400}, "until",
+                                unix_tomorrow - 3 * 86400)]:
         response = alice.post("/webhooks/recover", json=body)
         assert response.status_code == 400, body
         details = response.json["details"]

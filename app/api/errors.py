@@ -1,5 +1,6 @@
 """The one error shape of contract §2, for every failure the app can produce."""
 import logging
+from contextlib import contextmanager
 
 from flask import g, jsonify, request
 from flask_limiter.errors import RateLimitExceeded
@@ -113,6 +114,18 @@ def _value_at(data, path):
         else:
             return None
     return data if isinstance(data, (str, int, float, bool)) or data is None else None
+
+
+@contextmanager
+def echoing_as_sent(data):
+    """A service's refusal of a field it was given loaded (a time made UTC) names the value as the client sent it, as
+    a schema's refusal does (README Hardening): a recovery's `since` sent as 1795763244 was answered
+    "2026-11-27T07:07:24Z"."""
+    try:
+        yield
+    except ValidationFailed as error:
+        error.details["value"] = _value_at(data, error.field)
+        raise
 
 
 def validation_failed_from(error: ValidationError, data) -> ValidationFailed:

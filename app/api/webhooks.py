@@ -1,7 +1,8 @@
 from flask import Blueprint, current_app
 
 from app.api.auth import require_api_key
-from app.api.http import account_id, load_body, load_query, spec
+from app.api.errors import echoing_as_sent
+from app.api.http import account_id, json_body, load, load_body, load_query, spec
 from app.api.limits import default_limit
 from app.schemas.base import DeletedSchema, page
 from app.schemas.webhooks import (DeliveryListQuerySchema, DeliveryListSchema, RecoverResultSchema, RecoverSchema,
@@ -96,6 +97,8 @@ def list_deliveries():
       body=RecoverSchema, response=RecoverResultSchema, status=202, tag="webhooks",
       errors=(ConfigurationMissing, InvalidState))
 def recover():
-    body = load_body(recover_schema)
-    return recover_result_schema.dump(outbox.recover(account_id(), body["since"], body.get("until"),
-                                                     body["include_pending"])), 202
+    sent = json_body()
+    body = load(recover_schema, sent)
+    with echoing_as_sent(sent):  # an empty window names `since` or `until` as sent, not as loaded
+        queued = outbox.recover(account_id(), body["since"], body.get("until"), body["include_pending"])
+    return recover_result_schema.dump(queued), 202
