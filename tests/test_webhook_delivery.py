@@ -1723,6 +1723,25 @@ def test_removing_the_configuration_leaves_no_next_attempt_announced_in_the_deli
     assert event_row(event_id).delivery_status == "failed"
 
 
+def test_removing_the_configuration_keeps_the_next_attempt_the_earlier_tries_announced(alice, clock):
+    """Contract walk: every try of a dropped delivery lost its `next_attempt_at`, the earlier ones too, whose next try
+    had been made: the log then said no try followed attempt 1, above attempt 2. Only the last try's is unmade."""
+    with Receiver(Reply(status=503)) as receiver:
+        configure(alice, receiver.url)
+        [event_id] = record_events(alice.account_id)
+        deliver_due()
+        clock.travel_to(owed_rows(event_id)[0].next_attempt_at)
+        deliver_due()
+    before = [attempt["next_attempt_at"] for attempt in alice.get(f"/events/{event_id}").json["attempts"]]
+    assert len(before) == 2 and None not in before
+
+    assert alice.delete("/webhooks/configure").status_code == 200
+
+    after = alice.get(f"/events/{event_id}").json["attempts"]
+    assert [(attempt["attempt"], attempt["next_attempt_at"]) for attempt in after] == [(1, before[0]), (2, None)]
+    assert [logged["next_attempt_at"] for logged in alice.get("/webhooks/deliveries").json["data"]] == [None, before[0]]
+
+
 def test_a_late_success_leaves_a_delivery_another_sender_holds_to_that_sender(alice, clock):
     """The first sender's lease ran out and a second claimed the delivery: the late 200 does not end it."""
     configure(alice, "http://127.0.0.1:9/hook")

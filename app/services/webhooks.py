@@ -6,7 +6,7 @@ from datetime import timedelta
 from typing import Optional
 
 from flask import current_app
-from sqlalchemy import bindparam, case, delete, update
+from sqlalchemy import bindparam, case, delete, func, select, update
 
 from app.admission import stepped_out
 from app.common import HOST_NAME, new_id, random_alphanumeric, utcnow
@@ -205,12 +205,21 @@ def remove(account_id: str) -> dict:
             session.execute(update(table).where(table.c.id == bindparam("dropped"))
                             .values(delivery_status=case((table.c.attempt_count > 0, "failed"), else_="skipped")),
                             by_event)
-            # Their last tries' next attempt will not be made (contract §5: null when no other try is scheduled).
+            # Their last tries' next attempt will not be made (contract §5: null when no other try is scheduled);
+            # an earlier try's was made, and keeps saying when.
             attempts = DeliveryAttempt.__table__
             session.execute(update(attempts).where(attempts.c.event_id == bindparam("dropped"),
+                                                   attempts.c.attempt == _last_attempt_of_the_dropped(),
                                                    attempts.c.next_attempt_at.is_not(None))
                             .values(next_attempt_at=None), by_event)
         return {"id": config.id, "deleted": True}
+
+
+def _last_attempt_of_the_dropped():
+    """The number of the last recorded try of the event bound as `dropped`."""
+    attempts = DeliveryAttempt.__table__.alias("recorded")
+    return (select(func.max(attempts.c.attempt)).where(attempts.c.event_id == bindparam("dropped"))
+            .scalar_subquery())
 
 
 def rotation_mark(config: WebhookConfig) -> str:
