@@ -49,7 +49,9 @@ DELIVERY_ANSWERS = {  # what an endpoint's answer does to an event's delivery (R
     "2XX": {"description": "Received, within 10 seconds: the delivery succeeded."},
     "410": {"description": "Gone: the configuration is deactivated at once."},
     "default": {"description": "Any other answer, none within 10 seconds or a redirect: the try failed, and the next "
-                               "follows WEBHOOK_RETRY_SCHEDULE."}}
+                               "follows WEBHOOK_RETRY_SCHEDULE (by default 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h, "
+                               "each ±20%), at least 60 s after a timeout or a 429, honouring Retry-After up to twice "
+                               "the delay it would otherwise wait; after the last try the delivery is failed."}}
 PROBE_ANSWERS = {  # a test event (POST /webhooks/test, or redelivered) is a probe: contract §5
     "2XX": {"description": "Received, within 10 seconds: the test send answers `delivered: true`."},
     "default": {"description": "Any other answer (a 410 included), none within 10 seconds or a redirect: the try "
