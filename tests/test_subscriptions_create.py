@@ -283,7 +283,9 @@ def test_length_counts_the_encoded_form(alice):
     assert _create(alice, entity_type="contact", network_id="x" * 100).status_code == 201
     _assert_validation_error(_create(alice, entity_type="contact", network_id="a"), "network_id")
     _assert_validation_error(_create(alice, entity_type="contact", network_id="y" * 101), "network_id")
-    _assert_validation_error(_create(alice, entity_type="contact", network_id="é" * 17), "network_id")  # 102
+    refused = _assert_validation_error(_create(alice, entity_type="contact", network_id="é" * 17), "network_id")
+    # 17 characters, 102 once encoded: the message says why (contract walk: "must be 2-100 characters long" alone)
+    assert "percent-encoded" in refused["message"] and "%c3%a9: 6" in refused["message"]
     assert _count(alice.account_id) == 2
 
 

@@ -37,7 +37,8 @@ def normalize_network_id(raw: str, field="network_id") -> str:
         raise ValidationFailed(field, ALLOWED_CHARACTERS, raw)
     canonical = "".join(ch if ch in _PLAIN else quote(ch, safe="") for ch in decoded).lower()
     if not MIN_ID <= len(canonical) <= MAX_ID:
-        raise ValidationFailed(field, f"network_id must be {MIN_ID}-{MAX_ID} characters long.", raw)
+        raise ValidationFailed(field, f"network_id must be {MIN_ID}-{MAX_ID} characters long, each character beyond "
+                                      "ASCII counted as its percent-encoded UTF-8 (é as %c3%a9: 6).", raw)
     return canonical
 
 
