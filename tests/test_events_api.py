@@ -2,7 +2,7 @@
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from app.common import new_id, utcnow
@@ -103,6 +103,21 @@ def test_filter_by_subscription(alice, history):
     assert alice.get("/events?subscription_id=sub_unknown").json["pagination"]["total"] == 0
 
 
+def test_filter_by_delivery_status(alice, history):
+    """The dashboard's event list filters so; the API ignored the parameter as unknown and answered every event
+    (contract walk: ?delivery_status=failed gave all of them)."""
+    with write_transaction() as session:
+        failed = session.scalars(select(Event).where(Event.account_id == alice.account_id)
+                                 .order_by(Event.created_at.desc()).limit(1)).one()
+        failed.delivery_status = "failed"
+    body = alice.get("/events?delivery_status=failed").json
+    assert [event["id"] for event in body["data"]] == [failed.id] and body["pagination"]["total"] == 1
+    assert body["data"][0]["delivery_status"] == "failed"
+    skipped = alice.get(f"/events?delivery_status=skipped&subscription_id={history['company']}").json
+    assert skipped["pagination"]["total"] == 1 and failed.id not in [event["id"] for event in skipped["data"]]
+    assert alice.get("/events?delivery_status=pending").json["pagination"]["total"] == 0
+
+
 def test_pagination_is_stable_and_complete(alice, network):
     subscription_id = subscribe(alice, "acme", "company")
     recorded = record_many(alice, subscription_id, 25)
@@ -131,7 +146,7 @@ def test_events_with_the_same_timestamp_keep_a_stable_order(alice, network):
 @pytest.mark.parametrize("query, field", [("limit=0", "limit"), ("limit=101", "limit"),
                                           ("limit=ten", "limit"), ("offset=-1", "offset"),
                                           ("type=contact.job_change", "type"),
-                                          ("type=", "type")])
+                                          ("type=", "type"), ("delivery_status=done", "delivery_status")])
 def test_bad_query_parameters_are_400(alice, query, field):
     response = alice.get(f"/events?{query}")
     assert response.status_code == 400

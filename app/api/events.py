@@ -23,7 +23,7 @@ redelivered_schema = RedeliveredSchema()
 def list_events():
     query = load_query(list_query_schema)
     rows, total = events.list_page(account_id(), query["limit"], query["offset"],
-                                   query.get("type"), query.get("subscription_id"))
+                                   query.get("type"), query.get("subscription_id"), query.get("delivery_status"))
     return list_schema.dump(page([events.as_dict(row) for row in rows], total, query["limit"], query["offset"]))
 
 

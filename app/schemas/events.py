@@ -16,6 +16,7 @@ ENVELOPE_METADATA = {
 class EventListQuerySchema(PageQuerySchema):
     type = fields.Str(validate=validate.OneOf(EVENT_TYPES))
     subscription_id = fields.Str(validate=validate.Length(1, 100))
+    delivery_status = fields.Str(validate=validate.OneOf(DELIVERY_STATUSES))
 
 
 class DeliveryAttemptSchema(Schema):
