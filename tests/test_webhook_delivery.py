@@ -1516,6 +1516,30 @@ def test_a_record_that_fails_once_is_made_a_moment_later(app, alice, monkeypatch
     assert event_row(event_id).delivery_status == "succeeded" and owed_rows(event_id) == []
 
 
+def test_a_record_whose_commit_was_done_though_its_answer_was_lost_logs_each_try_once(app, alice, monkeypatch):
+    """The record tried once more after a commit whose answer was lost (the connection cut as the answer came back,
+    the commit done all the same) logged every try of the batch a second time, and counted it twice in the day's
+    delivery counters (/account/usage, the overview's success rate): fault walk, PostgreSQL restarted mid-work."""
+    monkeypatch.setattr(deliveries, "RECORD_RETRY_SECONDS", 0)
+    real, calls = outbox.record_results, []
+
+    def answer_lost_once(token, results):
+        calls.append(token)
+        tally = real(token, results)
+        if len(calls) == 1:
+            raise RuntimeError("consuming input failed: server closed the connection unexpectedly")
+        return tally
+    monkeypatch.setattr(outbox, "record_results", answer_lost_once)
+    with Receiver() as receiver:
+        configure(alice, receiver.url)
+        event_ids = record_events(alice.account_id, 2)
+        assert deliveries.deliver_until_idle() == 2
+    assert len(calls) == 2 and len(receiver.requests) == 2
+    assert [[attempt.attempt for attempt in attempts_of(event_id)] for event_id in event_ids] == [[1], [1]]
+    assert outbox.attempt_totals_since(db.session, alice.account_id, utcnow().date())["succeeded"][0] == 2
+    assert all(event_row(event_id).delivery_status == "succeeded" for event_id in event_ids)
+
+
 def test_a_claim_that_fails_leaves_the_batches_in_flight_recorded(app, alice, monkeypatch):
     app.config.update(WEBHOOK_BATCH_SIZE=1, WEBHOOK_WORKERS=4)
     failing_calls_of(monkeypatch, "claim_due", lambda tokens: len(tokens) == 3)

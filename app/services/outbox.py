@@ -250,6 +250,8 @@ def attempt_row(account_id, event_id, event_type, attempt, outcome: Outcome, now
 
 def store_attempts(session, attempt_rows):
     """Insert attempts (`attempt_row`s) and count them per day and status, inside the caller's transaction."""
+    if not attempt_rows:  # (an INSERT given no rows is one of a row of defaults)
+        return
     session.execute(insert(DeliveryAttempt), attempt_rows)
     count_attempts_by_day(session, attempt_rows)
 
@@ -295,7 +297,7 @@ def record_results(token: str, results: list) -> Counter:
             .where(OutboxDelivery.id.in_([claimed.delivery_id for claimed, _ in results]),
                    OutboxDelivery.claim_token == token)
             .order_by(OutboxDelivery.event_id).with_for_update())}
-        kept = _events_kept(session, results)
+        kept, recorded = _events_kept(session, results), _tries_recorded(session, results)
         attempts, retries, ended, event_changes, late_successes = [], [], [], [], []
         for claimed, outcome in results:
             ours = claimed.delivery_id in still_ours  # else dropped, or another sender's now: no next try from us
@@ -324,7 +326,8 @@ def record_results(token: str, results: list) -> Counter:
             session.execute(update(Event), sorted(event_changes, key=lambda change: change["id"]))
         _record_late_successes(session, late_successes)
         _update_endpoint_health(configs.values(), results, now)
-        store_attempts(session, [attempt for attempt in attempts if attempt["event_id"] in kept])
+        store_attempts(session, [attempt for attempt in attempts if attempt["event_id"] in kept
+                                 and (attempt["event_id"], attempt["attempt"]) not in recorded])
     metrics.observe_deliveries(results, now)
     return tally
 
@@ -364,6 +367,15 @@ def _events_kept(session, results) -> set:
     event_ids = {claimed.outgoing.event_id for claimed, _ in results}
     return set(session.scalars(select(Event.id).where(Event.id.in_(event_ids))
                                .order_by(Event.id).with_for_update(read=True, key_share=True)))
+
+
+def _tries_recorded(session, results) -> set:
+    """(event id, attempt number) of the batch's tries already in the delivery log. A try's number is its own (taken
+    at its claim), so one found there is this batch's, recorded by a commit whose answer was lost (done all the same):
+    the record tried once more (`deliveries._once_more_if_it_fails`) logged every try of the batch twice."""
+    event_ids = {claimed.outgoing.event_id for claimed, _ in results}
+    return set(session.execute(select(DeliveryAttempt.event_id, DeliveryAttempt.attempt)
+                               .where(DeliveryAttempt.event_id.in_(event_ids))).all())
 
 
 def _record_late_successes(session, event_ids):
