@@ -265,7 +265,7 @@ def unreachable(error: Exception):
     """One line for an operator when the database cannot be reached or opened now (refused, unknown host, shut
     down, a file that cannot be opened or written); None for any other error."""
     orig = _driver_error(error)
-    if orig is None or type(orig).__name__ != "OperationalError":
+    if not _operational(orig):
         return None
     sqlstate = getattr(orig, "sqlstate", "")
     if _first_line(orig).startswith(_SQLITE_FILE_PROBLEMS):  # the folder, more often than the file (operability walk)
@@ -282,7 +282,7 @@ def login_refused(error: Exception):
     wrong password, no pg_hba.conf entry): a setting to fix, which retrying will not (it read as unreachable, and the
     units restarted the service for ever: PostgreSQL walk); None for any other error."""
     orig = _driver_error(error)
-    refused = _LOGIN_REFUSED.search(_first_line(orig)) if type(orig).__name__ == "OperationalError" else None
+    refused = _LOGIN_REFUSED.search(_first_line(orig)) if _operational(orig) else None
     if refused is None:
         return None
     return (f"the database (DATABASE_URL) refused this login: {refused.group(0)} (check the URL's user, password and "
@@ -334,6 +334,12 @@ def _driver_error(error: Exception):
         return error.orig
     module = type(error).__module__
     return error if module == "sqlite3" or module.startswith("psycopg") else None
+
+
+def _operational(orig) -> bool:
+    """Whether a driver's error is its OperationalError or one of its kinds: psycopg raises a subclass per SQLSTATE
+    (AdminShutdown for 57P01, a connection the server ended mid-transaction), which its class name alone missed."""
+    return any(kind.__name__ == "OperationalError" for kind in type(orig).__mro__)
 
 
 def _first_line(orig: Exception) -> str:

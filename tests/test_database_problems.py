@@ -220,6 +220,36 @@ def test_a_connection_the_server_ends_once_the_answer_is_made_leaves_the_answer_
     assert created.status_code == 201  # the next request has a connection again
 
 
+@pytest.mark.postgresql_only("a server ending a connection mid-transaction is PostgreSQL's pg_terminate_backend")
+def test_a_connection_the_server_ends_mid_request_is_a_503_to_retry(app, alice, caplog, monkeypatch):
+    """A restart, a failover or pg_terminate_backend ending a request's connection mid-transaction raises psycopg's
+    AdminShutdown (SQLSTATE 57P01), a subclass of its OperationalError, which the check took by its class name for
+    another error: the create answered 500 INTERNAL_ERROR with a traceback, not the 503 to retry (fault walk: 8
+    creates in 40 terminations and restarts), and the scheduler's loops logged a traceback a time."""
+    from sqlalchemy import event
+
+    from app import outage_log
+    from app.extensions import db
+    monkeypatch.setattr(outage_log, "_places", {})
+    ended = []
+
+    def end_the_connection_first(_connection, cursor, statement, *_args):
+        if statement.startswith("INSERT INTO subscriptions") and not ended:
+            ended.append(cursor.connection.info.backend_pid)
+            with db.engine.connect() as other:
+                other.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": ended[0]})
+    event.listen(db.engine, "before_cursor_execute", end_the_connection_first)
+    try:
+        answer = alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "jane"})
+    finally:
+        event.remove(db.engine, "before_cursor_execute", end_the_connection_first)
+    assert ended and answer.status_code == 503
+    assert answer.json["error"] == "UNAVAILABLE" and answer.headers["Retry-After"] == "5"
+    [line] = [record for record in caplog.records if record.name == "app.api.errors"]
+    assert line.exc_info is None and "terminating connection due to administrator command" in line.getMessage()
+    assert alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "jane"}).status_code == 201
+
+
 @pytest.mark.parametrize("error, said", [
     ("unable to open database file", "requests failed: the database (DATABASE_URL) cannot be used: unable to open "
                                      "database file"),
