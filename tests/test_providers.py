@@ -256,6 +256,23 @@ def test_engine_over_http_transient_failures_back_off_and_the_loop_goes_on(alice
     assert event_types(alice, down) == ["subscription.initial_state"]
 
 
+def test_engine_over_http_an_answer_about_another_entity_is_a_failed_check_not_a_change(alice, fake_network):
+    fake_network.contact("jane", person("jane"))
+    subscription_id = subscribe(alice, "jane")
+    assert worker.run_one(subscription_id).checked == 1
+    fake_network.contact("jane", person("bob", name="Bob", company="Globex", title="CEO"))
+    assert worker.run_one(subscription_id).failed == 1
+    assert event_types(alice, subscription_id) == ["subscription.initial_state"]
+    assert row(subscription_id).snapshot["network_id"] == "jane"
+    assert row(subscription_id).consecutive_failures == 1
+    # The id in another form (percent-encoding, case, no id at all) is still the entity asked about.
+    for answered in ("JANE", None):
+        fake_network.contact("jane", person(answered, company="Globex"))
+        make_due(subscription_id)
+        assert sum(summary.checked for summary in worker.run_due()) == 1
+    assert event_types(alice, subscription_id) == ["subscription.initial_state", "contact.position_changed"]
+
+
 def test_engine_over_http_fetches_a_batch_concurrently_with_reused_connections(alice, fake_network):
     ids = []
     for number in range(40):

@@ -20,12 +20,14 @@ from sqlalchemy import bindparam, func, or_, select, update
 
 from app.common import always, new_id, utcnow
 from app.database import write_transaction
+from app.errors import ValidationFailed
 from app.models import Account, Subscription
 from app.providers import (Answers, EntityUnavailable, ProviderError, QuotaExhausted, current_provider, fetch_many,
                            traits)
 from app.providers.base import is_provider_wide, normalize_snapshot
 from app.services import events, provider_limits, usage
-from app.services.detection import detect
+from app.services.detection import detect, is_unknown
+from app.services.entities import normalize_network_id
 from app.services.scheduling import next_regular_check_at, retry_check_at
 
 log = logging.getLogger(__name__)
@@ -176,10 +178,25 @@ def _plan_calls(spec, claimed: list) -> list:
     return calls
 
 
+def _names_another_entity(claimed: Claimed, snapshot: dict) -> bool:
+    """Whether an answer's `network_id` names an entity other than the one asked about (one it leaves unknown names
+    none): a vendor's mix-up was taken for the asked entity's new state, a position change to another person's."""
+    answered = snapshot.get("network_id")
+    if is_unknown(answered):
+        return False
+    try:
+        return normalize_network_id(answered) != claimed.network_id
+    except ValidationFailed:
+        return True
+
+
 def _outcome(claimed: Claimed, answer, credits: float) -> Outcome:
     made = {"called": True, "credits": credits}
     if isinstance(answer, dict):
-        return Outcome(claimed, snapshot=normalize_snapshot(claimed.entity_type, answer), **made)
+        snapshot = normalize_snapshot(claimed.entity_type, answer)
+        if not _names_another_entity(claimed, snapshot):
+            return Outcome(claimed, snapshot=snapshot, **made)
+        answer = ProviderError(f"the provider answered about {snapshot['network_id'][:100]!r}, not the entity asked")
     if isinstance(answer, EntityUnavailable):
         return Outcome(claimed, unavailable=answer.reason, **made)
     if is_provider_wide(answer):
