@@ -70,10 +70,17 @@ def test_no_activity_text_is_stored():
     assert len(detection.snapshot[SEEN_KEY]) == 10 * 8
 
 
-def test_activity_keys_tell_a_string_id_from_an_integer_one():
-    assert activity_key("7") != activity_key(7)
-    [step] = run("contact", contact(activities=[post("7")]), contact(activities=[post("7"), {**post(7), "id": 7}]))
-    assert [data["activity"]["id"] for _, data in step] == [7]
+def test_an_activity_whose_id_changes_type_is_not_new():
+    integers, strings = [post(7), post(-8)], [post("7"), post("-8")]
+    steps = run("contact", contact(activities=integers), contact(activities=strings),
+                contact(activities=integers), contact(activities=[*strings, post("07"), post("9")]))
+    assert steps == [[], [], [("contact.post_created", {"activity": post("07")}),
+                              ("contact.post_created", {"activity": post("9")})]]
+
+
+def test_an_activity_keeps_the_key_it_was_stored_under_whatever_its_id_type():
+    stored = detect("contact", None, contact(activities=[post(7)])).snapshot
+    assert detect("contact", stored, contact(activities=[post("7")])).snapshot[SEEN_KEY] == activity_key(7)
 
 
 def test_first_check_with_unknown_fields_stores_null_not_the_word_unknown():

@@ -17,6 +17,7 @@ activities with their text, `seen_activity_ids`) are read too, and replaced at t
 import base64
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 
 from app.providers.base import COMPANY_FIELDS, CONTACT_FIELDS, clean_text
@@ -25,6 +26,7 @@ SEEN_ACTIVITIES_KEPT = 32
 SEEN_KEY = "seen_activities"
 LEGACY_SEEN_KEY = "seen_activity_ids"
 KEY_LENGTH = 8  # base64 characters of a 6-byte digest
+_INTEGER_TEXT = re.compile(r"0|-?[1-9][0-9]*")  # a string id that is an integer's JSON text
 STATE_FIELDS = {"contact": CONTACT_FIELDS, "company": COMPANY_FIELDS}
 ACTIVITY_EVENTS = {
     ("contact", "post"): "contact.post_created",
@@ -114,10 +116,28 @@ def activity_change(entity_type, activity):
     return Change(event_type, {"activity": {name: activity.get(name) for name in ACTIVITY_DATA[activity["kind"]]}})
 
 
-def activity_key(activity_id) -> str:
-    """The stored key of an activity id (a string and an integer of the same digits differ)."""
-    digest = hashlib.blake2b(json.dumps(activity_id).encode(), digest_size=KEY_LENGTH * 3 // 4).digest()
+def _key(text: str) -> str:
+    digest = hashlib.blake2b(text.encode(), digest_size=KEY_LENGTH * 3 // 4).digest()
     return base64.b64encode(digest).decode()
+
+
+def activity_key(activity_id) -> str:
+    """The stored key of an activity id (of its JSON text: a string and an integer of the same digits differ)."""
+    return _key(json.dumps(activity_id))
+
+
+def _same_id_keys(activity_id) -> list:
+    """The key of an activity id, then the key of the same id in JSON's other type: 7 and "7" are one activity (a
+    vendor that began sending its ids as strings re-reported every recent activity as new: provider walk)."""
+    text = json.dumps(activity_id)
+    if isinstance(activity_id, int):
+        return [_key(text), _key(json.dumps(text))]
+    return [_key(text), _key(activity_id)] if _INTEGER_TEXT.fullmatch(activity_id) else [_key(text)]
+
+
+def _seen_key(activity_id, known: set):
+    """The key under which this activity was seen (in either type of its id), else None."""
+    return next((key for key in _same_id_keys(activity_id) if key in known), None)
 
 
 def _seen_keys(stored: dict) -> list:
@@ -154,10 +174,12 @@ def detect(entity_type: str, stored, current: dict, min_percent: float = 0.0) ->
         known = set(seen)
         keys = []
         for item in activities:
+            key = _seen_key(item["id"], known)
+            if key is not None:  # kept as it was stored, whatever the id's type now
+                keys.append(key)
+                continue
             key = activity_key(item["id"])
             keys.append(key)
-            if key in known:
-                continue
             known.add(key)
             change = activity_change(entity_type, item)
             if change:
