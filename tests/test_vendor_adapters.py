@@ -452,3 +452,20 @@ def test_vendor_text_is_cut_to_the_longest_the_network_holds(coresignal):
     coresignal.person("jane-doe", headline="x" * 2_000_000 + " end")
     snapshot = normalize_snapshot("contact", core(coresignal).fetch("contact", "jane-doe"))
     assert snapshot["headline"] == "x" * MAX_TEXT_LENGTH
+
+
+def test_one_crustdata_entry_of_the_wrong_shape_fails_its_profile_alone(crustdata):
+    """An entry whose section was not an object (a list, a text), or whose matches scored a number as text beside
+    another, failed the whole call: 25 profiles' checks failed for one odd entry (walk)."""
+    urls = [f"https://www.linkedin.com/in/p{number}" for number in range(4)]
+    for url in urls:
+        crustdata.person(url)
+    entries = crustdata.serve("POST", "/person/enrich",
+                              json.dumps({"professional_network_profile_urls": urls}).encode())[1]
+    entries[0]["matches"][0]["person_data"]["basic_profile"] = ["Jane Doe"]
+    entries[1]["matches"][0]["person_data"]["basic_profile"] = "Jane Doe"
+    entries[2]["matches"] = [{**entries[2]["matches"][0], "confidence_score": "0.9"}, *entries[2]["matches"]]
+    crustdata.forced.append((200, entries, {}))
+    answers = crust(crustdata).fetch_many("contact", urls)
+    assert all(isinstance(answers[url], ProviderError) for url in urls[:2]), answers
+    assert answers[urls[2]]["name"] == answers[urls[3]]["name"] == "Jane Doe"

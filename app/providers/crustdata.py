@@ -56,8 +56,25 @@ def _current_employer(experience):
     return position.get("name") if position else None
 
 
+def _section(data: dict, name: str) -> dict:
+    """A section of a record, {} when it is absent; one of another shape (a list, a text) makes the profile's answer
+    unreadable (it raised out of the call and failed every profile of the batch: walk)."""
+    section = data.get(name)
+    if section is None:
+        return {}
+    if not isinstance(section, dict):
+        raise ProviderError(f"crustdata's {name} is not an object")
+    return section
+
+
+def _score(match: dict) -> float:
+    """A match's confidence; one that is not a number (a number sent as text) is no confidence."""
+    score = match.get("confidence_score")
+    return score if isinstance(score, (int, float)) and not isinstance(score, bool) else 0
+
+
 def person_snapshot(url: str, data: dict) -> dict:
-    basic = data.get("basic_profile") or {}
+    basic = _section(data, "basic_profile")
     location = basic.get("location")
     return {"network_id": _slug(url), "name": basic.get("name"), "headline": basic.get("headline"),
             "company": _current_employer(data.get("experience")), "title": basic.get("current_title"),
@@ -65,7 +82,7 @@ def person_snapshot(url: str, data: dict) -> dict:
 
 
 def company_snapshot(url: str, data: dict) -> dict:
-    basic = data.get("basic_info") or {}
+    basic = _section(data, "basic_info")
     headcount = data.get("headcount")
     industries = basic.get("industries")
     return {"network_id": _slug(url), "name": basic.get("name"), "description": basic.get("description"),
@@ -118,11 +135,13 @@ class CrustdataProvider(BaseProvider):
         matches = [match for match in entry.get("matches") or [] if isinstance(match, dict)]
         if not matches:
             return EntityUnavailable("not_found")
-        best = max(matches, key=lambda match: match.get("confidence_score") or 0)
-        data = best.get(section)
+        data = max(matches, key=_score).get(section)
         if not isinstance(data, dict):
             return ProviderError(f"crustdata's match has no {section}")
-        return snapshot(url, data)
+        try:
+            return snapshot(url, data)
+        except ProviderError as unreadable:
+            return unreadable
 
 
 def create(config) -> CrustdataProvider:
