@@ -90,8 +90,18 @@ def load_provider(config) -> Provider:
         provider.concurrency = int(config["PROVIDER_CONCURRENCY"])
     if config.get("PROVIDER_BATCH_SIZE"):
         provider.batch_size = min(int(config["PROVIDER_BATCH_SIZE"]), getattr(provider, "batch_size", 1))
-    traits(provider)  # validates the rate
+    _check_timeout_within_lease(traits(provider).name, provider, config)  # traits() validates the rate
     return provider
+
+
+def _check_timeout_within_lease(name: str, provider, config) -> None:
+    """A call starts no later than half a claim's lease (`CHECK_LEASE_SECONDS`), so one that may last longer than the
+    other half outlives the claim: another process claimed the subscriptions and called the vendor for them again
+    (paying twice; the first answers thrown away), and the concurrency slot freed mid-call. Refused at start-up."""
+    timeout, lease = getattr(provider, "timeout", None), config.get("CHECK_LEASE_SECONDS")
+    if timeout is not None and lease is not None and timeout > lease / 2:
+        raise ValueError(f"PROVIDER_{name.upper()}_TIMEOUT_SECONDS={timeout:g} must be at most half of "
+                         f"CHECK_LEASE_SECONDS={lease:g}: lower the timeout or lengthen the lease")
 
 
 def available_providers() -> list:
