@@ -121,6 +121,20 @@ def test_a_provider_that_forgets_an_id_fails_that_check_only(alice, app):
     assert row(ids[1]).consecutive_failures == 1
 
 
+def test_a_batch_answered_as_a_plain_dict_is_read_and_one_answered_as_no_mapping_fails(alice, vendor, monkeypatch):
+    """The conformance kit takes any dict from fetch_many; a plain one raised at its missing `credits` out of the call,
+    and the batch was never recorded: its checks waited for their lease, every round (walk)."""
+    ids = [subscribe(alice, f"p{number}") for number in range(2)]
+    fetch = vendor.fetch_many
+    monkeypatch.setattr(vendor, "fetch_many", lambda entity_type, keys: dict(fetch(entity_type, keys)))
+    make_due(ids)
+    assert checked(worker.run_due()) == 2
+    monkeypatch.setattr(vendor, "fetch_many", lambda entity_type, keys: [])
+    make_due(ids)
+    assert checked(worker.run_due(), "failed") == 2
+    assert row(ids[0]).consecutive_failures == 1 and row(ids[0]).claim_token is None
+
+
 def test_credits_and_calls_are_counted_in_usage_per_account(alice, bob, vendor):
     vendor.credits = 6
     ids = [subscribe(alice, "a1"), subscribe(alice, "a2"), subscribe(bob, "b1")]

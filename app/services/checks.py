@@ -211,11 +211,13 @@ def _call(provider, call: _Call, stop: threading.Event) -> list:
     """Make one upstream call and turn every answer into outcomes; nothing raised escapes."""
     try:
         answers = fetch_many(provider, call.entity_type, list(call.targets))
+        if not isinstance(answers, dict):
+            raise TypeError(f"fetch_many answered a {type(answers).__name__}, not a mapping of the keys asked")
     except Exception as error:  # noqa: BLE001 - a provider bug must not stop the loop
         log.exception("provider failed on %s", ", ".join(item.id for items in call.targets.values() for item in items))
         answers = Answers({key: ProviderError(f"{type(error).__name__}: {error}") for key in call.targets})
     served = sum(len(items) for items in call.targets.values())
-    share = (answers.credits or 0) / served
+    share = (getattr(answers, "credits", None) or 0) / served  # a plain dict (the conformance kit's) reports none
     outcomes = []
     for key, items in call.targets.items():
         answer = answers.get(key, ProviderError("the provider gave no answer for this id"))
