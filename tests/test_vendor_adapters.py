@@ -275,6 +275,13 @@ def test_a_vendor_answer_is_read_into_values_json_can_carry_on():
     json.dumps(body, ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
+def test_json_nested_past_the_parsers_depth_is_a_transient_failure():
+    """RecursionError escaped the reader: the check failed with an ERROR and a traceback in the log, not the one-line
+    failure of any other unreadable answer (walk)."""
+    with pytest.raises(ProviderError, match="not JSON"):
+        json_body(_answer("[" * 100_000 + "]" * 100_000), list)
+
+
 def test_an_emoji_cut_in_half_by_the_vendor_is_checked_and_recorded(app, alice, crustdata):
     """A lone surrogate escape in the vendor's JSON failed the encoding of the event body, and with it every check
     batch holding the subscription, every 2 minutes."""

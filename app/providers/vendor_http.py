@@ -76,7 +76,7 @@ def json_body(response, expected_type):
     try:
         body = json.loads(response.content.decode("utf-8-sig"), parse_constant=lambda _name: None,
                           parse_float=_finite_or_none)
-    except ValueError as error:  # UnicodeDecodeError too
+    except (ValueError, RecursionError) as error:  # UnicodeDecodeError too; RecursionError: nested past the parser
         raise ProviderError("provider answer is not JSON") from error
     if not isinstance(body, expected_type):
         raise ProviderError(f"provider answer is not a JSON {expected_type.__name__}")
