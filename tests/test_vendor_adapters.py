@@ -26,6 +26,7 @@ from app.providers import EntityUnavailable, ProviderError, QuotaExhausted, load
 from app.providers.base import MAX_TEXT_LENGTH, AccessRefused, normalize_snapshot
 from app.providers.coresignal import CoresignalProvider
 from app.providers.crustdata import CrustdataProvider
+from app.providers import vendor_http
 from app.providers.http import HttpProvider
 from app.providers.vendor_http import json_body
 from app.worker import checks as worker
@@ -337,6 +338,38 @@ def test_an_answer_dripping_past_the_timeout_is_a_transient_failure_at_the_timeo
         assert time.monotonic() - started < 10  # the drip would last 20 s
     finally:
         dripper.close()
+
+
+class Flood(LocalServer):
+    """Answers 200 with a body of `size` bytes, to its connection's close (no length given)."""
+
+    def __init__(self, size):
+        class Handler(JsonHandler):
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Connection", "close")
+                self.end_headers()
+                try:
+                    self.wfile.write(b'{"name": "' + b"x" * size + b'"}')
+                except OSError:  # the client hung up: what it should do
+                    pass
+
+        super().__init__(Handler)
+
+
+def test_an_answer_over_the_size_cap_is_a_transient_failure(monkeypatch):
+    """It was read whole into memory, however large: an endless answer grew the scheduler until it was killed."""
+    monkeypatch.setattr(vendor_http, "MAX_ANSWER_BYTES", 100_000)
+    for size, fits in ((99_000, True), (150_000, False)):
+        flood = Flood(size)
+        try:
+            if fits:
+                assert len(HttpProvider(flood.url, None, timeout=5).fetch("contact", "jane-doe")["name"]) == size
+            else:
+                with pytest.raises(ProviderError, match="provider answer is over 100,000 bytes"):
+                    HttpProvider(flood.url, None, timeout=5).fetch("contact", "jane-doe")
+        finally:
+            flood.close()
 
 
 def test_an_answer_read_to_its_close_and_cut_at_the_deadline_is_not_taken_for_complete():

@@ -16,6 +16,9 @@ from app.retry_after import parse_retry_after
 from app.services import send_deadline
 
 DEFAULT_THROTTLE_SECONDS = 60.0  # a 429 that does not say how long to wait
+# The largest answer read (decoded): a batch of 25 whole profiles is a few MB. Held whole in memory, an endless answer
+# from a vendor grew the scheduler until the machine killed it.
+MAX_ANSWER_BYTES = 64 * 2 ** 20
 
 
 _deadlines = send_deadline.Watcher()  # every vendor call's, in this process
@@ -49,10 +52,12 @@ def pooled_session(pool_size: int, headers: dict) -> requests.Session:
 def send(session, method: str, url: str, timeout: float, **kwargs) -> requests.Response:
     """One request, its answer read whole within `timeout` (the socket timeout bounds each read: an answer dripping
     a byte a second held the checks, their claims and a concurrency slot for as long as it dripped, walk); a network
-    failure or an answer not complete in time is transient. Redirects are not followed (an API never needs one)."""
+    failure, an answer not complete in time or one over MAX_ANSWER_BYTES is transient. Redirects are not followed (an
+    API never needs one)."""
     deadline = _deadlines.start(timeout)
     try:
-        response = session.request(method, url, timeout=timeout, allow_redirects=False, **kwargs)
+        response = session.request(method, url, timeout=timeout, allow_redirects=False, stream=True, **kwargs)
+        _read_body(response)
     except (requests.RequestException, urllib3.exceptions.HTTPError) as error:
         if deadline.expired:
             raise ProviderError(f"no complete answer within {timeout:g} s") from error
@@ -62,6 +67,18 @@ def send(session, method: str, url: str, timeout: float, **kwargs) -> requests.R
     if deadline.expired:  # an answer read to its close: cut at the deadline, it looks complete
         raise ProviderError(f"no complete answer within {timeout:g} s")
     return response
+
+
+def _read_body(response) -> None:
+    """Read the answer's body (decoded) into `response.content`, as requests does without `stream`, but no more than
+    MAX_ANSWER_BYTES."""
+    body = bytearray()
+    for chunk in response.iter_content(64 * 1024):
+        body += chunk
+        if len(body) > MAX_ANSWER_BYTES:
+            response.close()
+            raise ProviderError(f"provider answer is over {MAX_ANSWER_BYTES:,} bytes")
+    response._content, response._content_consumed = bytes(body), True
 
 
 def json_body(response, expected_type):
