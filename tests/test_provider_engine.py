@@ -178,6 +178,17 @@ def test_a_429_pauses_the_provider_for_everyone_and_the_checks_keep_their_place(
     assert bob.get("/account/usage").json["provider_status"]["state"] == "active"
 
 
+def test_answers_throttled_at_once_pause_the_provider_for_the_longest_wait_they_gave(alice, vendor):
+    """The first throttled answer found was taken: answers that told 5 s and 90 s (calls out at once, or one batch)
+    paused the provider for 5, and the vendor was called again before the time it had asked (walk)."""
+    ids = [subscribe(alice, f"p{number}") for number in range(2)]
+    make_due(ids)
+    vendor.fetch_many = lambda entity_type, keys: Answers(
+        {key: ProviderError("HTTP 429", retry_after=5 if index == 0 else 90) for index, key in enumerate(keys)})
+    assert checked([worker.run_due_batch()], "deferred") == 2
+    assert provider_limits.current_pause("batchvendor").paused_until > utcnow() + timedelta(seconds=60)
+
+
 def test_a_paused_provider_is_not_called_by_check_one_either(alice, vendor):
     subscription_id = subscribe(alice, "jane")
     provider_limits.pause("batchvendor", provider_limits.RATE_LIMITED, utcnow() + timedelta(minutes=5), "429")
