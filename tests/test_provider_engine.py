@@ -189,6 +189,29 @@ def test_answers_throttled_at_once_pause_the_provider_for_the_longest_wait_they_
     assert provider_limits.current_pause("batchvendor").paused_until > utcnow() + timedelta(seconds=60)
 
 
+def test_a_pause_written_by_another_process_stops_an_unmetered_providers_batch(app, alice, vendor):
+    """Only a metered provider's calls looked at the shared pause, in the rate budget: with no rate (the http
+    provider's default), a scheduler went on calling a vendor that had told another one to wait, for the rest of
+    its batch (walk)."""
+    ids = [subscribe(alice, f"p{number}") for number in range(3)]
+    make_due(ids)
+    fetch = vendor.fetch_many
+
+    def throttled_elsewhere():
+        with app.app_context():
+            provider_limits.pause("batchvendor", provider_limits.RATE_LIMITED, utcnow() + timedelta(minutes=5), "429")
+
+    def fetch_many(entity_type, keys):
+        if not vendor.calls:  # another scheduler's call is answered 429 meanwhile
+            other = threading.Thread(target=throttled_elsewhere)
+            other.start()
+            other.join()
+        return fetch(entity_type, keys)
+    vendor.fetch_many, vendor.batch_size = fetch_many, 1
+    summary = worker.run_due_batch()
+    assert (len(vendor.calls), summary.checked, summary.deferred) == (1, 1, 2)
+
+
 def test_a_paused_provider_is_not_called_by_check_one_either(alice, vendor):
     subscription_id = subscribe(alice, "jane")
     provider_limits.pause("batchvendor", provider_limits.RATE_LIMITED, utcnow() + timedelta(minutes=5), "429")

@@ -237,8 +237,11 @@ def _deferred(calls: list) -> list:
 
 
 def _may_call(spec, deadline: float) -> bool:
+    """A call from the shared rate budget, which refuses it while the provider is paused. Unmetered, a call asks
+    whether another process has paused the provider meanwhile (a local provider, with no vendor to spare, does not):
+    it asked nothing, and a scheduler went on calling a vendor that had told another one to wait."""
     if spec.rate is None:
-        return True
+        return spec.local or provider_limits.current_pause(spec.name) is None
     return provider_limits.take_call(spec.name, spec.rate, deadline, provider_limits.current_budget())
 
 
