@@ -281,6 +281,11 @@ def test_engine_over_http_an_answer_about_another_entity_is_a_failed_check_not_a
         make_due(subscription_id)
         assert sum(summary.checked for summary in worker.run_due()) == 1
     assert event_types(alice, subscription_id) == ["subscription.initial_state", "contact.position_changed"]
+    # An id stored by an earlier release in a form no longer canonical (upper case) is the same entity too.
+    with write_transaction():
+        db.session.execute(update(Subscription).where(Subscription.id == subscription_id).values(network_id="JANE"))
+    fake_network.contact("JANE", person("jane", company="Initech"))
+    assert worker.run_one(subscription_id).checked == 1
 
 
 def test_engine_over_http_fetches_a_batch_concurrently_with_reused_connections(alice, fake_network):

@@ -182,12 +182,16 @@ def _names_another_entity(claimed: Claimed, snapshot: dict) -> bool:
     """Whether an answer's `network_id` names an entity other than the one asked about (one it leaves unknown names
     none): a vendor's mix-up was taken for the asked entity's new state, a position change to another person's."""
     answered = snapshot.get("network_id")
-    if is_unknown(answered):
-        return False
+    return not is_unknown(answered) and not _same_id(answered, claimed.network_id)
+
+
+def _same_id(answered: str, asked: str) -> bool:
+    """In their canonical forms (a stored id of an earlier release, before some rule of the form, is compared so too),
+    or as they are when either has none."""
     try:
-        return normalize_network_id(answered) != claimed.network_id
+        return normalize_network_id(answered) == normalize_network_id(asked)
     except ValidationFailed:
-        return True
+        return answered == asked
 
 
 def _outcome(claimed: Claimed, answer, credits: float) -> Outcome:
