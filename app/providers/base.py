@@ -219,7 +219,7 @@ def _has_usable_id(item) -> bool:
 
 
 def _activity(item: dict) -> dict:
-    # the id as it came (`_has_usable_id`: its type tells two ids apart); a kind that is not text has no event type
+    # the id as it came (`_has_usable_id`; detection takes 7 and "7" as one); a kind that is not text has no event type
     activity = {name: item.get(name) if name == "id" else readable(name, item.get(name)) for name in ACTIVITY_FIELDS}
     activity.update((name, value) for name, value in item.items() if name not in activity)  # kept, ignored
     return activity

@@ -6,7 +6,7 @@ from app.services.detection import ACTIVITY_DATA, ACTIVITY_EVENTS
 
 TEXT = {"type": "string"}
 TEXT_OR_NULL = {"type": ["string", "null"]}
-ACTIVITY_ID = {"type": ["string", "integer"], "description": "As the provider gave it: \"7\" and 7 are two ids."}
+ACTIVITY_ID = {"type": ["string", "integer"], "description": "As the provider gave it (7 and \"7\" name one activity)."}
 UNAVAILABLE_REASONS = ("private", "not_found")
 
 
