@@ -1091,7 +1091,8 @@ def test_an_account_whose_endpoint_answers_at_once_gets_the_next_free_sender_how
 def tries_of(account, count, send, endpoint_failing=False) -> deliveries.InFlight:
     """An account's part of a claim, as `_claim` makes it: `count` tries, each sent by `send(outgoing)`."""
     items = [SimpleNamespace(account_id=account, outgoing=Outgoing("evt_x", account, b"{}", 1, "whsec_x"),
-                             endpoint_failing=endpoint_failing) for _ in range(count)]
+                             endpoint_failing=endpoint_failing, event_type="contact.position_changed")
+             for _ in range(count)]
     return deliveries.InFlight("claim_x", items, [Future() for _ in items], send)
 
 
@@ -1406,6 +1407,38 @@ def test_the_tries_claimed_with_one_that_got_a_410_are_not_sent(app, alice):
     assert config_row(alice.account_id).is_active is False
     unsent = [row for event_id in ids for row in owed_rows(event_id)]
     assert len(unsent) == 3 and all(row.claim_token is None for row in unsent)
+
+
+def test_a_410_stops_the_accounts_tries_of_every_claim_the_sender_holds_not_only_its_own():
+    """An account's tries may sit in several claims' parts at once (a sender fell idle while the account held tries,
+    and the next claim took more of them, before or after the 410 came back): only the part of the try answered 410
+    was stopped, and each other part still sent its next try to the endpoint that had asked to be left alone (review
+    of 6ab96d1: README "the tries the sender holds of it that have not gone out yet are not sent"). The parts are
+    taken out together once the tries on the wire are back: released earlier, before the record of the 410, the
+    unsent tries would be claimed again at once, and again."""
+    sent, queued, on_the_wire = [], threading.Event(), threading.Event()
+
+    def send(outgoing):
+        sent.append(outgoing.url)
+        (on_the_wire if len(sent) > 1 else queued).wait(10)
+        return Outcome(False, 410, 1, gone=True)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        sending = deliveries._Sending(pool, senders=2, batch_size=10, slow_after=5)
+        first, queued_behind = tries_of("gone", 2, send), tries_of("gone", 2, send)
+        sending.add([first])
+        sending.add([queued_behind])  # a later claim, its tries queued behind the two on the wire
+        queued.set()  # the first answers 410; the second is still on the wire
+        wait(queued_behind.futures, timeout=10)
+        claimed_after = tries_of("gone", 2, send)  # claimed before the 410 is recorded
+        sending.add([claimed_after])
+        wait(claimed_after.futures, timeout=10)
+        assert sending.finished() == []
+        on_the_wire.set()
+        wait(first.futures, timeout=10)
+        assert sending.finished() == [first, queued_behind, claimed_after]
+    assert sent == ["gone", "gone"]
+    assert [future.result() for future in queued_behind.futures + claimed_after.futures] == [None] * 4
 
 
 def test_a_redelivery_asked_for_after_a_try_ended_is_sent_though_that_try_is_not_recorded_yet(app, alice):

@@ -35,7 +35,7 @@ class InFlight:
     batch: list
     futures: list
     send: Callable  # Outgoing -> its Outcome, or None
-    gone: bool = False  # a try of it got a 410: the others are not sent (its record deactivates the configuration)
+    gone: bool = False  # a try of its account got a 410: the rest are not sent (a record deactivates the configuration)
 
 
 def _claim(app, keep_going, limit: int, room=None) -> list:
@@ -131,6 +131,7 @@ class _Sending:
         self._served = {}  # account id -> seconds its returned tries took, while it holds tries
         self._left = {}  # id of an InFlight -> its tries not returned yet
         self.endpoints = {}  # account id -> its outbox.Destination as last read (None: inactive or gone)
+        self._gone = set()  # accounts a try of which got a 410, until their claims holding it are taken out
 
     def add(self, batches: list) -> None:
         """A claim's batches, queued together before any is handed to a sender (one at a time, the first account's
@@ -138,6 +139,7 @@ class _Sending:
         with self._lock:
             for batch in batches:
                 self.endpoints[batch.batch[0].account_id] = outbox.Destination.of(batch.batch[0].outgoing)
+                batch.gone = batch.batch[0].account_id in self._gone  # claimed after a 410 not recorded yet
                 self._left[id(batch)] = len(batch.batch)
                 for index, claimed in enumerate(batch.batch):
                     if not self._held[claimed.account_id]:
@@ -218,7 +220,10 @@ class _Sending:
         if future.done():  # its refusal was handled already
             return
         if outcome is not None and outcome.gone and not outbox.is_probe(batch.batch[index]):
-            batch.gone = True
+            self._gone.add(account_id)  # its tries of every claim held, not only this one's, and of those to come
+            for held in self.batches:
+                if held.batch[0].account_id == account_id:
+                    held.gone = True
         if error is None:
             future.set_result(outcome)
         else:
@@ -255,10 +260,15 @@ class _Sending:
     def finished(self) -> list:
         """The batches whose every try has returned, taken out."""
         with self._lock:
-            done = [batch for batch in self.batches if not self._left[id(batch)]]
+            sending = {batch.batch[0].account_id for batch in self.batches if self._left[id(batch)]}
+            # a 410's account: its claims all at once, once the 410 is back too (released before its record has
+            # deactivated the configuration, its unsent tries would be claimed again at once, and again)
+            done = [batch for batch in self.batches
+                    if not self._left[id(batch)] and not (batch.gone and batch.batch[0].account_id in sending)]
             for batch in done:
                 del self._left[id(batch)]
             self.batches = [batch for batch in self.batches if batch not in done]
+            self._gone &= sending  # the others' records, next and before any claim, deactivate their configurations
         return done
 
 
