@@ -1031,10 +1031,29 @@ def test_a_claim_takes_the_accounts_whose_endpoint_answers_or_began_failing_last
                                   (alice.account_id, now - timedelta(seconds=5))]:
             session.execute(update(WebhookConfig).where(WebhookConfig.account_id == account_id)
                             .values(failing_since=since))
-    claimed = outbox.claim_due(outbox.new_claim_token(), 2)
-    assert [item.outgoing.event_id for item in claimed] == [bobs, alices]
+    claimed = outbox.claim_due(outbox.new_claim_token(), 3)
+    # the one waiting longest keeps the first place (review: without it, endpoints failing for long waited for as
+    # long as `limit` others had something due), then bob's that answers, then alice's that began failing last
+    assert [item.account_id for item in claimed] == [failing[0].account_id, bob.account_id, alice.account_id]
+    assert [item.outgoing.event_id for item in claimed[1:]] == [bobs, alices]
     assert [item.account_id for item in outbox.claim_due(outbox.new_claim_token(), 2)] == [
-        failing[1].account_id, failing[0].account_id]
+        failing[0].account_id, failing[1].account_id]
+
+
+def test_an_endpoint_failing_for_long_is_tried_while_more_accounts_than_a_claim_takes_are_due(app, alice, bob):
+    """Review: ordered by failing_since alone, an endpoint failing for hours got no try while `limit` accounts that
+    answer (or began failing later) had something due, so it never reached its last retry nor the deactivation."""
+    failing = make_tenant(app, "Failing")
+    configure(failing, "https://93.184.216.40/")
+    [old] = record_events(failing.account_id)
+    with write_transaction() as session:
+        session.execute(update(WebhookConfig).where(WebhookConfig.account_id == failing.account_id)
+                        .values(failing_since=utcnow() - timedelta(hours=2)))
+    for tenant, address in ((alice, "34"), (bob, "35")):
+        configure(tenant, f"https://93.184.216.{address}/")
+        record_events(tenant.account_id, 2)
+    assert [item.outgoing.event_id for item in outbox.claim_due(outbox.new_claim_token(), 2)
+            if item.account_id == failing.account_id] == [old]
 
 
 @pytest.mark.parametrize("budget", [None, 0.5])

@@ -135,12 +135,15 @@ def _shared_out(session, now, limit: int, room: dict) -> list:
 
 
 def _accounts_due(session, now, excluded: list, limit: int) -> list:
-    """Up to `limit` accounts with an active configuration and a delivery due: those whose endpoint is not failing,
-    then those failing for the shortest time, each the one whose oldest due delivery is oldest first. By the oldest
-    due alone, the endpoints failing for a while (their backlogs due long ago) came first in every claim, and an
-    account whose first try had just failed got its retry only once fewer of them than `limit` had any due. The
-    accounts come from the outbox itself, one index seek each (a recursive query stepping from one account id to
-    the next): only the accounts that are owed something, not every configuration."""
+    """Up to `limit` accounts with an active configuration and a delivery due: first the one waiting longest (its
+    oldest due delivery the oldest), then those whose endpoint is not failing, then those failing for the shortest
+    time, each the one waiting longest first. By the oldest due alone, the endpoints failing for a while (their
+    backlogs due long ago) came first in every claim, and an account whose first try had just failed got its retry
+    only once fewer of them than `limit` had any due; with no first place kept, endpoints failing for long waited
+    for as long as `limit` others had something due, and neither reached the end of their retries nor the
+    deactivation after WEBHOOK_DISABLE_AFTER_SECONDS (review). The accounts come from the outbox itself, one index
+    seek each (a recursive query stepping from one account id to the next): only the accounts that are owed
+    something, not every configuration."""
     outbox = OutboxDelivery.__table__
     owing = select(func.min(outbox.c.account_id).label("account_id")).cte("owing", recursive=True)
     owing = owing.union_all(
@@ -152,8 +155,12 @@ def _accounts_due(session, now, excluded: list, limit: int) -> list:
               .join(WebhookConfig, WebhookConfig.account_id == owing.c.account_id)
               .where(WebhookConfig.is_active.is_(True), owing.c.account_id.not_in(excluded))
               .subquery())
-    return session.scalars(select(chosen.c.account_id).where(chosen.c.oldest_due <= now)
-                           .order_by(chosen.c.failing_since.desc().nulls_first(), chosen.c.oldest_due)
+    due = (select(chosen.c.account_id, chosen.c.failing_since, chosen.c.oldest_due,
+                  func.row_number().over(order_by=(chosen.c.oldest_due, chosen.c.account_id)).label("waiting"))
+           .where(chosen.c.oldest_due <= now).subquery())
+    return session.scalars(select(due.c.account_id)
+                           .order_by(case((due.c.waiting == 1, 0), else_=1), due.c.failing_since.desc().nulls_first(),
+                                     due.c.oldest_due)
                            .limit(limit)).all()
 
 
