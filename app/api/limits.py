@@ -83,7 +83,7 @@ def class_size(rate_class: str) -> int:
 
 def _refused_until(item, cost: int, *identifiers):
     """Counts the request in its bucket: None when it is allowed, else when the window resets. While the shared
-    storage is down, counted in this process (guessing keys must stay slow; a tenant stays within its limits)."""
+    storage is down, counted in this process (an address's bad keys stay bounded; a tenant within its limits)."""
     try:
         reset_time = _count(limiter.limiter, item, cost, identifiers)
         _storage_down.clear()
