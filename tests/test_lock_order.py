@@ -173,7 +173,13 @@ def test_a_late_batch_of_a_configuration_deleted_meanwhile_is_still_recorded(app
     [event_id] = record_events(alice.account_id)
     token = outbox.new_claim_token()
     claimed = outbox.claim_due(token, 1)
-    outbox.record_results(token, [(claimed[0], _outcome(True))])
+    with write_transaction() as session:  # its lease ran out: another sender claims the try after, and ends it
+        session.execute(update(OutboxDelivery).values(claimed_until=utcnow() - timedelta(seconds=1),
+                                                      next_attempt_at=utcnow() - timedelta(seconds=1)))
+    other_token = outbox.new_claim_token()
+    [other] = outbox.claim_due(other_token, 1)
+    assert other.outgoing.attempt == claimed[0].outgoing.attempt + 1
+    outbox.record_results(other_token, [(other, _outcome(True))])
 
     hold = f"SELECT id FROM webhook_configs WHERE account_id = '{alice.account_id}' FOR NO KEY UPDATE"
     errors = interleave(app, hold, lambda: webhooks.remove(alice.account_id),
