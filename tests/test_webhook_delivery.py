@@ -1210,14 +1210,19 @@ def test_a_slow_mark_outlives_the_tries_the_account_held_that_round():
         assert served_while_the_others_hang(sending, tries_of("fast", 1, send), [later], gate), started
 
 
-def test_an_account_whose_endpoint_was_failing_takes_the_last_sender_again_once_a_try_comes_back_quickly():
-    started, gate = [], threading.Event()
-
+def hanging_at_dead(started: list, gate: threading.Event, outcome: Outcome):
+    """A send that notes each try's URL, answers `outcome`, and hangs at the URL `dead` until `gate` is set."""
     def send(outgoing):
         started.append(outgoing.url)
         if outgoing.url == "dead":
             gate.wait(10)
-        return Outcome(True, 200, 1)
+        return outcome
+    return send
+
+
+def test_an_account_whose_endpoint_was_failing_takes_the_last_sender_again_once_a_try_comes_back_quickly():
+    started, gate = [], threading.Event()
+    send = hanging_at_dead(started, gate, Outcome(True, 200, 1))
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         sending = deliveries._Sending(pool, senders=2, batch_size=10, slow_after=0.2)
@@ -1239,12 +1244,7 @@ def test_an_account_whose_failing_endpoint_answered_at_once_takes_the_last_free_
     16 s). What a try showed of its endpoint now outlives the round."""
     app.config.update(WEBHOOK_WORKERS=2)
     started, gate = [], threading.Event()
-
-    def send(outgoing):
-        started.append(outgoing.url)
-        if outgoing.url == "dead":
-            gate.wait(10)
-        return Outcome(False, 503, 1)
+    send = hanging_at_dead(started, gate, Outcome(False, 503, 1))
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         answered = tries_of("answers-503", 1, send, endpoint_failing=True)
