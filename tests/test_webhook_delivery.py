@@ -1460,6 +1460,34 @@ def test_a_410_stops_the_accounts_tries_of_every_claim_the_sender_holds_not_only
     assert [future.result() for future in queued_behind.futures + claimed_after.futures] == [None] * 4
 
 
+def test_no_more_tries_of_an_account_are_claimed_after_its_410_while_its_other_tries_are_out(app, alice, monkeypatch):
+    """After a 410, while a try of the same account was still on the wire, each sender that fell idle claimed more of
+    the account's deliveries (its room counted only the tries it held), marked them gone and skipped them at once,
+    and claimed again: the account's whole backlog was leased, numbered and released before the 410's record
+    deactivated the configuration (review of 01d2b77). Its room is none until then."""
+    app.config.update(WEBHOOK_BATCH_SIZE=2, WEBHOOK_WORKERS=2)
+    real, claimed = outbox.claim_due, []
+
+    def counted(token, limit, room=None):
+        found = real(token, limit, room)
+        claimed.extend(item.outgoing.event_id for item in found)
+        return found
+    monkeypatch.setattr(outbox, "claim_due", counted)
+    answered = []
+
+    def gone_then_slow(_received):  # the first try is answered 410 at once, the other on the wire stays a while
+        answered.append(1)
+        return Reply(status=410, delay=0 if len(answered) == 1 else 1.5)
+    with Receiver(gone_then_slow) as receiver:
+        configure(alice, receiver.url)
+        ids = record_events(alice.account_id, 8)
+        deliveries.deliver_until_idle()
+    assert len(receiver.requests) == 2 and config_row(alice.account_id).is_active is False
+    assert len(claimed) == 2
+    unsent = [row for event_id in ids for row in owed_rows(event_id)]
+    assert len(unsent) == 6 and all(row.claim_token is None for row in unsent)
+
+
 def test_a_redelivery_asked_for_after_a_try_ended_is_sent_though_that_try_is_not_recorded_yet(app, alice):
     """A try that had come back (its record waiting for a slow try of the same account) still held its delivery: a
     redelivery asked for then restarted the held row, and the record ended it as delivered; nothing more was sent

@@ -253,9 +253,12 @@ class _Sending:
     def room(self) -> dict:
         """{account id: how many more tries it may have queued or running}, for the accounts that have some: as
         many as a batch or the senders, whichever is more. An account that takes longer to send than others does
-        not fill the queues, so the sender keeps claiming (and sending) the others' deliveries."""
+        not fill the queues, so the sender keeps claiming (and sending) the others' deliveries. An account a try of
+        which got a 410 has none until its record deactivates the configuration (each idle sender claimed more of its
+        tries, skipped them at once and claimed again: its whole backlog leased, then released)."""
         with self._lock:
-            return {account_id: self.most - count for account_id, count in self._held.items() if count}
+            return {**{account_id: self.most - count for account_id, count in self._held.items() if count},
+                    **dict.fromkeys(self._gone, 0)}
 
     def finished(self) -> list:
         """The batches whose every try has returned, taken out."""
