@@ -297,26 +297,6 @@ def test_a_round_of_checks_that_fails_records_no_heartbeat(app, monkeypatch):
     assert health.scheduler_heartbeat()["last_tick_at"] is not None
 
 
-def test_a_scheduler_ticks_as_it_starts_before_its_first_round_of_checks_ends(app, monkeypatch):
-    """With the tick at a round's end only, a restart after an outage longer than HEALTH_SCHEDULER_MAX_LAG_SECONDS
-    answered /healthz 503 until the first round, up to its 30 s budget of due checks, had ended (review)."""
-    in_round, release = threading.Event(), threading.Event()
-
-    def long_round(_keep_going):
-        in_round.set()
-        release.wait(30)
-    monkeypatch.setattr(worker, "run_due_checks", long_round)
-    running = scheduler.Scheduler(app)
-    running.start()
-    try:
-        assert in_round.wait(30)
-        db.session.rollback()
-        assert health.scheduler_heartbeat()["last_tick_at"] is not None
-    finally:
-        release.set()
-        running.stop()
-
-
 def test_a_database_outage_is_one_line_a_minute_for_each_step_not_a_traceback_every_round(app, caplog, monkeypatch):
     """A dropped database wrote 15 tracebacks in 10 s, about 5,000 an hour a process (operability walk)."""
     import sqlite3

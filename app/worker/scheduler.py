@@ -87,8 +87,6 @@ class Scheduler:
                 return
             with self.app.app_context():
                 health.forget_stale_schedulers()
-                # alive from its start: its first round (30 s at most, plus the batch in hand) ticks only at its end
-                health.record_tick(self.id, self.started_at)
             self.apscheduler.start()
             self.sender.start()
         log.info("scheduler %s started (checks every %ss, deliveries woken on demand)", self.id,
