@@ -99,6 +99,15 @@ def test_every_event_type_is_a_documented_webhook(document):
             assert set(webhook["post"]["responses"]) == {"2XX", "410", "default"}
 
 
+def test_the_webhooks_answers_state_the_timeout_and_retry_schedule_configured(app, anon):
+    app.config.update(WEBHOOK_RETRY_SCHEDULE=[5, 90], WEBHOOK_TIMEOUT_SECONDS=7)
+    app.extensions.pop("openapi_document", None)  # built once per app, from its configuration
+    answers = anon.client.get("/api/v1/openapi.json").get_json()["webhooks"]["contact.post_created"]["post"][
+        "responses"]
+    assert answers["2XX"]["description"].startswith("Received, within 7 seconds")
+    assert "WEBHOOK_RETRY_SCHEDULE (5, 90 s, each ±20%), at least 60 s after" in answers["default"]["description"]
+
+
 @pytest.mark.parametrize("status", [410, 500])
 def test_the_test_webhook_documents_a_probe_as_it_behaves(app, alice, document, status):
     """API walk: the `test` webhook said, as every type's, that a 410 deactivates the configuration and that a failed

@@ -45,19 +45,6 @@ WEBHOOK_HEADERS = {  # name: (JSON schema, always sent, description); app/servic
                                      "the previous secret."),
 }
 
-DELIVERY_ANSWERS = {  # what an endpoint's answer does to an event's delivery (README Webhooks)
-    "2XX": {"description": "Received, within 10 seconds: the delivery succeeded."},
-    "410": {"description": "Gone: the configuration is deactivated at once."},
-    "default": {"description": "Any other answer, none within 10 seconds or a redirect: the try failed, and the next "
-                               "follows WEBHOOK_RETRY_SCHEDULE (by default 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h, "
-                               "each ±20%), at least 60 s after a timeout or a 429, honouring Retry-After up to twice "
-                               "the delay it would otherwise wait; after the last try the delivery is failed."}}
-PROBE_ANSWERS = {  # a test event (POST /webhooks/test, or redelivered) is a probe: contract §5
-    "2XX": {"description": "Received, within 10 seconds: the test send answers `delivered: true`."},
-    "default": {"description": "Any other answer (a 410 included), none within 10 seconds or a redirect: the try "
-                               "failed (`delivered: false`). A test event is tried once and changes nothing: no retry, "
-                               "and the configuration stays as it is."}}
-
 
 def _free_query_text(field) -> bool:
     return (isinstance(field, fields.String) and isinstance(field.parent, QuerySchema)
@@ -111,7 +98,7 @@ def build_document(app) -> dict:
     for path, operations in sorted(paths.items()):
         spec.path(path=path, operations=operations)
     document = spec.to_dict()
-    document["webhooks"] = {event_type: {"post": _webhook(event_type)} for event_type in event_data.DATA}
+    document["webhooks"] = {event_type: {"post": _webhook(event_type, app.config)} for event_type in event_data.DATA}
     _require_what_answers_carry(document["components"]["schemas"], plugin.converter.refs)
     for body in bodies:  # rules across fields (JSON Schema combinators) that no field can state
         if hasattr(body, "document_cross_field_rules"):
@@ -207,7 +194,27 @@ def _envelope(event_type: str) -> dict:
     return {"type": "object", "properties": properties, "required": list(properties)}
 
 
-def _webhook(event_type: str) -> dict:
+def _answers(event_type: str, config) -> dict:
+    """What an endpoint's answer does (README Webhooks), with this service's timeout and retry settings: to a change
+    event's delivery, or to a test event, a probe (POST /webhooks/test, or redelivered: contract §5)."""
+    timeout = f"within {config['WEBHOOK_TIMEOUT_SECONDS']:g} seconds"
+    if event_type == "test":
+        return {"2XX": {"description": f"Received, {timeout}: the test send answers `delivered: true`."},
+                "default": {"description": f"Any other answer (a 410 included), none {timeout} or a redirect: the try "
+                                           "failed (`delivered: false`). A test event is tried once and changes "
+                                           "nothing: no retry, and the configuration stays as it is."}}
+    schedule = ", ".join(f"{step:g}" for step in config["WEBHOOK_RETRY_SCHEDULE"])
+    return {"2XX": {"description": f"Received, {timeout}: the delivery succeeded."},
+            "410": {"description": "Gone: the configuration is deactivated at once."},
+            "default": {"description": f"Any other answer, none {timeout} or a redirect: the try failed, and the next "
+                                       f"follows WEBHOOK_RETRY_SCHEDULE ({schedule} s, each "
+                                       f"±{config['WEBHOOK_RETRY_JITTER_FRACTION']:.0%}), at least "
+                                       f"{config['WEBHOOK_THROTTLED_MIN_DELAY_SECONDS']:g} s after a timeout or a 429, "
+                                       "honouring Retry-After up to twice the delay it would otherwise wait; after the "
+                                       "last try the delivery is failed."}}
+
+
+def _webhook(event_type: str, config) -> dict:
     """What the service POSTs to the configured endpoint for an event of `event_type`, and what it makes of the
     answer (README Webhooks)."""
     headers = [{"in": "header", "name": name, "required": required, "schema": schema, "description": description}
@@ -216,7 +223,7 @@ def _webhook(event_type: str) -> dict:
     return {"summary": f"A `{event_type}` event, signed", "operationId": f"receive_{event_type.replace('.', '_')}",
             "parameters": headers,
             "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}},
-            "responses": PROBE_ANSWERS if event_type == "test" else DELIVERY_ANSWERS}
+            "responses": _answers(event_type, config)}
 
 
 def cached_document():
