@@ -82,6 +82,7 @@ class Defaults:
     PROVIDER_RATE_LIMIT_STORAGE_URI = None  # None: the budget lives in the database; or redis://…
     PROVIDER_CONCURRENCY = None  # calls in flight across all processes; None: what the provider declares
     PROVIDER_BATCH_SIZE = None  # ids per upstream call, at most what the provider declares
+    PROVIDER_MAX_RETRY_AFTER_SECONDS = 3600  # the longest pause a vendor's Retry-After is obeyed for
     SIMULATED_SEED = 1
     SIMULATED_PACE_SECONDS = 86400  # one simulated day per epoch; the quick start sets a fast pace
     SIMULATED_RATES = "realistic"  # or "demo": every change within a few epochs (the quick start)
@@ -180,7 +181,8 @@ PARSERS = {
                          "CHECK_INTERVAL_SECONDS", "CHECK_LEASE_SECONDS", "CHECK_BATCH_SIZE", "SIMULATED_SEED",
                          "SIMULATED_PACE_SECONDS", "WEBHOOK_WORKERS", "WEBHOOK_BATCH_SIZE", "WEBHOOK_LEASE_SECONDS",
                          "HEALTH_SCHEDULER_MAX_LAG_SECONDS", "EVENT_RETENTION_DAYS", "SIMULATED_LATENCY_MS",
-                         "PROVIDER_CONCURRENCY", "PROVIDER_BATCH_SIZE", "REQUEST_CONCURRENCY"),
+                         "PROVIDER_CONCURRENCY", "PROVIDER_BATCH_SIZE", "REQUEST_CONCURRENCY",
+                         "PROVIDER_MAX_RETRY_AFTER_SECONDS"),
     parse_number: ("EMPLOYEE_COUNT_MIN_PERCENT", "PROVIDER_HTTP_TIMEOUT_SECONDS", "SIMULATED_FAILURE_PERCENT",
                    "SIMULATED_THROTTLE_PERCENT", "SIMULATED_RETRY_AFTER_SECONDS", "SCHEDULER_STANDBY_POLL_SECONDS"),
     parse_seconds_list: ("WEBHOOK_RETRY_SCHEDULE",),
@@ -197,7 +199,7 @@ MINIMUMS = {"DATABASE_POOL_SIZE": 1, "SQLITE_BUSY_TIMEOUT_MS": 0, "RATELIMIT_UNA
             "WEBHOOK_BATCH_SIZE": 1, "WEBHOOK_LEASE_SECONDS": 1, "HEALTH_SCHEDULER_MAX_LAG_SECONDS": 1,
             "EVENT_RETENTION_DAYS": 1, "SIMULATED_LATENCY_MS": 0, "PROVIDER_CONCURRENCY": 1,
             "PROVIDER_BATCH_SIZE": 1, "SIMULATED_FAILURE_PERCENT": 0, "SIMULATED_THROTTLE_PERCENT": 0,
-            "SIMULATED_RETRY_AFTER_SECONDS": 0, "REQUEST_CONCURRENCY": 0,
+            "SIMULATED_RETRY_AFTER_SECONDS": 0, "REQUEST_CONCURRENCY": 0, "PROVIDER_MAX_RETRY_AFTER_SECONDS": 1,
             "EMPLOYEE_COUNT_MIN_PERCENT": 0, "PROVIDER_HTTP_TIMEOUT_SECONDS": 0.1}
 
 
@@ -210,7 +212,7 @@ MAXIMUMS = {"SIMULATED_FAILURE_PERCENT": 100, "SIMULATED_THROTTLE_PERCENT": 100,
 #: settings that put a moment that many seconds ahead, and their bound: past it the moment is no timestamp
 #: (year 9999), and a bound far below that catches a mistyped value at start-up instead of at the first check
 DELAY_SETTINGS = ("CHECK_INITIAL_DELAY_SECONDS", "CHECK_INTERVAL_SECONDS", "CHECK_LEASE_SECONDS",
-                  "WEBHOOK_LEASE_SECONDS")
+                  "WEBHOOK_LEASE_SECONDS", "PROVIDER_MAX_RETRY_AFTER_SECONDS")
 LONGEST_DELAY_SECONDS = 10 * 365 * 86400  # ten years
 
 

@@ -20,6 +20,7 @@ from app.extensions import db
 from app.models import ProviderBudget, ProviderSlot, ProviderState, Subscription
 from app.providers import Answers, BaseProvider, EntityUnavailable, ProviderError, QuotaExhausted, load_provider
 from app.providers.base import provider_settings
+from app.retry_after import parse_retry_after
 from app.services import provider_limits
 from app.worker import checks as worker
 
@@ -231,15 +232,36 @@ def test_checks_run_says_and_fails_when_a_pause_deferred_its_checks(alice, vendo
     assert vendor.calls == [] and row(subscription_id).check_count == 0
 
 
-@pytest.mark.parametrize("wait", [math.inf, 1e12])
-def test_a_retry_after_no_timestamp_can_hold_pauses_until_an_operator_resumes(alice, vendor, wait):
-    subscription_id = subscribe(alice, "jane")
-    make_due([subscription_id])
-    vendor.stop = ProviderError("HTTP 429", retry_after=wait)
-    assert checked([worker.run_due_batch()], "deferred") == 1
+@pytest.mark.parametrize("wait", [999_999_999, parse_retry_after("Fri, 01 Jan 2100 00:00:00 GMT"), 1e12, math.inf],
+                         ids=["seconds", "http-date", "1e12", "infinite"])
+def test_a_huge_retry_after_pauses_for_the_longest_wait_configured_and_logs_it_once(
+        app, alice, vendor, caplog, wait):
+    """A vendor's Retry-After of years (a bug, a misread date) paused the provider for as long: nothing checked
+    again until an operator noticed. Past PROVIDER_MAX_RETRY_AFTER_SECONDS the pause is that long, and logged so."""
+    app.config["PROVIDER_MAX_RETRY_AFTER_SECONDS"] = 600
+    ids = [subscribe(alice, f"p{number}") for number in range(2)]
+    make_due(ids)
+    vendor.stop, vendor.batch_size = ProviderError("HTTP 429", retry_after=wait), 1
+    with caplog.at_level(logging.WARNING):
+        assert checked([worker.run_due_batch()], "deferred") == 2
     status = alice.get("/account/usage").json["provider_status"]
-    assert (status["state"], status["reason"], status["paused_until"]) == ("paused", "rate_limited", None)
-    assert row(subscription_id).claim_token is None
+    assert (status["state"], status["reason"]) == ("paused", "rate_limited")
+    until = provider_limits.current_pause("batchvendor").paused_until
+    assert utcnow() + timedelta(seconds=590) < until <= utcnow() + timedelta(seconds=600)
+    lines = [record.getMessage() for record in caplog.records if "PROVIDER_MAX_RETRY_AFTER_SECONDS" in
+             record.getMessage()]
+    assert len(lines) == 1 and "paused" in lines[0] and "cut to PROVIDER_MAX_RETRY_AFTER_SECONDS=600" in lines[0]
+    assert all(row(subscription_id).claim_token is None for subscription_id in ids)
+
+
+def test_a_retry_after_within_the_longest_wait_is_obeyed_as_given(app, alice, vendor, caplog):
+    make_due([subscribe(alice, "jane")])
+    vendor.stop = ProviderError("HTTP 429", retry_after=3000)
+    with caplog.at_level(logging.WARNING):
+        worker.run_due_batch()
+    until = provider_limits.current_pause("batchvendor").paused_until
+    assert utcnow() + timedelta(seconds=2990) < until <= utcnow() + timedelta(seconds=3000)
+    assert not [record for record in caplog.records if "PROVIDER_MAX_RETRY_AFTER" in record.getMessage()]
 
 
 def test_quota_exhausted_pauses_until_an_operator_resumes(alice, vendor, runner, caplog):

@@ -252,18 +252,13 @@ def _may_call(spec, deadline: float) -> bool:
 def _pause_for(name: str, answer) -> None:
     if isinstance(answer, QuotaExhausted):
         provider_limits.pause(name, answer.pause_reason, answer.resets_at, str(answer))
-    else:
-        provider_limits.pause(name, provider_limits.RATE_LIMITED, _throttled_until(answer.retry_after),
-                              str(answer) or "throttled")
-
-
-def _throttled_until(retry_after: float):
-    """The end of a vendor's Retry-After; None (until an operator resumes) for a wait no timestamp can hold
-    (infinite, or past year 9999)."""
-    try:
-        return utcnow() + timedelta(seconds=max(1.0, retry_after))
-    except OverflowError:
-        return None
+        return
+    wait, longest = max(1.0, answer.retry_after), current_app.config["PROVIDER_MAX_RETRY_AFTER_SECONDS"]
+    detail = str(answer) or "throttled"
+    if wait > longest:  # in the pause's detail, so logged once, with the pause
+        detail += f" (asked to wait {wait:g} s: cut to PROVIDER_MAX_RETRY_AFTER_SECONDS={longest})"
+    provider_limits.pause(name, provider_limits.RATE_LIMITED, utcnow() + timedelta(seconds=min(wait, longest)),
+                          detail)
 
 
 class _Flight:
