@@ -53,6 +53,20 @@ class LocalServer:
         self.server.server_close()
 
 
+class NoSuchRoute(LocalServer):
+    """A web server that has none of the vendor's routes (what a wrong base URL reaches): Python's own HTML 404 page
+    for every request."""
+
+    def __init__(self):
+        class Handler(JsonHandler):
+            def do_GET(self):
+                self.send_error(404)
+
+            do_POST = do_GET
+
+        super().__init__(Handler)
+
+
 class FakeVendor(LocalServer):
     api_key = "test-key"
 

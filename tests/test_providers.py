@@ -1,5 +1,6 @@
 """The providers (contract §7): the simulated network, and the http provider against a real local server."""
 import json
+import logging
 import threading
 from collections import Counter
 from datetime import timedelta
@@ -17,7 +18,7 @@ from app.providers.base import AccessRefused
 from app.providers.http import HttpProvider
 from app.providers.simulated import SimulatedProvider
 from app.worker import checks as worker
-from tests.fake_vendors import JsonHandler, LocalServer
+from tests.fake_vendors import JsonHandler, LocalServer, NoSuchRoute
 
 # --- a network the test controls, served over real HTTP on 127.0.0.1 ----------------------------------
 
@@ -147,7 +148,8 @@ def test_http_unavailable_statuses(fake_network, status, reason):
     assert raised.value.reason == reason
 
 
-@pytest.mark.parametrize("answer", [(500, {}), (503, {}), (502, b"<html>bad gateway</html>"),
+@pytest.mark.parametrize("answer", [(404, b"<html>Not Found</html>", {"Content-Type": "text/html"}),
+                                    (500, {}), (503, {}), (502, b"<html>bad gateway</html>"),
                                     (302, {}), (400, {}), (200, b"not json"), (200, [1, 2]), (200, "text")])
 def test_http_other_answers_are_transient(fake_network, answer):
     fake_network.contact("someone", answer)
@@ -240,6 +242,24 @@ def test_engine_over_http_unavailable_is_an_event_and_network_error(alice, fake_
     got = alice.get(f"/subscriptions/{subscription_id}").json
     assert got["last_check_status"] == "NETWORK_ERROR"
     assert got["metadata"]["check_count"] == 1
+
+
+def test_engine_over_http_a_wrong_url_fails_the_checks_and_marks_no_entity_not_found(app, alice, caplog):
+    """The web server at a wrong PROVIDER_HTTP_URL answers its HTML 404 page for every path: read as the contract's
+    404, every subscription was marked not found (an event each) instead of the operator being told."""
+    server = NoSuchRoute()
+    app.extensions["provider"] = HttpProvider(server.url + "/no-api-here")
+    try:
+        subscription_id = subscribe(alice, "jane")
+        with caplog.at_level(logging.ERROR):
+            summary = worker.run_one(subscription_id)
+    finally:
+        server.close()
+    assert (summary.checked, summary.failed, summary.unavailable) == (0, 1, 0)
+    assert event_types(alice, subscription_id) == []
+    failed = row(subscription_id)
+    assert (failed.consecutive_failures, failed.last_check_status) == (1, "pending")
+    assert len([record for record in caplog.records if "is PROVIDER_HTTP_URL right?" in record.getMessage()]) == 1
 
 
 @pytest.mark.parametrize("answer", [(500, {}), (503, {}), FakeNetwork.HANG])

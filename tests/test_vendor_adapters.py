@@ -16,6 +16,7 @@ shows. Sources (also on the fakes in tests/fake_vendors.py):
 - https://docs.coresignal.com/api-introduction/credits
 """
 import json
+import logging
 import math
 import time
 
@@ -30,7 +31,7 @@ from app.providers import vendor_http
 from app.providers.http import HttpProvider
 from app.providers.vendor_http import json_body
 from app.worker import checks as worker
-from tests.fake_vendors import FakeCoresignal, FakeCrustdata, JsonHandler, LocalServer
+from tests.fake_vendors import FakeCoresignal, FakeCrustdata, JsonHandler, LocalServer, NoSuchRoute
 
 JANE = "https://www.linkedin.com/in/jane-doe"
 ACME = "https://www.linkedin.com/company/acme"
@@ -219,6 +220,37 @@ def test_coresignal_error_answers(coresignal, answer, error, retry_after):
         core(coresignal).fetch("contact", "jane-doe")
     if error is ProviderError:
         assert raised.value.retry_after == retry_after
+
+
+@pytest.fixture
+def no_such_route():
+    server = NoSuchRoute()
+    yield server
+    server.close()
+
+
+@pytest.mark.parametrize("vendor, setting, key, path", [
+    (CoresignalProvider, "PROVIDER_CORESIGNAL_URL", "jane-doe", "/cdapi/v2/employee_clean/collect/jane-doe"),
+    (CrustdataProvider, "PROVIDER_CRUSTDATA_URL", JANE, "/person/enrich")], ids=["coresignal", "crustdata"])
+def test_a_404_from_a_server_without_the_vendors_routes_is_a_failed_call_not_not_found(
+        no_such_route, vendor, setting, key, path, caplog):
+    """A wrong base URL reaches a web server whose 404 page says nothing of the profile: it was read as "no such
+    record", and every subscription would have been marked not found."""
+    with caplog.at_level(logging.ERROR), pytest.raises(ProviderError, match=f"check {setting}") as raised:
+        vendor("k", base_url=no_such_route.url).fetch("contact", key)
+    assert raised.value.retry_after is None  # this check fails; the provider is not paused
+    assert [record.getMessage() for record in caplog.records if setting in record.getMessage()] == [
+        f"HTTP 404 (text/html;charset=utf-8) from {no_such_route.url}{path} is not the vendor's answer for a missing "
+        f"profile but a web server's for an unknown route: is {setting} right?"]
+
+
+def test_coresignal_a_404_that_is_not_its_json_error_is_not_taken_for_a_missing_record(coresignal):
+    coresignal.forced.extend([(404, b"", {}), (404, b"Not Found", {"Content-Type": "text/plain"})])
+    for _ in range(2):
+        with pytest.raises(ProviderError, match="check PROVIDER_CORESIGNAL_URL"):
+            core(coresignal).fetch("contact", "nobody")
+    with pytest.raises(EntityUnavailable):  # its documented answer: {"detail": "Not found"}
+        core(coresignal).fetch("contact", "nobody")
 
 
 def test_coresignal_needs_an_api_key(coresignal):

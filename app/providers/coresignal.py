@@ -5,9 +5,10 @@
   GET /cdapi/v2/company_clean/collect/{shorthand_name}: one record per call (their bulk collect is an
   asynchronous file export, not a lookup). Asked by the subscription's network id, the shorthand name.
 - Answers (Response codes page): 404 no such record, 401 no valid key, 402 insufficient credits,
-  429 the per-second limit exceeded, 503 too many requests. A record with `is_deleted: 1` is deleted or
-  private. Every response carries `x-credits-remaining`; a successful Clean collect costs 1 credit
-  (Credits page), recorded per call.
+  429 the per-second limit exceeded, 503 too many requests. Its errors are JSON objects (`{"detail": …}`, as
+  the Bulk Collect page shows its 402); a 404 that is not one is a web server's for a wrong base URL. A record
+  with `is_deleted: 1` is deleted or private. Every response carries `x-credits-remaining`; a successful Clean
+  collect costs 1 credit (Credits page), recorded per call.
 - Limits: requests per second per key, by plan and endpoint (18 to 54 on the pages read); the default
   here is the lowest, raise it with PROVIDER_RATE_LIMIT.
 
@@ -24,7 +25,8 @@ from urllib.parse import quote
 
 from app.providers.base import (Answers, BaseProvider, EntityUnavailable, ProviderError, api_settings,
                                 current_position, fetch_each)
-from app.providers.vendor_http import json_body, pooled_session, raise_for_limits, send
+from app.providers.vendor_http import (is_json_object, json_body, pooled_session, raise_for_limits,
+                                       raise_for_not_found, send)
 
 DEFAULT_URL = "https://api.coresignal.com"
 PATHS = {"contact": "/cdapi/v2/employee_clean/collect/", "company": "/cdapi/v2/company_clean/collect/"}
@@ -71,8 +73,7 @@ class CoresignalProvider(BaseProvider):
         response = send(self.session, "GET", self.base_url + PATHS[entity_type] + quote(shorthand, safe="%"),
                         self.timeout)
         self._note_credits(response)
-        if response.status_code == 404:
-            raise EntityUnavailable("not_found")
+        raise_for_not_found(response, "PROVIDER_CORESIGNAL_URL", says_no_such_profile=is_json_object)
         raise_for_limits(response, throttled=(429, 503))  # its 503 is "too many requests" (Response codes page)
         if response.status_code != 200:
             raise ProviderError(f"coresignal answered HTTP {response.status_code}")

@@ -4,8 +4,8 @@
 - People: POST /person/enrich {"professional_network_profile_urls": [...up to 25], "fields": [...]};
   companies: POST /company/enrich with the same identifier key. Both answer a JSON array, one entry per
   identifier: {matched_on, match_type, matches: [{confidence_score, person_data | company_data}]};
-  an empty `matches` is no match (not found). `fields` takes section groups or dot paths
-  (https://docs.crustdata.com/person-docs/enrichment/reference).
+  an empty `matches` is no match (not found), so a 404 is an unknown route's, never a profile's. `fields`
+  takes section groups or dot paths (https://docs.crustdata.com/person-docs/enrichment/reference).
 - Limits: 15 requests a minute per endpoint by default, counted on a sliding window; a 429 says when
   capacity frees up in `x-ratelimit-reset` (seconds). A 402 {"error": {"type": "insufficient_credits"}}
   is terminal until credits are added; 401 is a missing or refused key.
@@ -26,7 +26,7 @@ from urllib.parse import unquote, urlsplit
 from app.common import composed
 from app.providers.base import (Answers, BaseProvider, EntityUnavailable, ProviderError, api_settings,
                                 current_position)
-from app.providers.vendor_http import json_body, pooled_session, raise_for_limits, send
+from app.providers.vendor_http import json_body, pooled_session, raise_for_limits, raise_for_not_found, send
 
 DEFAULT_URL = "https://api.crustdata.com"
 API_VERSION = "2025-11-01"
@@ -114,6 +114,7 @@ class CrustdataProvider(BaseProvider):
         path, section, fields = ENDPOINTS[entity_type]
         response = send(self.session, "POST", self.base_url + path, self.timeout,
                         json={"professional_network_profile_urls": urls, "fields": fields})
+        raise_for_not_found(response, "PROVIDER_CRUSTDATA_URL", says_no_such_profile=lambda _response: False)
         raise_for_limits(response, wait_header="x-ratelimit-reset")
         if response.status_code != 200:
             raise ProviderError(f"crustdata answered HTTP {response.status_code}")

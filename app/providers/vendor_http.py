@@ -1,6 +1,7 @@
 """What HTTP vendors share: a pooled session, and their throttling, quota and key answers read from
 status and headers."""
 import json
+import logging
 import math
 import re
 from datetime import datetime
@@ -11,9 +12,11 @@ import urllib3
 from requests.adapters import HTTPAdapter
 
 from app.common import USER_AGENT, utcnow
-from app.providers.base import AccessRefused, ProviderError, QuotaExhausted
+from app.providers.base import AccessRefused, EntityUnavailable, ProviderError, QuotaExhausted
 from app.retry_after import parse_retry_after
 from app.services import send_deadline
+
+log = logging.getLogger(__name__)
 
 DEFAULT_THROTTLE_SECONDS = 60.0  # a 429 that does not say how long to wait
 # The largest answer read (decoded): a batch of 25 whole profiles is a few MB. Held whole in memory, an endless answer
@@ -141,3 +144,34 @@ def raise_for_limits(response, wait_header: str = "Retry-After", resets_at: Opti
                             retry_after=DEFAULT_THROTTLE_SECONDS if wait is None else wait)
     if status >= 500 and wait is not None:
         raise ProviderError(f"provider answered HTTP {status}", retry_after=wait)
+
+
+def raise_for_not_found(response, url_setting: str, says_no_such_profile) -> None:
+    """A 404 that `says_no_such_profile` (the vendor's documented answer for a profile it does not have) raises
+    EntityUnavailable("not_found"); any other 404 is a web server's for a route it does not have (a wrong base URL
+    or path), which said nothing of the entity: taken for not found, it marked every subscription so. It is a failed
+    check, logged for the operator."""
+    if response.status_code != 404:
+        return
+    if says_no_such_profile(response):
+        raise EntityUnavailable("not_found")
+    content_type = response.headers.get("Content-Type", "")
+    log.error("HTTP 404 (%s) from %s is not the vendor's answer for a missing profile but a web server's for an "
+              "unknown route: is %s right?", content_type or "no content type", response.url, url_setting)
+    raise ProviderError(f"HTTP 404 ({content_type or 'no content type'}) for the route, not a profile's answer: "
+                        f"check {url_setting}")
+
+
+def is_json_object(response) -> bool:
+    """Whether the answer is a JSON object, as a vendor's API answers its errors."""
+    if "json" not in response.headers.get("Content-Type", "").lower():
+        return False
+    try:
+        return isinstance(json.loads(response.content.decode("utf-8-sig")), dict)
+    except ValueError:
+        return False
+
+
+def is_not_html(response) -> bool:
+    """Whether the answer is anything but an HTML page, which is a web server's or framework's, never an API's."""
+    return not response.headers.get("Content-Type", "").lower().startswith("text/html")
