@@ -95,12 +95,13 @@ def load_provider(config) -> Provider:
 
 
 def _check_timeout_within_lease(name: str, provider, config) -> None:
-    """A call starts no later than half a claim's lease (`CHECK_LEASE_SECONDS`), so one that may last longer than the
-    other half outlives the claim: another process claimed the subscriptions and called the vendor for them again
-    (paying twice; the first answers thrown away), and the concurrency slot freed mid-call. Refused at start-up."""
+    """A call starts no later than half a claim's lease (`CHECK_LEASE_SECONDS`), so one that may last the other half
+    or longer outlives the claim (at exactly half, a call started at the deadline ends at the lease, and its answers
+    are recorded after it): another process claimed the subscriptions and called the vendor for them again (paying
+    twice; the first answers thrown away), and the concurrency slot freed mid-call. Refused at start-up."""
     timeout, lease = getattr(provider, "timeout", None), config.get("CHECK_LEASE_SECONDS")
-    if timeout is not None and lease is not None and timeout > lease / 2:
-        raise ValueError(f"PROVIDER_{name.upper()}_TIMEOUT_SECONDS={timeout:g} must be at most half of "
+    if timeout is not None and lease is not None and timeout >= lease / 2:
+        raise ValueError(f"PROVIDER_{name.upper()}_TIMEOUT_SECONDS={timeout:g} must be less than half of "
                          f"CHECK_LEASE_SECONDS={lease:g}: lower the timeout or lengthen the lease")
 
 
