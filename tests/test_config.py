@@ -30,6 +30,7 @@ def test_nothing_set_means_the_defaults_stand():
 @pytest.mark.parametrize("name, value", [
     ("CHECK_INITIAL_DELAY_SECONDS", 10 ** 15), ("CHECK_INTERVAL_SECONDS", 10 ** 15), ("CHECK_LEASE_SECONDS", 10 ** 15),
     ("WEBHOOK_LEASE_SECONDS", 10 ** 15), ("WEBHOOK_RETRY_SCHEDULE", [5, 1e15]),
+    ("PROVIDER_MAX_RETRY_AFTER_SECONDS", 10 ** 15),
 ])
 def test_a_delay_past_ten_years_is_refused_at_start_up(app, name, value):
     # CHECK_INITIAL_DELAY_SECONDS=10**15 was accepted, then every subscription create answered 500
@@ -184,6 +185,7 @@ def test_an_unreadable_instance_config_is_one_line(monkeypatch, tmp_path, config
     ({"SQLITE_BUSY_TIMEOUT_MS": "99999999999999"}, "SQLITE_BUSY_TIMEOUT_MS=99999999999999 is too large"),
     ({"TRIAL_DAYS": "100000000"}, "TRIAL_DAYS=100000000 is too large"),
     ({"TRIAL_DAYS": "0"}, "TRIAL_DAYS=0 is too small"),  # every new account's trial had ended as it began
+    ({"PROVIDER_MAX_RETRY_AFTER_SECONDS": "0"}, "PROVIDER_MAX_RETRY_AFTER_SECONDS=0 is too small"),
     # digits of another script: int() read them, and the refusal of others says "digits only" (operability walk)
     ({"CHECK_INTERVAL_SECONDS": "３０"}, "CHECK_INTERVAL_SECONDS='３０' is not a whole number"),
     ({"EMPLOYEE_COUNT_MIN_PERCENT": "٥"}, "EMPLOYEE_COUNT_MIN_PERCENT='٥' is not a number"),
