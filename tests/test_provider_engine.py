@@ -190,27 +190,44 @@ def test_answers_throttled_at_once_pause_the_provider_for_the_longest_wait_they_
     assert provider_limits.current_pause("batchvendor").paused_until > utcnow() + timedelta(seconds=60)
 
 
-def test_a_pause_written_by_another_process_stops_an_unmetered_providers_batch(app, alice, vendor):
+def test_a_pause_written_by_another_process_stops_an_unmetered_providers_batch_within_the_bound(
+        app, alice, vendor, monkeypatch):
     """Only a metered provider's calls looked at the shared pause, in the rate budget: with no rate (the http
     provider's default), a scheduler went on calling a vendor that had told another one to wait, for the rest of
-    its batch (walk)."""
-    ids = [subscribe(alice, f"p{number}") for number in range(3)]
+    its batch (walk). It now sees the pause within PAUSE_READ_SECONDS: no call starts later than that after it."""
+    monkeypatch.setattr(provider_limits, "PAUSE_READ_SECONDS", 0.3)
+    ids = [subscribe(alice, f"p{number}") for number in range(8)]
     make_due(ids)
-    fetch = vendor.fetch_many
+    fetch, started, paused_at = vendor.fetch_many, [], []
 
     def throttled_elsewhere():
         with app.app_context():
             provider_limits.pause("batchvendor", provider_limits.RATE_LIMITED, utcnow() + timedelta(minutes=5), "429")
+        paused_at.append(time.monotonic())
 
     def fetch_many(entity_type, keys):
-        if not vendor.calls:  # another scheduler's call is answered 429 meanwhile
+        started.append(time.monotonic())
+        if len(started) == 1:  # another scheduler's call is answered 429 meanwhile
             other = threading.Thread(target=throttled_elsewhere)
             other.start()
             other.join()
+        time.sleep(0.1)
         return fetch(entity_type, keys)
     vendor.fetch_many, vendor.batch_size = fetch_many, 1
     summary = worker.run_due_batch()
-    assert (len(vendor.calls), summary.checked, summary.deferred) == (1, 1, 2)
+    assert all(moment < paused_at[0] + 0.3 + 0.1 for moment in started)  # + its thread's start after the go
+    assert summary.checked == len(vendor.calls) == len(started) < 8 and summary.deferred == 8 - len(started)
+
+
+def test_an_unmetered_providers_batch_reads_the_pause_at_most_once_per_bound(alice, vendor, monkeypatch):
+    """Each call of an unmetered provider read the pause: one query per check, for a pause that is rarely there."""
+    ids = [subscribe(alice, f"p{number}") for number in range(10)]
+    make_due(ids)
+    reads, read = [], provider_limits.current_pause
+    monkeypatch.setattr(provider_limits, "current_pause", lambda name: reads.append(name) or read(name))
+    vendor.batch_size = 1
+    assert worker.run_due_batch().checked == 10
+    assert len(reads) <= 3  # before claiming, at the batch's start, and once more on a slow machine
 
 
 def test_a_paused_provider_is_not_called_by_check_one_either(alice, vendor):

@@ -240,12 +240,13 @@ def _deferred(calls: list) -> list:
     return [Outcome(item, deferred=True) for call in calls for items in call.targets.values() for item in items]
 
 
-def _may_call(spec, deadline: float) -> bool:
+def _may_call(spec, deadline: float, pauses) -> bool:
     """A call from the shared rate budget, which refuses it while the provider is paused. Unmetered, a call asks
     whether another process has paused the provider meanwhile (a local provider, with no vendor to spare, does not):
-    it asked nothing, and a scheduler went on calling a vendor that had told another one to wait."""
+    it asked nothing, and a scheduler went on calling a vendor that had told another one to wait. `pauses` answers
+    from its last read within PAUSE_READ_SECONDS (a read per call was a query per check)."""
     if spec.rate is None:
-        return spec.local or provider_limits.current_pause(spec.name) is None
+        return spec.local or not pauses.paused()
     return provider_limits.take_call(spec.name, spec.rate, deadline, provider_limits.current_budget())
 
 
@@ -335,7 +336,8 @@ def fetch_all(provider, claimed: list, deadline: float = None, keep_going=always
     calls = _plan_calls(spec, claimed)
     if not calls:
         return []
-    if provider_limits.current_pause(spec.name) is not None:
+    pauses = provider_limits.PauseReader(spec.name)
+    if pauses.paused():
         return _deferred(calls)
     lease = current_app.config["CHECK_LEASE_SECONDS"]
     deadline = deadline or time.time() + lease / 2
@@ -348,7 +350,7 @@ def fetch_all(provider, claimed: list, deadline: float = None, keep_going=always
 
         for index, call in enumerate(calls):
             # go_on once more last: taking the slot and the budget may itself have run past the deadline
-            if not (flight.reserve(deadline, go_on) and _may_call(spec, deadline) and go_on()):
+            if not (flight.reserve(deadline, go_on) and _may_call(spec, deadline, pauses) and go_on()):
                 flight.unreserve()
                 deferred = _deferred(calls[index:])
                 # stopping: released now, not after the calls out (not on a pause: it is written after them)

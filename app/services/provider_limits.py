@@ -35,6 +35,7 @@ MAX_ARRIVAL_DELAY_SECONDS = 0.5
 RATE_LIMITED = "rate_limited"
 QUOTA_EXHAUSTED = "quota_exhausted"
 KEEP_BUDGET_ROWS = timedelta(hours=1)
+PAUSE_READ_SECONDS = 1.0  # an unmetered provider's calls see a pause written elsewhere within this
 
 
 @dataclass(frozen=True)
@@ -236,6 +237,22 @@ def pause_and_credits(provider: str) -> tuple:
     if lifted:
         log.warning("provider %s resumed: its pause (%s) has ended", provider, state.paused_reason)
     return None, state.credits_remaining
+
+
+class PauseReader:
+    """Whether the provider is paused, read from the database at most once per PAUSE_READ_SECONDS: a batch of an
+    unmetered provider asked before each call, one query per check. A pause another process writes stops the
+    batch's calls within that bound (one this process meets stops them at once: fetch_all's stop)."""
+
+    def __init__(self, provider: str):
+        self.provider = provider
+        self.read_at, self.was_paused = None, False
+
+    def paused(self) -> bool:
+        now = time.monotonic()
+        if self.read_at is None or now - self.read_at >= PAUSE_READ_SECONDS:
+            self.read_at, self.was_paused = now, current_pause(self.provider) is not None
+        return self.was_paused
 
 
 def note_credits(provider: str, remaining: float) -> None:
