@@ -250,7 +250,7 @@ def test_engine_over_http_a_wrong_url_fails_the_checks_and_marks_no_entity_not_f
     """The web server at a wrong PROVIDER_HTTP_URL answers its HTML 404 page for every path: read as the contract's
     404, every subscription was marked not found (an event each) instead of the operator being told."""
     server = NoSuchRoute()
-    app.extensions["provider"] = HttpProvider(server.url + "/no-api-here")
+    app.extensions["provider"] = HttpProvider(server.url.replace("//", "//user:pass@") + "/no-api-here")
     try:
         subscription_id = subscribe(alice, "jane")
         with caplog.at_level(logging.ERROR):
@@ -261,7 +261,8 @@ def test_engine_over_http_a_wrong_url_fails_the_checks_and_marks_no_entity_not_f
     assert event_types(alice, subscription_id) == []
     failed = row(subscription_id)
     assert (failed.consecutive_failures, failed.last_check_status) == (1, "pending")
-    assert len([record for record in caplog.records if "is PROVIDER_HTTP_URL right?" in record.getMessage()]) == 1
+    [line] = [record.getMessage() for record in caplog.records if "is PROVIDER_HTTP_URL right?" in record.getMessage()]
+    assert f"from {server.url}/no-api-here/contacts/jane is not" in line  # without the user info of the URL
 
 
 @pytest.mark.parametrize("answer", [(500, {}), (503, {}), FakeNetwork.HANG])

@@ -6,6 +6,7 @@ import math
 import re
 from datetime import datetime
 from typing import Optional
+from urllib.parse import urlsplit
 
 import requests
 import urllib3
@@ -156,8 +157,10 @@ def raise_for_not_found(response, url_setting: str, says_no_such_profile) -> Non
     if says_no_such_profile(response):
         raise EntityUnavailable("not_found")
     content_type = response.headers.get("Content-Type", "")
+    parts = urlsplit(response.url)
+    where = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"  # user info and query may hold secrets
     log.error("HTTP 404 (%s) from %s is not the vendor's answer for a missing profile but a web server's for an "
-              "unknown route: is %s right?", content_type or "no content type", response.url, url_setting)
+              "unknown route: is %s right?", content_type or "no content type", where, url_setting)
     raise ProviderError(f"HTTP 404 ({content_type or 'no content type'}) for the route, not a profile's answer: "
                         f"check {url_setting}")
 
@@ -167,9 +170,10 @@ def is_json_object(response) -> bool:
     if "json" not in response.headers.get("Content-Type", "").lower():
         return False
     try:
-        return isinstance(json.loads(response.content.decode("utf-8-sig")), dict)
-    except ValueError:
+        json_body(response, dict)
+    except ProviderError:
         return False
+    return True
 
 
 def is_not_html(response) -> bool:
