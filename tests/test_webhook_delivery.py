@@ -22,7 +22,7 @@ from app.common import always, isoformat, utcnow
 from app.database import write_transaction
 from app.extensions import db
 from app.models import DeliveryAttempt, Event, OutboxDelivery, WebhookConfig
-from app.services import health, outbox
+from app.services import health, outbox, webhooks
 from app.services.transport import Outcome, Outgoing, Transport, sign
 from app.worker import deliveries
 from app.worker.deliveries import deliver_due
@@ -1844,6 +1844,49 @@ def test_removing_the_configuration_keeps_the_next_attempt_the_earlier_tries_ann
     after = alice.get(f"/events/{event_id}").json["attempts"]
     assert [(attempt["attempt"], attempt["next_attempt_at"]) for attempt in after] == [(1, before[0]), (2, None)]
     assert [logged["next_attempt_at"] for logged in alice.get("/webhooks/deliveries").json["data"]] == [None, before[0]]
+
+
+def _second_try_claimed(alice, clock, receiver):
+    """An event whose first try failed (its next try announced) and whose second a sender has just claimed."""
+    configure(alice, receiver.url)
+    [event_id] = record_events(alice.account_id)
+    deliver_due()
+    clock.travel_to(owed_rows(event_id)[0].next_attempt_at)
+    token = outbox.new_claim_token()
+    [in_flight] = outbox.claim_due(token, 1)
+    return event_id, token, in_flight
+
+
+def test_removing_the_configuration_while_a_try_is_in_flight_keeps_the_earlier_try_announcing_it(alice, clock):
+    """Review: the removal cleared the last *recorded* try's `next_attempt_at`, attempt 1's while attempt 2 was on the
+    wire; attempt 2 was then logged below an attempt 1 that said no try would follow it."""
+    with Receiver(Reply(status=503)) as receiver:
+        event_id, token, in_flight = _second_try_claimed(alice, clock, receiver)
+    [announced] = [attempt.next_attempt_at for attempt in attempts_of(event_id)]
+    assert announced is not None
+
+    assert alice.delete("/webhooks/configure").status_code == 200
+    assert [attempt.next_attempt_at for attempt in attempts_of(event_id)] == [announced]
+    outbox.record_results(token, [(in_flight, Outcome(False, 503, 10))])
+
+    after = alice.get(f"/events/{event_id}").json["attempts"]
+    assert [(attempt["attempt"], attempt["next_attempt_at"]) for attempt in after] == [
+        (1, isoformat(announced)), (2, None)]
+    assert event_row(event_id).delivery_status == "failed"
+
+
+def test_removing_the_configuration_after_a_sender_died_with_a_try_clears_the_last_recorded_tries_next(
+        alice, clock, monkeypatch):
+    """A claim whose lease ran out is no try in flight (its sender died before recording it; a live one records within
+    the lease): nothing follows attempt 1 in the log, and it says so."""
+    monkeypatch.setattr(webhooks, "utcnow", clock)
+    with Receiver(Reply(status=503)) as receiver:
+        event_id, _token, _claimed = _second_try_claimed(alice, clock, receiver)
+    clock.travel_to(owed_rows(event_id)[0].next_attempt_at)  # the lease's end
+
+    assert alice.delete("/webhooks/configure").status_code == 200
+
+    assert [attempt.next_attempt_at for attempt in attempts_of(event_id)] == [None]
 
 
 def test_a_late_success_leaves_a_delivery_another_sender_holds_to_that_sender(alice, clock):

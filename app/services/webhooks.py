@@ -198,21 +198,37 @@ def remove(account_id: str) -> dict:
         session.flush()
         # Then the outbox rows, then the events of those rows.
         owed = in_lock_order(OutboxDelivery.event_id, OutboxDelivery.account_id == account_id)
-        dropped = session.scalars(delete(OutboxDelivery).where(owed).returning(OutboxDelivery.event_id)).all()
+        dropped = sorted(session.execute(delete(OutboxDelivery).where(owed).returning(
+            OutboxDelivery.event_id, OutboxDelivery.claim_token, OutboxDelivery.next_attempt_at)).all())
         if dropped:
-            by_event = [{"dropped": event_id} for event_id in sorted(dropped)]
             table = Event.__table__
             session.execute(update(table).where(table.c.id == bindparam("dropped"))
                             .values(delivery_status=case((table.c.attempt_count > 0, "failed"), else_="skipped")),
-                            by_event)
-            # Their last tries' next attempt will not be made (contract §5: null when no other try is scheduled);
-            # an earlier try's was made, and keeps saying when.
-            attempts = DeliveryAttempt.__table__
-            session.execute(update(attempts).where(attempts.c.event_id == bindparam("dropped"),
-                                                   attempts.c.attempt == _last_attempt_of_the_dropped(),
-                                                   attempts.c.next_attempt_at.is_not(None))
-                            .values(next_attempt_at=None), by_event)
+                            [{"dropped": row.event_id} for row in dropped])
+            now = utcnow()
+            _unannounce_the_next_tries(session, [row.event_id for row in dropped if not _on_the_wire(row, now)])
         return {"id": config.id, "deleted": True}
+
+
+def _on_the_wire(outbox_row, now) -> bool:
+    """Whether a sender holds the outbox row and will record its try: claimed, its lease not over (a sender starts
+    its tries within half the lease). The claim moved `next_attempt_at` to the lease's end, and a redelivery meanwhile
+    leaves it there (`outbox._restarted`). Read in Python: SQLite 3.40 answers `claim_token IS NOT NULL` true for a
+    null in a DELETE's RETURNING."""
+    return outbox_row.claim_token is not None and outbox_row.next_attempt_at > now
+
+
+def _unannounce_the_next_tries(session, event_ids):
+    """The next try the last recorded try of each event announced will not be made (contract §5: null when no other
+    try is scheduled). An earlier try's was made and keeps saying when, and so does the last one's while its next try
+    is on the wire: that try is recorded after it, with none announced."""
+    if not event_ids:
+        return
+    attempts = DeliveryAttempt.__table__
+    session.execute(update(attempts).where(attempts.c.event_id == bindparam("dropped"),
+                                           attempts.c.attempt == _last_attempt_of_the_dropped(),
+                                           attempts.c.next_attempt_at.is_not(None))
+                    .values(next_attempt_at=None), [{"dropped": event_id} for event_id in event_ids])
 
 
 def _last_attempt_of_the_dropped():
