@@ -1258,6 +1258,27 @@ def test_an_account_whose_failing_endpoint_answered_at_once_takes_the_last_free_
     assert started[:3] == ["answers-503", "dead", "answers-503"]
 
 
+def test_slow_marks_that_no_try_renewed_for_twice_the_longest_retry_step_are_dropped(app):
+    """The marks were kept for good, one per account ever sent to: a service that sends to many endpoints over
+    months grew them without end. An account's mark now goes once no try has renewed it for twice the longest retry
+    step (a failing endpoint keeps its mark from one try to the next)."""
+    app.config.update(WEBHOOK_WORKERS=2, WEBHOOK_RETRY_SCHEDULE=[5, 60])  # marks kept 120 s
+    now = [1000.0]
+    marks = app.extensions["webhook_slow_accounts"] = deliveries.SlowMarks(clock=lambda: now[0])
+    send = hanging_at_dead([], threading.Event(), Outcome(False, 503, 1))
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for account in ("removed", "failing"):
+            batch = tries_of(account, 1, send, endpoint_failing=True)
+            deliveries._sending(app, pool).add([batch])
+            wait(batch.futures, timeout=5)
+            now[0] += 100
+        assert len(marks) == 2 and not marks.is_slow("failing")  # its try came back at once
+        deliveries._sending(app, pool)  # a round 200 s after the first mark, 100 s after the second
+
+    assert len(marks) == 1 and not marks.is_slow("failing")  # the 503 at once is still known
+
+
 def test_an_account_that_starts_holding_tries_starts_level_with_the_least_served():
     """Not at nothing: an account whose tries came and went would otherwise go ahead of every account holding tries
     for as long as its sender time stayed below theirs."""

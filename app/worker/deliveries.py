@@ -84,12 +84,46 @@ def _sender_pool(app) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=app.config["WEBHOOK_WORKERS"], thread_name_prefix="webhook-sender")
 
 
+class SlowMarks:
+    """Per account: whether its last try to come back took over the sender's `slow_after`, kept from round to round
+    (`_Sending`). A mark no try has renewed for `keep_for` seconds is dropped (`prune`): the accounts a service sends
+    to over months (configurations removed, accounts closed) would otherwise each keep one for good."""
+
+    def __init__(self, clock=time.monotonic):
+        self._clock = clock
+        self._marks = {}  # account id -> (slow, the clock's time the mark was set)
+        self._lock = threading.Lock()  # the senders of a round, and rounds that overlap (`deliver_due`), share them
+
+    def __len__(self) -> int:
+        return len(self._marks)
+
+    def is_slow(self, account_id) -> bool:
+        mark = self._marks.get(account_id)
+        return mark is not None and mark[0]
+
+    def mark(self, account_id, slow: bool) -> None:
+        with self._lock:
+            self._marks[account_id] = (slow, self._clock())
+
+    def presume_slow(self, account_id) -> None:
+        """Slow unless a try of the account has said otherwise."""
+        with self._lock:
+            self._marks.setdefault(account_id, (True, self._clock()))
+
+    def prune(self, keep_for: float) -> None:
+        with self._lock:
+            oldest = self._clock() - keep_for
+            self._marks = {account_id: mark for account_id, mark in self._marks.items() if mark[1] >= oldest}
+
+
 def _sending(app, pool) -> "_Sending":
     """A try that takes over half the timeout marks its account slow (a dead endpoint takes all of it); the marks
-    outlive the round, in the application."""
+    outlive the round, in the application, for twice the longest retry step (a failing endpoint's mark lasts from
+    one of its tries to the next)."""
+    marks = app.extensions.setdefault("webhook_slow_accounts", SlowMarks())
+    marks.prune(2 * max(app.config["WEBHOOK_RETRY_SCHEDULE"], default=0))
     return _Sending(pool, app.config["WEBHOOK_WORKERS"], app.config["WEBHOOK_BATCH_SIZE"],
-                    slow_after=app.config["WEBHOOK_TIMEOUT_SECONDS"] / 2,
-                    slow=app.extensions.setdefault("webhook_slow_accounts", {}))
+                    slow_after=app.config["WEBHOOK_TIMEOUT_SECONDS"] / 2, slow=marks)
 
 
 def deliver_due(keep_going=always, outcomes=None) -> int:
@@ -118,10 +152,9 @@ class _Sending:
     wakes the sender loop when that matters: its batch's last try has returned (record the batch) or a sender fell
     idle (claim more)."""
 
-    def __init__(self, pool, senders: int, batch_size: int, slow_after: float, slow=None):
+    def __init__(self, pool, senders: int, batch_size: int, slow_after: float, slow: SlowMarks = None):
         self.pool, self.senders, self.most, self.slow_after = pool, senders, max(senders, batch_size), slow_after
-        # account id -> whether its last try to come back took over `slow_after` (one entry per account sent to)
-        self._slow = {} if slow is None else slow
+        self._slow = SlowMarks() if slow is None else slow
         self.batches = []
         self.changed = threading.Event()
         self._lock = threading.Lock()
@@ -145,7 +178,7 @@ class _Sending:
                     if not self._held[claimed.account_id]:
                         self._served[claimed.account_id] = min(self._served.values(), default=0.0)
                         if claimed.endpoint_failing:  # slow until a try shows otherwise: a dead one often is
-                            self._slow.setdefault(claimed.account_id, True)
+                            self._slow.presume_slow(claimed.account_id)
                     self._queued.setdefault(claimed.account_id, deque()).append((batch, index))
                     self._held[claimed.account_id] += 1
                 self.batches.append(batch)
@@ -176,7 +209,7 @@ class _Sending:
     def _next_account(self, last_free: bool):
         """The account whose queued try the next free sender takes; of the last free one, none that is slow (None:
         keep it free)."""
-        queued = [account_id for account_id in self._queued if not last_free or not self._slow.get(account_id)]
+        queued = [account_id for account_id in self._queued if not last_free or not self._slow.is_slow(account_id)]
         return min(queued, key=lambda account_id: (self._running[account_id], self._served[account_id]), default=None)
 
     def check_endpoints(self) -> None:
@@ -232,9 +265,9 @@ class _Sending:
         self._held[account_id] -= 1
         self._served[account_id] += spent
         if spent > self.slow_after:
-            self._slow[account_id] = True
+            self._slow.mark(account_id, True)
         elif outcome is not None:  # a try not sent says nothing of the endpoint
-            self._slow[account_id] = False
+            self._slow.mark(account_id, False)
         if not self._held[account_id]:  # its slow mark stays: its next tries are likely as slow
             del self._held[account_id], self._served[account_id]
         self._left[id(batch)] -= 1
