@@ -15,6 +15,9 @@ SECRET_VALUE = re.compile(r"lwa\.sk_[A-Za-z0-9_]+|(?<![A-Za-z0-9])sk_(?:live|tes
 # Query parameters that carry credentials by name, whatever their value looks like
 SECRET_NAME = re.compile(r"key|secret|token|passw|signature|auth", re.IGNORECASE)
 _LOGGED_URI_KEYS = ("RAW_URI", "REQUEST_URI")
+# A key encoded twice (`%252E` for its dot) is one decoding from a server's or a proxy's reading of it; the bound
+# keeps a request line of nested escapes from costing a decoding per escape
+_MOST_DECODINGS = 4
 
 
 def redact_query(query: str, every_value: bool = False) -> str:
@@ -22,17 +25,30 @@ def redact_query(query: str, every_value: bool = False) -> str:
     pairs = []
     for pair in query.split("&"):
         name, separator, value = pair.partition("=")
-        if value and (every_value or SECRET_NAME.search(unquote_plus(name))):
+        if value and (every_value or SECRET_NAME.search(_decoded(name))):
             value = REDACTED
         pairs.append(name + separator + value)
     return redact_text("&".join(pairs))
 
 
 def redact_text(text: str) -> str:
-    """Any of our secret formats in free text (a path, a log message), percent-encoded or not."""
-    if "%" in text and SECRET_VALUE.search(unquote_plus(text)):
-        text = unquote_plus(text)
+    """Any of our secret formats in free text (a path, a log message), percent-encoded or not, once or more: the
+    text is then written decoded."""
+    if "%" in text:
+        decoded = _decoded(text)
+        if SECRET_VALUE.search(decoded):
+            text = decoded
     return SECRET_VALUE.sub(REDACTED, text)
+
+
+def _decoded(text: str) -> str:
+    """`text` percent-decoded until that changes nothing (at most _MOST_DECODINGS times)."""
+    for _ in range(_MOST_DECODINGS):
+        decoded = unquote_plus(text)
+        if decoded == text:
+            break
+        text = decoded
+    return text
 
 
 def redact_uri(uri: str, every_value: bool = False) -> str:

@@ -337,6 +337,12 @@ def test_keys_in_the_query_string_never_reach_the_logged_request_line(app, alice
     ("/a?q=sk_live_" + "A" * 31, "/a?q=sk_live_" + "A" * 31),
     ("/a?q=SK_LIVE_" + "A" * 32 + "&b=2", f"/a?q={REDACTED}&b=2"),
     ("/a?q=LWA.SK_LIVE_" + "A" * 32, f"/a?q={REDACTED}"),
+    # encoded twice, or three times (security walk): the `=`, the dot, the underscores, a parameter's name
+    ("/a?api_key%253Dsk_live_" + "A" * 32, f"/a?api_key={REDACTED}"),
+    ("/a?q=lwa%252Esk%255Flive%255F" + "A" * 32, f"/a?q={REDACTED}"),
+    ("/a?q=lwa%25252Esk_live_" + "A" * 32, f"/a?q={REDACTED}"),
+    ("/a?api%255Fk%2565y=anything&b=2", f"/a?api%255Fk%2565y={REDACTED}&b=2"),
+    ("/a?note=100%2525&q=%252Fpath%2Bx", "/a?note=100%2525&q=%252Fpath%2Bx"),
 ])
 def test_redaction_of_request_lines(uri, expected):
     assert redact_uri(uri) == expected

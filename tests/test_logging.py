@@ -117,6 +117,22 @@ def test_the_access_log_never_shows_a_key(alice, anon, log_lines):
     assert "api_key=[redacted]&x=1" in written
 
 
+def test_the_access_log_never_shows_a_key_percent_encoded_twice(alice, log_lines):
+    """Security walk: a key whose `=`, dot, underscores or every character were encoded twice (`%253D`, `%252E`,
+    `%255F`) was logged as sent: decoded once, it read `%3D`, `%2E`, `%5F`, and no key showed."""
+    bare = alice.key.removeprefix("lwa.")
+    alice.get(f"/account?api_key%253D{bare}&x=1")
+    alice.get(f"/account?q=lwa%252E{bare}")
+    alice.get(f"/account?q={alice.key.replace('_', '%255F')}")
+    alice.get("/account?q=" + "".join(f"%25{ord(character):02X}" for character in alice.key))
+    alice.get("/account?q=100%2525&search=Risk%255FTest%255FCo")  # no key: left as sent
+    lines = log_lines()
+    assert alice.key[-32:] not in json.dumps(lines)
+    assert [line["path"].removeprefix("/api/v1/account?") for line in _by_logger(lines, "app.access")] == [
+        "api_key=[redacted]&x=1", "q=[redacted]", "q=[redacted]", "q=[redacted]",
+        "q=100%2525&search=Risk%255FTest%255FCo"]
+
+
 def test_the_access_log_redacts_credential_parameters_and_keys_in_the_path(alice, log_lines):
     alice.client.get(f"/api/v1/{alice.key}?limit=5&token=abc&Secret=x&search=jo")
     written = json.dumps(log_lines())
