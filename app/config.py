@@ -51,6 +51,8 @@ class Defaults:
     RATELIMIT_WINDOW_SECONDS = WINDOW
     RATELIMIT_UNAUTHENTICATED = 100
     TRUSTED_PROXY_HOPS = 0  # 1 behind one reverse proxy (nginx) whose X-Forwarded-For is trusted
+    # The Host names requests may carry (Flask's own setting: any other is a 400); None: any, as before it existed
+    TRUSTED_HOSTS = None
     TIERS = DEFAULT_TIERS
     DEFAULT_TIER = "starter"
     TRIAL_DAYS = 14
@@ -173,6 +175,13 @@ def parse_text(_name, raw):
     return raw
 
 
+def parse_names(name, raw):
+    parts = [part.strip() for part in raw.split(",")]
+    if not all(parts):
+        raise ConfigError(f"{name}={raw!r} must be comma-separated names, e.g. monitor.example.com,localhost")
+    return parts
+
+
 PARSERS = {
     parse_bool: ("RATELIMIT_ENABLED", "SCHEDULER_ENABLED", "WEBHOOK_ALLOW_HTTP", "WEBHOOK_ALLOW_PRIVATE_ADDRESSES",
                  "METRICS_ENABLED"),
@@ -186,6 +195,7 @@ PARSERS = {
     parse_number: ("EMPLOYEE_COUNT_MIN_PERCENT", "PROVIDER_HTTP_TIMEOUT_SECONDS", "SIMULATED_FAILURE_PERCENT",
                    "SIMULATED_THROTTLE_PERCENT", "SIMULATED_RETRY_AFTER_SECONDS", "SCHEDULER_STANDBY_POLL_SECONDS"),
     parse_seconds_list: ("WEBHOOK_RETRY_SCHEDULE",),
+    parse_names: ("TRUSTED_HOSTS",),
     parse_text: ("RATELIMIT_STORAGE_URI", "PROVIDER", "PROVIDER_HTTP_URL", "PROVIDER_HTTP_TOKEN", "NETWORK_DOMAIN",
                  "API_KEY_MODE", "LOG_FORMAT", "PROVIDER_RATE_LIMIT", "PROVIDER_RATE_LIMIT_STORAGE_URI",
                  "SIMULATED_RATES", "DEFAULT_TIER"),
@@ -233,7 +243,8 @@ def read_instance_values(config) -> None:
 
 
 TYPE_NAMES = {parse_bool: "a boolean (True or False)", parse_whole_number: "a whole number",
-              parse_number: "a number", parse_seconds_list: "a list of seconds", parse_text: "text"}
+              parse_number: "a number", parse_seconds_list: "a list of seconds", parse_names: "a list of names",
+              parse_text: "text"}
 
 
 def _of_the_type(parse, value) -> bool:
@@ -245,6 +256,8 @@ def _of_the_type(parse, value) -> bool:
         return _is_number(value)
     if parse is parse_seconds_list:
         return isinstance(value, (list, tuple)) and all(_is_number(item) for item in value)
+    if parse is parse_names:
+        return isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value)
     return isinstance(value, str)
 
 
@@ -300,6 +313,7 @@ def validate(config) -> None:
                                     moving_window=True)
     _validate_provider(config)
     _validate_webhook_test_settings(config)
+    _validate_trusted_hosts(config.get("TRUSTED_HOSTS"))
 
 
 def _validate_database_url(url):
@@ -412,3 +426,19 @@ def _validate_webhook_test_settings(config):
         ssl.create_default_context(cafile=bundle)
     except ssl.SSLError:
         raise ConfigError(f"WEBHOOK_TEST_CA_BUNDLE={bundle!r} holds no CA certificate (PEM)") from None
+
+
+# A name or IPv4 address as a Host header carries it, in lower case and without its port; a leading dot takes the
+# name's subdomains too (Werkzeug's matching, which cuts an IPv6 address at its first colon: none is accepted)
+_TRUSTED_HOST = re.compile(r"\.?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*")
+
+
+def _validate_trusted_hosts(hosts):
+    """None serves any Host; an empty list would too (Werkzeug reads it as no list), so it is refused as a mistake."""
+    if hosts is None:
+        return
+    wrong = [host for host in hosts if not _TRUSTED_HOST.fullmatch(host)]
+    if wrong or not hosts:
+        raise ConfigError(f"TRUSTED_HOSTS={','.join(hosts)!r} must list the names clients reach the service by, "
+                          "bare and in lower case (no scheme, port or IPv6 address), e.g. monitor.example.com,localhost"
+                          + (f": {wrong[0]!r} is not one" if wrong else ""))

@@ -8,10 +8,11 @@ def csrf_of(html: str) -> str:
     return CSRF_FIELD.search(html).group(1)
 
 
-def sign_in(client, key):
-    """Sign `client` in with `key` through the form; returns the sign-in response."""
-    page = client.get("/login")
-    return client.post("/login", data={"api_key": key, "csrf_token": csrf_of(page.get_data(as_text=True))})
+def sign_in(client, key, base_url="http://localhost"):
+    """Sign `client` in with `key` through the form (of the site at `base_url`); returns the sign-in response."""
+    page = client.get("/login", base_url=base_url)
+    return client.post("/login", base_url=base_url,
+                       data={"api_key": key, "csrf_token": csrf_of(page.get_data(as_text=True))})
 
 
 class Browser:
