@@ -189,6 +189,8 @@ def import_subscriptions(file, account_id, column, type_column, metadata, reject
                                         [name.strip() for name in metadata.split(",") if name.strip()])
         with Progress(len(rows), on_terminal()) as progress:
             report = importer.import_rows(account_id, rows, plan, _load_item, dry_run, progress.update)
+    except importer.NoIdColumn:
+        fail(importer.NoIdColumn(", or choose it with --column NAME"))
     except ServiceError as error:
         fail(error)
     verb = "would be created" if dry_run else "created"

@@ -290,6 +290,13 @@ def test_import_exits_non_zero_when_it_cannot_do_its_job(runner, alice, tmp_path
     assert subscription_count(alice.account_id) == 0
 
 
+def test_a_file_without_a_column_of_profiles_is_told_to_name_one_or_choose_it_with_column(runner, alice, tmp_path):
+    path = _write_csv(tmp_path / "bad.csv", ["name", "email"], [["Jane", "jane@example.com"]])
+    result = runner.invoke(args=["subscriptions", "import", path, "--account", alice.account_id])
+    assert result.exit_code == 1
+    assert "rename the header of that column to url, or choose it with --column NAME" in result.output
+
+
 def test_a_file_that_is_a_bare_list_of_urls_is_imported_whole(runner, alice, tmp_path):
     """Its first URL was taken for the header: two of three imported, exit 0, nothing rejected (operability walk)."""
     path = tmp_path / "bare.csv"

@@ -680,6 +680,17 @@ def test_an_unreadable_upload_is_refused_with_the_reason_and_imports_nothing(bro
     assert subscription_count(alice.account_id) == 0
 
 
+def test_a_file_without_a_column_of_profiles_says_what_to_name_it_not_a_command_line_option(browser, alice):
+    """The dashboard told to "name it with --column", an option of the command line's that no form here has
+    (dashboard walk)."""
+    upload = (io.BytesIO(b"name,email\nJane,jane@example.com\n"), "crm.csv")
+    response = browser.post("/subscriptions/import", data={"file": upload}, content_type="multipart/form-data")
+    page = browser.text(response.headers["Location"])
+    assert "No column of profile URLs or ids found" in page and "rename the header of that column to url" in page
+    assert "--column" not in page
+    assert subscription_count(alice.account_id) == 0
+
+
 def test_an_upload_over_the_size_limit_names_the_limit_and_the_command_that_takes_any_size(browser, alice):
     """A CRM export over 1 MiB (about 18,000 rows) was refused with a generic "Something went wrong" (walk)."""
     rows = b"".join(b"https://www.linkedin.com/in/person-%d\n" % number for number in range(40_000))

@@ -26,6 +26,15 @@ class ImportRefused(ServiceError):
     """The file cannot be imported at all (no usable column, unreadable)."""
 
 
+class NoIdColumn(ImportRefused):
+    """No header names a column of profile URLs or ids. What to do depends on where the file came in: the command
+    line also has `--column` (`or_else`); the dashboard, which has no such option, was told to use it (walk)."""
+
+    def __init__(self, or_else=""):
+        super().__init__(f"No column of profile URLs or ids found (looked for {', '.join(ID_HEADERS)}): rename the "
+                         f"header of that column to url{or_else}.")
+
+
 def header_key(name: str) -> str:
     """A header as it is compared: lower case, every run of other characters than letters and digits (of any
     script: 'Компания' stays itself) one underscore."""
@@ -154,8 +163,7 @@ def find_id_column(header, wanted=None) -> str:
     for name in header:
         if "linkedin" in header_key(name) or "url" in header_key(name):
             return name
-    raise ImportRefused(f"No column of profile URLs or ids found (looked for {', '.join(ID_HEADERS)}); "
-                        "name it with --column.")
+    raise NoIdColumn()
 
 
 @dataclass
