@@ -297,6 +297,18 @@ def test_a_file_without_a_column_of_profiles_is_told_to_name_one_or_choose_it_wi
     assert "rename the header of that column to url, or choose it with --column NAME" in result.output
 
 
+def test_a_file_whose_lines_end_in_carriage_returns_alone_is_imported(runner, alice, tmp_path):
+    """Excel's "CSV (Macintosh)" ends lines with CR alone: it was refused ("new-line character seen in unquoted field
+    - do you need to open the file in universal-newline mode?"), where the dashboard imported the same file (walk)."""
+    path = tmp_path / "mac.csv"
+    path.write_bytes(b"Name,LinkedIn URL,Owner\rJane,https://www.linkedin.com/in/mac-jane,Sam\r"
+                     b"Al,https://www.linkedin.com/in/mac-al,\"Kim\rLee\"\r")
+    output = _ok(runner, "subscriptions", "import", str(path), "--account", alice.account_id, "--metadata", "Owner")
+    assert "created=2" in output
+    assert {row["network_id"]: row["custom_metadata"] for row in alice.get("/subscriptions").json["data"]} == {
+        "mac-jane": {"Owner": "Sam"}, "mac-al": {"Owner": "Kim\nLee"}}
+
+
 def test_a_file_that_is_a_bare_list_of_urls_is_imported_whole(runner, alice, tmp_path):
     """Its first URL was taken for the header: two of three imported, exit 0, nothing rejected (operability walk)."""
     path = tmp_path / "bare.csv"

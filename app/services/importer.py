@@ -71,8 +71,9 @@ def rows_from_text(text: str):
 def _rows_of_csv(text: str):
     """(header, rows) of a CSV with a header, or of a bare list of profile URLs, one a line (read as a `url` column:
     its first URL was taken for the header, and never imported: operability walk). Blank lines before the header
-    are skipped, and so is Excel's `sep=;` line, whose delimiter is then the file's."""
-    text = _BLANK_LINES_FIRST.sub("", text)
+    are skipped, and so is Excel's `sep=;` line, whose delimiter is then the file's. Lines may end in CR alone (Excel's
+    "CSV (Macintosh)"), read as universal newlines are: the csv module refused such a file (walk)."""
+    text = _BLANK_LINES_FIRST.sub("", _LINE_ENDS.sub("\n", text))
     first_line = text.split("\n", 1)[0].strip()
     delimiter = None
     if len(first_line) == 5 and first_line.lower().startswith("sep=") and first_line[4] in DELIMITERS:
@@ -87,6 +88,7 @@ def _rows_of_csv(text: str):
 
 
 _BLANK_LINES_FIRST = re.compile(r"\A(?:[ \t\r]*\n)+")
+_LINE_ENDS = re.compile(r"\r\n?")
 
 
 def _is_profile_url(text: str) -> bool:
