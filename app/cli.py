@@ -107,7 +107,7 @@ def set_tier(account_id, tier):
     except ServiceError as error:
         _fail(error)
     limit = accounts.subscription_limit(account)
-    click.echo(f"{account.id} is now on {account.tier} (limit {limit})")
+    click.echo(f"{account.id} is now on {account.tier} ({'no limit' if limit is None else f'limit {limit}'})")
     live = accounts.live_subscription_count(db.session, account.id)
     if limit is not None and live > limit:  # a downgrade: said, so that it is not found out from refused creates
         click.echo(f"note: its {live:,} active and paused subscriptions are over the limit of {limit:,}; they are "

@@ -119,6 +119,12 @@ def test_set_tier_changes_the_cap_and_ends_the_trial(runner, alice):
     assert account["tier"] == "scale" and account["trial_ends_at"] is None
 
 
+def test_set_tier_to_an_unlimited_tier_says_so_not_none(runner, alice):
+    """It printed Python's None: "now on enterprise (limit None)" (operator walk)."""
+    result = _invoke(runner, "set-tier", alice.account_id, "enterprise")
+    assert result.exit_code == 0 and result.output == f"{alice.account_id} is now on enterprise (no limit)\n"
+
+
 def test_a_downgrade_below_the_live_subscriptions_says_so(runner, alice):
     """It was silent: the team found out from refused creates (walk)."""
     assert _invoke(runner, "set-tier", alice.account_id, "growth").exit_code == 0
