@@ -691,6 +691,18 @@ def test_a_file_without_a_column_of_profiles_says_what_to_name_it_not_a_command_
     assert subscription_count(alice.account_id) == 0
 
 
+def test_a_cell_holding_a_unicode_line_separator_does_not_split_its_row(browser, alice):
+    """The rows were split at every line boundary str.splitlines knows (U+2028, a form feed…), not at line ends alone:
+    a name with U+2028 in it (pasted from a profile) became two rows, one of them refused (walk). The command line read
+    the same file as two rows."""
+    upload = (io.BytesIO("Name,LinkedIn URL\r\nJane\u2028CTO,https://www.linkedin.com/in/sep-jane\r\n"
+                         "Al\x0cBo,https://www.linkedin.com/in/sep-al\r\n".encode()), "crm.csv")
+    page = browser.post("/subscriptions/import", data={"file": upload},
+                        content_type="multipart/form-data").get_data(as_text=True)
+    assert "2 rows read" in page and "2 subscribed" in page and "0 refused" in page
+    assert subscription_count(alice.account_id) == 2
+
+
 def test_an_upload_over_the_size_limit_names_the_limit_and_the_command_that_takes_any_size(browser, alice):
     """A CRM export over 1 MiB (about 18,000 rows) was refused with a generic "Something went wrong" (walk)."""
     rows = b"".join(b"https://www.linkedin.com/in/person-%d\n" % number for number in range(40_000))

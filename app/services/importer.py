@@ -61,8 +61,9 @@ def text_of_upload(data: bytes) -> str:
 
 
 def rows_from_text(text: str):
-    """(header, rows) of pasted or uploaded text (`_rows_of_csv`), blank lines left out."""
-    lines = [line for line in text.splitlines() if line.strip()]
+    """(header, rows) of pasted or uploaded text (`_rows_of_csv`), blank lines left out. Lines end at LF, CRLF or CR
+    alone: str.splitlines also splits at U+2028, a form feed and the like, which a cell may hold (walk)."""
+    lines = [line for line in _LINE_ENDS.split(text) if line.strip()]
     if not lines:
         raise ImportRefused("Paste profile URLs (one a line) or a CSV with a header, or choose a file.")
     return _rows_of_csv("\n".join(lines))
@@ -88,7 +89,7 @@ def _rows_of_csv(text: str):
 
 
 _BLANK_LINES_FIRST = re.compile(r"\A(?:[ \t\r]*\n)+")
-_LINE_ENDS = re.compile(r"\r\n?")
+_LINE_ENDS = re.compile(r"\r\n?|\n")
 
 
 def _is_profile_url(text: str) -> bool:
