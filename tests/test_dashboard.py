@@ -703,6 +703,15 @@ def test_a_cell_holding_a_unicode_line_separator_does_not_split_its_row(browser,
     assert subscription_count(alice.account_id) == 2
 
 
+@pytest.mark.parametrize("content", [b"", codecs.BOM_UTF8, b"\r\n \r\n"])
+def test_an_empty_file_is_refused_as_empty(browser, alice, content):
+    """It was told to paste a list or choose a file, a file having been chosen (walk)."""
+    response = browser.post("/subscriptions/import", data={"file": (io.BytesIO(content), "crm.csv")},
+                            content_type="multipart/form-data")
+    page = browser.text(response.headers["Location"])
+    assert "The file is empty: it has no header line and no rows." in page and "or choose a file" not in page
+
+
 def test_an_upload_over_the_size_limit_names_the_limit_and_the_command_that_takes_any_size(browser, alice):
     """A CRM export over 1 MiB (about 18,000 rows) was refused with a generic "Something went wrong" (walk)."""
     rows = b"".join(b"https://www.linkedin.com/in/person-%d\n" % number for number in range(40_000))

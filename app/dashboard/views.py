@@ -214,13 +214,14 @@ def _back_to_the_list():
 def import_subscriptions():
     """The result page streams: each chunk's rows and the progress show as soon as the chunk is done."""
     upload = request.files.get("file")
+    chosen = bool(upload and upload.filename)
     pasted = {"rows": request.form.get("rows", "")}  # shown again with a refusal (up to TYPED_KEPT_CHARACTERS)
-    if upload and upload.filename and pasted["rows"].strip():  # the pasted rows were ignored
+    if chosen and pasted["rows"].strip():  # the pasted rows were ignored
         notify("error", "Paste a list or choose a file, not both: import them one after the other.", typed=pasted)
         return _back_to_the_list()
     try:
-        text = importer.text_of_upload(upload.read()) if upload and upload.filename else ""
-        header, rows = importer.rows_from_text(text or pasted["rows"])
+        text = importer.text_of_upload(upload.read()) if chosen else pasted["rows"]
+        header, rows = importer.rows_from_text(text, uploaded=chosen)
         plan = importer.Plan.for_header(header)
     except ServiceError as error:
         notify("error", error.message, typed=pasted)

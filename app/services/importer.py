@@ -60,12 +60,13 @@ def text_of_upload(data: bytes) -> str:
                             "and choose it again.") from None
 
 
-def rows_from_text(text: str):
-    """(header, rows) of pasted or uploaded text (`_rows_of_csv`), blank lines left out. Lines end at LF, CRLF or CR
+def rows_from_text(text: str, uploaded=False):
+    """(header, rows) of pasted or `uploaded` text (`_rows_of_csv`), blank lines left out. Lines end at LF, CRLF or CR
     alone: str.splitlines also splits at U+2028, a form feed and the like, which a cell may hold (walk)."""
     lines = [line for line in _LINE_ENDS.split(text) if line.strip()]
-    if not lines:
-        raise ImportRefused("Paste profile URLs (one a line) or a CSV with a header, or choose a file.")
+    if not lines:  # (an empty file was told to paste a list or choose a file: walk)
+        raise ImportRefused(EMPTY_FILE if uploaded else "Paste profile URLs (one a line) or a CSV with a header, or "
+                                                        "choose a file.")
     return _rows_of_csv("\n".join(lines))
 
 
@@ -82,12 +83,13 @@ def _rows_of_csv(text: str):
         text = _BLANK_LINES_FIRST.sub("", text)  # blank lines after it too: the file was refused as empty
         first_line = text.split("\n", 1)[0].strip()
     if not first_line:
-        raise ImportRefused("The file is empty: it has no header line and no rows.")
+        raise ImportRefused(EMPTY_FILE)
     if _is_profile_url(first_line) or ("://" in first_line and not any(mark in first_line for mark in DELIMITERS)):
         text = "url\n" + text  # (a URL of another site: a row the import rejects, not a header)
     return _parse(io.StringIO(text), delimiter)
 
 
+EMPTY_FILE = "The file is empty: it has no header line and no rows."
 _BLANK_LINES_FIRST = re.compile(r"\A(?:[ \t\r]*\n)+")
 _LINE_ENDS = re.compile(r"\r\n?|\n")
 
