@@ -80,7 +80,7 @@ def create_account(name, tier, as_json):
                                "trial_ends_at": isoformat(account.trial_ends_at)}))
     else:
         click.echo(f"account_id: {account.id}\ntier: {account.tier}\n"
-                   f"trial_ends_at: {isoformat(account.trial_ends_at)}\napi_key: {api_key}")
+                   f"trial_ends_at: {isoformat(account.trial_ends_at) or ''}\napi_key: {api_key}")
 
 
 @accounts_cli.command("list")

@@ -43,6 +43,13 @@ def test_an_account_created_on_a_named_tier_is_a_plan_without_a_trial(app, runne
     assert account["tier"] == "starter" and account["trial_ends_at"]  # the default tier named: still a trial
 
 
+def test_an_account_without_a_trial_is_printed_as_accounts_show_prints_it_not_as_none(runner):
+    """Its text said Python's None, "trial_ends_at: None", where `accounts show` leaves the value empty (walk)."""
+    result = _invoke(runner, "create", "--name", "Grow", "--tier", "growth")
+    assert result.exit_code == 0 and "None" not in result.output
+    assert "\ntrial_ends_at: \n" in result.output
+
+
 def test_create_json_prints_one_object(app, runner):
     result = _invoke(runner, "create", "--name", "Acme", "--json")
     assert result.exit_code == 0
