@@ -1370,6 +1370,17 @@ def test_the_overview_of_a_populated_account(browser, alice, ticking):
     assert "100.0%" in page and "Healthy." in page and "Last heartbeat" in page and "Trial" in page
 
 
+def test_an_ended_trial_is_shown_as_ended_with_what_it_stops(browser, alice):
+    """It said "Trial: ends" and the past date, while every form adding a subscription was refused (walk)."""
+    assert "Trial: ends" in browser.text("/")
+    with write_transaction() as session:
+        session.get(Account, alice.account_id).trial_ends_at = utcnow() - timedelta(days=1)
+    page = browser.text("/")
+    assert "Trial: ends" not in page
+    assert "Trial: <strong>ended</strong>" in page and "new subscriptions are refused" in page
+    assert "ask your operator to choose a tier" in page
+
+
 def test_a_switched_off_endpoint_is_shown_with_why(browser, alice):
     configure(alice, "http://127.0.0.1:9/hook")
     with write_transaction() as session:

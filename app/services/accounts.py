@@ -81,6 +81,11 @@ def live_subscription_count(session, account_id: str) -> int:
     return session.connection().execute(LIVE_TOTAL, {"account_id": account_id}).scalar()
 
 
+def trial_ended(account, now) -> bool:
+    """The account's free trial is over: it may create no subscriptions until an operator chooses a tier."""
+    return account.trial_ends_at is not None and now > account.trial_ends_at
+
+
 def describe(account: Account) -> dict:
     return {
         "id": account.id,

@@ -13,7 +13,8 @@ WINDOW_DAYS = 30
 
 def summary(account) -> dict:
     first_day = utcnow().date() - timedelta(days=WINDOW_DAYS - 1)  # the window: today and the days before
-    return {"account": accounts.describe(account), "statuses": _status_counts(account.id),
+    return {"account": accounts.describe(account), "trial_ended": accounts.trial_ended(account, utcnow()),
+            "statuses": _status_counts(account.id),
             "events_per_day": _events_per_day(account.id, first_day),
             "deliveries": _delivery_stats(account.id, first_day),
             "webhook": webhooks.get_or_none(account.id), "scheduler": health.scheduler_heartbeat(),

@@ -38,7 +38,7 @@ def _lock_account(session, account_id):
 
 
 def _ensure_trial_open(account: Account, now):
-    if account.trial_ends_at is not None and now > account.trial_ends_at:
+    if accounts.trial_ended(account, now):
         raise TrialExpired("The account's free trial has ended; ask your operator to choose a tier.",
                            {"trial_ends_at": isoformat(account.trial_ends_at)})
 
