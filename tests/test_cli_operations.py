@@ -309,6 +309,17 @@ def test_a_file_whose_lines_end_in_carriage_returns_alone_is_imported(runner, al
         "mac-jane": {"Owner": "Sam"}, "mac-al": {"Owner": "Kim\nLee"}}
 
 
+def test_rows_with_no_filled_cell_are_read_past_as_blank_lines_are(runner, alice, tmp_path):
+    """A line of spaces, or of delimiters alone (a spreadsheet's formatted empty rows), was a rejected row, "The url
+    cell is empty", and a rejected file written, where the dashboard read the same file without it (walk)."""
+    path = tmp_path / "crm.csv"
+    path.write_text("url,owner\nhttps://www.linkedin.com/in/blank-a,Sam\n   \n,\n , \n"
+                    "https://www.linkedin.com/in/blank-b,\n,,\n", encoding="utf-8")
+    output = _ok(runner, "subscriptions", "import", str(path), "--account", alice.account_id)
+    assert "rows=2 created=2 already_present=0 rejected=0" in output
+    assert not (tmp_path / "crm.rejected.csv").exists()
+
+
 def test_a_file_that_is_a_bare_list_of_urls_is_imported_whole(runner, alice, tmp_path):
     """Its first URL was taken for the header: two of three imported, exit 0, nothing rejected (operability walk)."""
     path = tmp_path / "bare.csv"

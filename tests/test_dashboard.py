@@ -712,6 +712,15 @@ def test_an_empty_file_is_refused_as_empty(browser, alice, content):
     assert "The file is empty: it has no header line and no rows." in page and "or choose a file" not in page
 
 
+def test_rows_with_no_filled_cell_are_read_past_as_the_command_line_reads_them(browser, alice):
+    """A row of delimiters alone (a spreadsheet's formatted empty rows) was refused, "The url cell is empty"."""
+    upload = (io.BytesIO(b"url,owner\r\nhttps://www.linkedin.com/in/blank-a,Sam\r\n,\r\n , \r\n"
+                         b"https://www.linkedin.com/in/blank-b,\r\n"), "crm.csv")
+    page = browser.post("/subscriptions/import", data={"file": upload},
+                        content_type="multipart/form-data").get_data(as_text=True)
+    assert "2 rows read" in page and "2 subscribed" in page and "0 refused" in page
+
+
 def test_an_upload_over_the_size_limit_names_the_limit_and_the_command_that_takes_any_size(browser, alice):
     """A CRM export over 1 MiB (about 18,000 rows) was refused with a generic "Something went wrong" (walk)."""
     rows = b"".join(b"https://www.linkedin.com/in/person-%d\n" % number for number in range(40_000))

@@ -112,7 +112,10 @@ def _parse(file, delimiter=None):
         header = reader.fieldnames or []  # read here: its errors are the header's
         where = "row 1"
         for row in reader:
-            rows.append(_Row(row, overflow=row.pop(None, None) or ()))
+            read = _Row(row, overflow=row.pop(None, None) or ())
+            if read.is_blank:  # spaces or delimiters alone: a blank line (it was a row refused as empty: walk)
+                continue
+            rows.append(read)
             where = f"row {len(rows) + 1}"
     except csv.Error as error:  # e.g. a field beyond the csv module's 131,072 characters
         raise ImportRefused(f"The file cannot be read as CSV at {where}: {error}.") from None
@@ -145,6 +148,10 @@ class _Row(dict):
     @property
     def extra_cells(self) -> list:
         return [cell for cell in self.overflow if cell.strip()]
+
+    @property
+    def is_blank(self) -> bool:
+        return not self.overflow and not any((cell or "").strip() for cell in self.values())
 
 
 def _find(header, wanted: str, what: str):
