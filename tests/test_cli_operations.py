@@ -444,6 +444,17 @@ def test_column_detection_prefers_known_names():
     assert importer.find_id_column(["Company", "Profile URL"]) == "Profile URL"
 
 
+def test_a_header_mentioning_linkedin_is_preferred_to_an_earlier_one_mentioning_url(runner, alice, tmp_path):
+    """An export with "Company Website Url" before "Person Linkedin Url" (Apollo's) imported the websites, every row
+    rejected as not a profile: the first header mentioning LinkedIn or URL was taken, whichever it mentioned (walk)."""
+    assert importer.find_id_column(["Name", "Company Website Url", "Person Linkedin Url"]) == "Person Linkedin Url"
+    assert importer.find_id_column(["Name", "Website Url", "Photo Url"]) == "Website Url"  # no LinkedIn: as before
+    path = _write_csv(tmp_path / "apollo.csv", ["First Name", "Company Website Url", "Person Linkedin Url"],
+                      [["Jane", "https://acme.com", "https://www.linkedin.com/in/apollo-jane"]])
+    output = _ok(runner, "subscriptions", "import", path, "--account", alice.account_id)
+    assert "created=1 already_present=0 rejected=0" in output
+
+
 # --- subscriptions export -------------------------------------------------------------------------
 
 def test_export_mirrors_the_api_and_only_the_accounts_rows(runner, alice, bob):

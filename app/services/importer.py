@@ -165,16 +165,18 @@ def _find(header, wanted: str, what: str):
 
 def find_id_column(header, wanted=None) -> str:
     """The column holding profile URLs or ids: `wanted`, else the first known header name, else the first
-    header mentioning `linkedin` or `url`."""
+    header mentioning `linkedin`, else the first mentioning `url` (taken first, a company's website column before
+    the profiles' was imported: walk)."""
     if wanted:
         return _find(header, wanted, "id or URL")
     by_key = {header_key(name): name for name in header}
     for key in ID_HEADERS:
         if key in by_key:
             return by_key[key]
-    for name in header:
-        if "linkedin" in header_key(name) or "url" in header_key(name):
-            return name
+    for mention in ("linkedin", "url"):
+        for name in header:
+            if mention in header_key(name):
+                return name
     raise NoIdColumn()
 
 
