@@ -455,6 +455,24 @@ def test_a_header_mentioning_linkedin_is_preferred_to_an_earlier_one_mentioning_
     assert "created=1 already_present=0 rejected=0" in output
 
 
+def test_a_column_named_type_holding_other_values_leaves_the_type_to_each_url(runner, alice, tmp_path):
+    """A CRM's own Type column (Salesforce's accounts: "Customer - Direct", "Prospect") was read as the entity type:
+    every row rejected, "entity_type: Must be one of: contact, company.", and no option leaves the column out (walk).
+    Its contact or company values are still read, and an entity_type column stays strict."""
+    path = _write_csv(tmp_path / "accounts.csv", ["Account Name", "Type", "LinkedIn Company Page"],
+                      [["Acme", "Customer - Direct", "https://www.linkedin.com/company/sf-acme"],
+                       ["Globex", "", "https://www.linkedin.com/company/sf-globex"],
+                       ["Jane", "Contact", "jane-by-id"], ["Bare", "Prospect", "bare-id"]])
+    assert "created=3 already_present=0 rejected=1" in _ok(runner, "subscriptions", "import", path,
+                                                           "--account", alice.account_id)
+    assert _rejected(tmp_path / "accounts.rejected.csv")[0]["reason"] == (
+        "A bare id needs an entity_type column (contact or company).")
+    strict = _write_csv(tmp_path / "strict.csv", ["entity_type", "url"],
+                        [["Prospect", "https://www.linkedin.com/company/sf-initech"]])
+    assert "created=0 already_present=0 rejected=1" in _ok(runner, "subscriptions", "import", strict,
+                                                           "--account", alice.account_id)
+
+
 # --- subscriptions export -------------------------------------------------------------------------
 
 def test_export_mirrors_the_api_and_only_the_accounts_rows(runner, alice, bob):

@@ -12,7 +12,7 @@ from flask import current_app
 
 from app.errors import DuplicateSubscription, ServiceError, ValidationFailed
 from app.services import subscriptions
-from app.services.entities import parse_network_url, read_network_url
+from app.services.entities import ENTITY_TYPES, parse_network_url, read_network_url
 
 CHUNK_SIZE = 100  # the bulk-create cap
 # Header names (normalised: lower case, runs of other characters as `_`) tried in this order.
@@ -186,6 +186,9 @@ class Plan:
     id_column: str
     type_column: str = None
     metadata_columns: list = field(default_factory=list)
+    # found by the name `type` alone, the column may be the CRM's own (Customer, Prospect…): only contact or company
+    # is read from it, and a row with another value takes its type from its URL
+    only_entity_types: bool = False
 
     @classmethod
     def for_header(cls, header, id_column=None, type_column=None, metadata_columns=()):
@@ -193,7 +196,8 @@ class Plan:
         found_type = (_find(header, type_column, "entity_type") if type_column
                       else next((by_key[key] for key in TYPE_HEADERS if key in by_key), None))
         plan = cls(find_id_column(header, id_column), found_type,
-                   [_find(header, name, "metadata") for name in metadata_columns])
+                   [_find(header, name, "metadata") for name in metadata_columns],
+                   only_entity_types=not type_column and header_key(found_type) == "type")
         named = {id_column, type_column, *metadata_columns}
         for name in (plan.id_column, plan.type_column, *plan.metadata_columns):
             # a row holds one value a name (the last column's); a column found by how it reads, the last alike
@@ -221,6 +225,8 @@ def item_for_row(row: dict, plan: Plan) -> dict:
         raise ValidationFailed(plan.id_column, f"The {plan.id_column} cell is empty.")
     item = {"custom_metadata": {name: _cell(row, name) for name in plan.metadata_columns if _cell(row, name)}}
     entity_type = _cell(row, plan.type_column).lower()
+    if plan.only_entity_types and entity_type not in ENTITY_TYPES:  # (every row was rejected: walk)
+        entity_type = ""
     if "/" in value:
         item["network_url"] = value if "://" in value else "https://" + value
         entity_type = entity_type or parse_network_url(item["network_url"], current_app.config["NETWORK_DOMAIN"])[0]
