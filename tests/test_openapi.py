@@ -204,7 +204,7 @@ def test_export_documents_both_media_types(document):
 
 def test_every_operation_has_a_unique_operation_id(document):
     ids = [operation["operationId"] for operations in document["paths"].values() for operation in operations.values()]
-    assert len(ids) == len(set(ids)) == 29
+    assert len(ids) == len(set(ids)) == 30
 
 
 def test_export_json_is_documented_as_the_object_it_is(document):
@@ -347,17 +347,34 @@ def test_answers_document_the_headers_they_carry(document, alice):
     assert _documented_headers(create, "201") == {"X-Request-Id", "Location"} | rate_limit
     assert _documented_headers(create, "429") == {"X-Request-Id", "Retry-After"} | rate_limit
     assert _documented_headers(create, "401") == {"X-Request-Id"}
-    export = document["paths"]["/subscriptions/export"]["get"]
+    export, export_head = (document["paths"]["/subscriptions/export"][method] for method in ("get", "head"))
     assert _documented_headers(export, "200") == {"X-Request-Id", "Content-Disposition"} | rate_limit
     components = document["components"]["headers"]
     assert components["X-RateLimit-Reset"]["schema"] == {"type": "integer"}
     assert {name for name, header in components.items() if header["required"]} == {
         "X-Request-Id", "Location", "Content-Disposition"}  # no rate-limit headers with rate limiting off
-    answers = {"201": alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "jane-doe"}),
-               "409": alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "jane-doe"})}
-    for status, answer in answers.items():
+    jane = {"entity_type": "contact", "network_id": "jane-doe"}
+    exported = alice.get("/subscriptions/export")
+    exported.close()  # a streamed answer holds its request context until it is closed
+    answers = [(create, "201", alice.post("/subscriptions", json=jane)),
+               (create, "409", alice.post("/subscriptions", json=jane)), (export, "200", exported),
+               (export_head, "200", alice.request("HEAD", "/subscriptions/export?format=json")),
+               (export_head, "400", alice.request("HEAD", "/subscriptions/export?format=xml"))]
+    for operation, status, answer in answers:
         assert answer.status_code == int(status), status
-        assert _documented_headers(create, status) - {"Retry-After"} <= set(answer.headers.keys()), status
+        assert _documented_headers(operation, status) - {"Retry-After"} <= set(answer.headers.keys()), status
+
+
+def test_the_exports_head_is_documented_as_the_gets_headers_without_a_body(document):
+    """API walk: `HEAD /subscriptions/export` is served (its headers without reading a row, in the read class: README
+    Rate limits) but the document left it out. The HEAD of any other GET is that GET without its body: not listed."""
+    operations = document["paths"]["/subscriptions/export"]
+    head, get = operations["head"], operations["get"]
+    assert set(head["responses"]) == set(get["responses"]) and head["operationId"] == "export_subscriptions_head"
+    assert all("content" not in answer for answer in head["responses"].values())
+    assert head["parameters"] == get["parameters"] and head["security"] == get["security"]
+    assert all(_documented_headers(head, status) == _documented_headers(get, status) for status in get["responses"])
+    assert "head" not in document["paths"]["/subscriptions"]
 
 
 def test_the_answers_fields_of_fixed_values_document_them_as_an_enum(document, alice):

@@ -7,6 +7,7 @@ from flask import current_app
 from marshmallow import fields, validate
 
 from app.api.http import BODY_METHODS
+from app.extensions import view_rate_class
 from app.schemas import event_data
 from app.schemas.base import BodySchema, ErrorSchema, QuerySchema
 from app.schemas.events import ENVELOPE_METADATA
@@ -89,9 +90,10 @@ def build_document(app) -> dict:
         if meta is None or not rule.rule.startswith(PREFIX):
             continue
         path = _PATH_PARAMETER.sub(r"{\1}", rule.rule.removeprefix(PREFIX)) or "/"
-        for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
+        for method in sorted(_documented_methods(view, rule)):
             operation = _operation(meta, rule, method)
-            operation["operationId"] = _unique_id(view.__name__, path, operation_ids)
+            name = f"{view.__name__}_head" if method == "HEAD" else view.__name__
+            operation["operationId"] = _unique_id(name, path, operation_ids)
             paths.setdefault(path, {})[method.lower()] = operation
         if meta["body"] is not None:
             bodies.add(meta["body"])
@@ -116,6 +118,16 @@ def _require_what_answers_carry(schemas: dict, refs: dict) -> None:
         if not issubclass(schema_class, (BodySchema, QuerySchema)):
             absent = getattr(schema_class, "sometimes_absent", ())
             schemas[name]["required"] = [field for field in schemas[name]["properties"] if field not in absent]
+
+
+def _documented_methods(view, rule) -> set:
+    """The rule's methods but OPTIONS, and but HEAD unless it is an operation of its own: one with a rate-limit class
+    apart from its GET's (the export's answers the GET's headers without reading a row, README: Rate limits). Any
+    other HEAD is Flask's GET without the body."""
+    methods = rule.methods - {"OPTIONS"}
+    if view_rate_class(view, "HEAD") == view_rate_class(view, "GET"):
+        methods -= {"HEAD"}
+    return methods
 
 
 def _unique_id(name: str, path: str, taken: set) -> str:
@@ -158,8 +170,9 @@ def _headers(meta, status: int) -> dict:
 
 
 def _operation(meta, rule, method):
+    bodiless = method == "HEAD"
     success = {"description": meta["summary"]}
-    response = meta["response"]
+    response = None if bodiless else meta["response"]
     if isinstance(response, dict):
         success["content"] = {media_type: {"schema": schema} for media_type, schema in response.items()}
     elif response is not None:
@@ -167,9 +180,11 @@ def _operation(meta, rule, method):
     statuses = meta["status"] if isinstance(meta["status"], tuple) else (meta["status"],)
     responses = {str(status): {**success, "headers": _headers(meta, status)} for status in statuses}
     for status, codes in _error_codes(meta, rule, method).items():
-        responses[str(status)] = {"description": " or ".join(codes), "headers": _headers(meta, status),
-                                  "content": {"application/json": {"schema": "Error"}}}
-    operation = {"summary": meta["summary"], "responses": responses,
+        responses[str(status)] = {"description": " or ".join(codes), "headers": _headers(meta, status)}
+        if not bodiless:
+            responses[str(status)]["content"] = {"application/json": {"schema": "Error"}}
+    summary = f"The headers of: {meta['summary']}; no body" if bodiless else meta["summary"]
+    operation = {"summary": summary, "responses": responses,
                  "tags": [meta["tag"]] if meta["tag"] else []}
     parameters = [{"in": "path", "name": name, "required": True, "schema": {"type": "string", "minLength": 1}}
                   for name in rule.arguments]
