@@ -312,10 +312,35 @@ def _violations(document, name, answer) -> list:
     return [error.message for error in jsonschema_rs.validator_for(schema).iter_errors(answer)]
 
 
+def _request_body_names(document) -> set:
+    return {operation["requestBody"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[-1]
+            for operations in document["paths"].values() for operation in operations.values()
+            if "requestBody" in operation}
+
+
+def _objects_with(value, field: str, where: str):
+    """(where, object) for each object schema in `value`, at any depth, that has `field` among its properties."""
+    if isinstance(value, dict):
+        if field in value.get("properties", {}):
+            yield where, value
+        for name, item in value.items():
+            yield from _objects_with(item, field, f"{where}/{name}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _objects_with(item, field, f"{where}/{index}")
+
+
 def test_the_answers_schemas_require_the_fields_every_answer_carries(app, document, alice):
     """API walk: no answer's schema but the error's listed `required`, so a client generated from the document took
-    every field of every answer as optional; the fields an answer may leave out are the exceptions."""
+    every field of every answer as optional; the fields an answer may leave out are the exceptions. An event's
+    `metadata` left out `custom_metadata`, which it always carries (`{}` when the subscription has none), as every
+    subscription's shape does."""
     schemas = document["components"]["schemas"]
+    answers_schemas = {name: schema for name, schema in schemas.items() if name not in _request_body_names(document)}
+    carrying = dict(_objects_with(answers_schemas, "custom_metadata", ""))  # the webhooks' bodies among them
+    assert {"/Subscription", "/SubscriptionListItem", "/ExportRow", "/Event/properties/metadata",
+            "/ContactPositionChangedEvent/properties/metadata"} <= set(carrying)
+    assert [where for where, found in carrying.items() if "custom_metadata" not in found.get("required", [])] == []
     assert {"id", "status", "metadata", "cancelled_at"} <= set(schemas["Subscription"]["required"])
     assert {"id", "type", "created", "data", "delivery_status"} == set(schemas["Event"]["required"])
     assert "existing_subscription_id" not in schemas["BulkCreateError"]["required"]
@@ -415,7 +440,7 @@ def test_an_events_metadata_is_documented_with_its_fields(document, alice):
     """API walk: an event's metadata was any object, though the interface spec names subscription_id and detected_at
     (and the contract custom_metadata) for every change event."""
     metadata = document["components"]["schemas"]["Event"]["properties"]["metadata"]
-    assert metadata["required"] == ["subscription_id", "detected_at"]
+    assert metadata["required"] == ["subscription_id", "detected_at", "custom_metadata"]
     assert metadata["properties"]["detected_at"] == {"type": "string", "format": "date-time"}
     assert metadata["properties"]["custom_metadata"]["additionalProperties"] == {"type": "string"}
     record_events(alice.account_id)

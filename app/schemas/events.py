@@ -7,8 +7,8 @@ from app.services.events import DELIVERY_STATUSES, EVENT_TYPES
 ATTEMPT_STATUSES = ("succeeded", "failed")
 ENVELOPE_METADATA = {
     "description": "The subscription the event is about, when the change was detected, and the subscription's "
-                   "custom_metadata.",
-    "required": ["subscription_id", "detected_at"],
+                   "custom_metadata (`{}` when it has none).",
+    "required": ["subscription_id", "detected_at", "custom_metadata"],
     "properties": {"subscription_id": {"type": "string"}, "detected_at": {"type": "string", "format": "date-time"},
                    "custom_metadata": {"type": "object", "additionalProperties": {"type": "string"}}}}
 
