@@ -230,3 +230,11 @@ def ticking(app):
     from app.common import utcnow
     from app.services import health
     health.record_tick("test-scheduler", utcnow())
+
+
+def raising(error_class, *args):
+    """A stand-in for a function (monkeypatched in) that raises a new `error_class(*args)` whatever it is called
+    with (a new one each time: one instance raised again keeps every earlier traceback, and their frames)."""
+    def fail(*_args, **_kwargs):
+        raise error_class(*args)
+    return fail

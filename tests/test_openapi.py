@@ -1,5 +1,6 @@
 """The OpenAPI 3.1 document (contract §1, issue 2 point 9), generated from the validating schemas."""
 import re
+import sqlite3
 import time
 
 import jsonschema_rs
@@ -10,6 +11,8 @@ from marshmallow import Schema
 
 from app.api.openapi import PREFIX, _stated_constraints
 from app.schemas.webhooks import UtcDateTime
+from app.services import export as export_service, subscriptions
+from conftest import raising
 from tests.webhook_helpers import LOCAL_RECEIVER_CONFIG, Receiver, configure, record_events
 
 _PARAMETER = re.compile(r"<(?:[a-z]+:)?([a-z_]+)>")
@@ -364,14 +367,17 @@ def _documented_headers(operation, status) -> set:
     return {name for name in operation["responses"][status].get("headers", {})}
 
 
-def test_answers_document_the_headers_they_carry(document, alice):
+def test_answers_document_the_headers_they_carry(document, alice, monkeypatch):
     """API walk: no response listed a header, though the contract promises X-Request-Id on every answer, the
-    X-RateLimit-* trio on every keyed one, Location on a create, Retry-After on a 429 and an attachment export."""
+    X-RateLimit-* trio on every keyed one, Location on a create, Retry-After on a 429 and an attachment export. A
+    keyed 500 or 503 was documented without the trio, which it carries."""
     rate_limit = {"X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset"}
     create = document["paths"]["/subscriptions"]["post"]
     assert _documented_headers(create, "201") == {"X-Request-Id", "Location"} | rate_limit
     assert _documented_headers(create, "429") == {"X-Request-Id", "Retry-After"} | rate_limit
     assert _documented_headers(create, "401") == {"X-Request-Id"}
+    assert _documented_headers(create, "500") == {"X-Request-Id"} | rate_limit
+    assert _documented_headers(create, "503") == {"X-Request-Id", "Retry-After"} | rate_limit
     export, export_head = (document["paths"]["/subscriptions/export"][method] for method in ("get", "head"))
     assert _documented_headers(export, "200") == {"X-Request-Id", "Content-Disposition"} | rate_limit
     components = document["components"]["headers"]
@@ -385,6 +391,10 @@ def test_answers_document_the_headers_they_carry(document, alice):
                (create, "409", alice.post("/subscriptions", json=jane)), (export, "200", exported),
                (export_head, "200", alice.request("HEAD", "/subscriptions/export?format=json")),
                (export_head, "400", alice.request("HEAD", "/subscriptions/export?format=xml"))]
+    monkeypatch.setattr(export_service, "export", raising(RuntimeError, "a bug"))
+    answers.append((export, "500", alice.get("/subscriptions/export")))
+    monkeypatch.setattr(subscriptions, "create", raising(sqlite3.OperationalError, "unable to open database file"))
+    answers.append((create, "503", alice.post("/subscriptions", json=jane)))
     for operation, status, answer in answers:
         assert answer.status_code == int(status), status
         assert _documented_headers(operation, status) - {"Retry-After"} <= set(answer.headers.keys()), status

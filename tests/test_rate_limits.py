@@ -4,15 +4,20 @@ Tiers are configuration, so the tests shrink the starter tier's limits instead o
 import copy
 import html
 import re
+import sqlite3
 import threading
 import time
 from datetime import timedelta
 
 import pytest
+from limits.errors import StorageError
 
+from app.api import limits
 from app.common import utcnow
 from app.config import DEFAULT_TIERS
-from conftest import Tenant, make_tenant
+from app.services import keys, subscriptions
+from conftest import Tenant, make_tenant, raising
+from test_rate_limit_storage import closed_port
 
 LIMITS = {"read": 4, "write": 3, "bulk": 2, "default": 3}
 WINDOW = 900
@@ -467,3 +472,53 @@ def test_remaining_is_what_each_requests_own_hit_left_when_requests_of_the_key_o
         thread.join(60)
     assert [answer.status_code for answer in answers] == [200] * limit
     assert sorted(int(answer.headers["X-RateLimit-Remaining"]) for answer in answers) == list(range(limit))
+
+
+_database_gone = raising(sqlite3.OperationalError, "unable to open database file")
+
+
+def _rate_limit_headers(answer) -> tuple:
+    return tuple(answer.headers.get(f"X-RateLimit-{name}") for name in ("Limit", "Remaining"))
+
+
+def test_a_keyed_500_or_503_carries_the_headers_of_its_class(alice, monkeypatch):
+    """The document and the README said a keyed 500 or 503 carries no X-RateLimit-* (contract §8: every keyed
+    answer does); a failure of the view's own is counted, its class's window as any answer's."""
+    monkeypatch.setattr(subscriptions, "list_page_json", raising(RuntimeError, "a bug"))
+    bug = alice.get("/subscriptions")
+    monkeypatch.setattr(subscriptions, "list_page_json", _database_gone)
+    gone = alice.get("/subscriptions")
+    assert (bug.status_code, gone.status_code, gone.headers["Retry-After"]) == (500, 503, "5")
+    assert [_rate_limit_headers(answer) for answer in (bug, gone)] == [
+        (str(LIMITS["read"]), str(LIMITS["read"] - 1)), (str(LIMITS["read"]), str(LIMITS["read"] - 2))]
+    assert int(gone.headers["X-RateLimit-Reset"]) > time.time()
+
+
+def test_a_database_gone_once_the_key_is_known_reports_the_requests_class_unspent(alice, monkeypatch):
+    """Writing the key's last use failed (a database down or locked between reading the key and the view): the 503
+    came before the limiter counted the request, and reported the default class's window as an unknown route does,
+    not the class of the request made."""
+    monkeypatch.setattr(keys.last_used, "record", _database_gone)
+    gone = alice.get("/subscriptions")
+    assert gone.status_code == 503 and gone.json["error"] == "UNAVAILABLE"
+    assert _rate_limit_headers(gone) == (str(LIMITS["read"]), str(LIMITS["read"]))
+
+
+@pytest.mark.parametrize("error", [(StorageError, ConnectionError("refused")), (RuntimeError, "a bug")])
+def test_a_503_stays_a_503_when_its_headers_cannot_be_computed(alice, monkeypatch, error):
+    """The rate-limit storage down as the database is (one host for both, a network cut): the answer is the
+    database's 503 to retry, without X-RateLimit-*, never a 500 made while writing them."""
+    monkeypatch.setattr(subscriptions, "list_page_json", _database_gone)
+    monkeypatch.setattr(limits, "_rate_limit_state", raising(*error))
+    gone = alice.get("/subscriptions")
+    assert (gone.status_code, gone.json["error"], gone.headers["Retry-After"]) == (503, "UNAVAILABLE", "5")
+    assert _rate_limit_headers(gone) == (None, None)
+
+
+@pytest.mark.parametrize("app_config", [{"RATELIMIT_STORAGE_URI": f"redis://127.0.0.1:{closed_port()}"}])
+def test_with_the_storage_and_the_database_down_a_503_carries_the_in_memory_count(alice, monkeypatch, app_config):
+    """The shared storage down from the start: flask-limiter counts in this process's memory, and the 503 says so."""
+    monkeypatch.setattr(subscriptions, "list_page_json", _database_gone)
+    gone = [alice.get("/subscriptions") for _ in range(2)]
+    assert [(answer.status_code, answer.headers["Retry-After"]) for answer in gone] == [(503, "5")] * 2
+    assert [answer.headers["X-RateLimit-Remaining"] for answer in gone] == ["999", "998"]

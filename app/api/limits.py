@@ -11,7 +11,7 @@ from limits.errors import StorageError
 from limits.strategies import FixedWindowRateLimiter
 
 from app.errors import RateLimited
-from app.extensions import limit_string, limiter, rate_limit_key
+from app.extensions import limit_string, limiter, rate_limit_key, request_rate_class
 from app.rate_limit_storage import SweepingMemoryStorage, count_after_hit
 
 log = logging.getLogger(__name__)
@@ -115,9 +115,11 @@ def _rate_limit_state():
         count = count_after_hit(current.limit, current.request_args)
         remaining = current.remaining if count is None else current.limit.amount - count
         return current.limit.amount, remaining, current.reset_at
-    # no limited view ran (an unknown route, a wrong method): report the default class, unspent
-    item = parse(limit_string("default"))
-    reset_time, remaining = limiter.limiter.get_window_stats(item, *_class_bucket(rate_limit_key(), "default"))
+    # Not counted: the request failed before the limiter's check (the database gone as the key's use was written),
+    # or no limited view runs (an unknown route, a wrong method: the default class). Its class's window, unspent.
+    rate_class = request_rate_class() or "default"
+    item = parse(limit_string(rate_class))
+    reset_time, remaining = limiter.limiter.get_window_stats(item, *_class_bucket(rate_limit_key(), rate_class))
     return item.amount, remaining, int(reset_time + 1)
 
 
@@ -128,6 +130,11 @@ def add_rate_limit_headers(response):
     try:
         amount, remaining, reset_at = _rate_limit_state()
     except StorageError:  # the storage went down after this request was checked: no figures to give
+        return response
+    except Exception:  # noqa: BLE001 - a failure's answer (a 503 to retry) goes out as it is, not as a new 500
+        if response.status_code < 500:
+            raise
+        log.exception("X-RateLimit-* could not be computed for a %s answer", response.status_code)
         return response
     response.headers["X-RateLimit-Limit"] = str(amount)
     response.headers["X-RateLimit-Remaining"] = str(max(0, remaining))

@@ -30,7 +30,6 @@ HEADERS = {  # name: (JSON type, always sent where documented, description)
     "Content-Disposition": ("string", True, "`attachment` with the file's name."),
 }
 RATE_LIMIT_HEADERS = ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset")
-ANSWERED_OUTSIDE_A_KEY_S_WINDOW = {401, 500, 503}  # answered without a key's window: no key, or a failure
 RETRY_LATER = {429, 503}
 WEBHOOK_HEADERS = {  # name: (JSON schema, always sent, description); app/services/transport.py sends them
     "X-Webhook-Id": ({"type": "string"}, True, "The event's id, the same on every try: ignore an id already processed "
@@ -158,7 +157,7 @@ def _error_codes(meta, rule, method) -> dict:
 def _headers(meta, status: int) -> dict:
     """The headers an answer of this status carries (contract §1 and §8, README's API decisions)."""
     names = ["X-Request-Id"]
-    if meta["auth"] and status not in ANSWERED_OUTSIDE_A_KEY_S_WINDOW:
+    if meta["auth"] and status != 401:  # a 401 has no key, hence no key's window
         names += RATE_LIMIT_HEADERS
     if status in RETRY_LATER:
         names.append("Retry-After")
