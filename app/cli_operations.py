@@ -16,6 +16,7 @@ from app.api.http import load
 from app.cli import OperatorGroup, _fail as fail, accounts_cli, on_an_existing_database
 from app.common import isoformat
 from app.errors import ServiceError
+from app.exits import APP_LOAD_ERROR, stop
 from app.schemas.account import ApiKeyCreateSchema
 from app.schemas.subscriptions import STATUSES, SubscriptionCreateSchema
 from app.services import accounts, export, importer, keys, retention, webhooks
@@ -259,7 +260,7 @@ class MetricsRequestHandler(WSGIRequestHandler):
         logging.getLogger("app.access").info("%s %s", self.address_string(), format % args)
 
 
-@metrics_cli.command("serve")
+@metrics_cli.command("serve", existing_database=False)  # refused with exit 4, below, as `serve` refuses it
 @click.option("--bind", default="127.0.0.1:9464", show_default=True, help="HOST:PORT to answer GET /metrics on.")
 def serve_metrics(bind):
     """Answer GET /metrics on an address of its own (serve the API with METRICS_ENABLED=0). Needs
@@ -268,9 +269,11 @@ def serve_metrics(bind):
 
     from app.api.metrics import metrics_only
     from app.metrics import multiprocess_directory
+    from app.serving import refuse_a_missing_database
+    refuse_a_missing_database(current_app._get_current_object())
     if not multiprocess_directory():
-        raise click.ClickException("PROMETHEUS_MULTIPROC_DIR is not set: a separate process would see no "
-                                   "counters of the web workers and the scheduler.")
+        stop("configuration refused: PROMETHEUS_MULTIPROC_DIR is not set: a separate process would see no counters "
+             "of the web workers and the scheduler", APP_LOAD_ERROR)
     host, _, port = bind.rpartition(":")
     if not host or not port.isdigit():
         raise click.BadParameter(f"{bind!r} is not HOST:PORT ([IPv6]:PORT for an IPv6 address)", param_hint="--bind")

@@ -59,15 +59,22 @@ def keep_start_up_objects_out_of_collections() -> None:
 
 def refuse_a_database_that_cannot_serve(app):
     """Before a long-running process starts (`serve`, `scheduler run`): a schema of another release or none stops it
-    for good, and so does a SQLite file that is not there (`missing_database`: SQLite would create it empty); a
-    database it cannot reach stops it to be started again (`_stop_in_one_line`)."""
-    problem = missing_database(app.config["SQLALCHEMY_DATABASE_URI"])
-    if problem is not None:
-        stop(problem, APP_LOAD_ERROR)
+    for good, and so does a SQLite file that is not there (`refuse_a_missing_database`); a database it cannot reach
+    stops it to be started again (`_stop_in_one_line`)."""
+    refuse_a_missing_database(app)
     try:
         refuse_a_schema_of_another_release(app)
     except DBAPIError as error:
         _stop_in_one_line(error)
+
+
+def refuse_a_missing_database(app):
+    """A SQLite file that is not there (`missing_database`: SQLite would create it empty) stops a long-running process
+    for good, as a setting to fix: `serve`, `scheduler run` and `metrics serve`, whose unit would restart it for ever
+    on exit 1."""
+    problem = missing_database(app.config["SQLALCHEMY_DATABASE_URI"])
+    if problem is not None:
+        stop(problem, APP_LOAD_ERROR)
 
 
 def queue_requests(app) -> None:

@@ -106,12 +106,14 @@ def files_under(folder) -> list:
     (["accounts", "list"], 1), (["accounts", "show", "acct_x"], 1), (["accounts", "create", "--name", "Acme"], 1),
     (["keys", "list", "--account", "acct_x"], 1), (["checks", "run"], 1), (["deliveries", "run"], 1),
     (["providers", "status"], 1), (["events", "prune"], 1), (["scheduler", "run"], 4), (["serve"], 4),
+    (["metrics", "serve", "--bind", "127.0.0.1:0"], 4),
 ])
 @pytest.mark.parametrize("where", ["instance", "url"])
 def test_a_command_on_a_database_that_is_not_there_says_so_and_creates_nothing(tmp_path, args, code, where):
     """SQLite created the file, empty, and the instance folder with it: a command that only reads left an empty
     database behind (operator walk), and said `no such table` (`serve`, `scheduler run`: no schema) of a database
-    that was never there. `db upgrade` creates it; the long-running commands exit 4, not restarted."""
+    that was never there. `db upgrade` creates it; the long-running commands exit 4, not restarted (`metrics serve`
+    exited 1, as a one-off command does)."""
     instance = tmp_path / "instance"
     url = f"sqlite:///{tmp_path / 'gone.db'}" if where == "url" else ""  # "": the instance folder's monitor.db
     database = tmp_path / "gone.db" if where == "url" else instance / "monitor.db"

@@ -268,9 +268,11 @@ def test_metrics_only_app_answers_metrics_and_nothing_else(app):
 
 
 def test_metrics_serve_refuses_without_a_shared_multiprocess_directory(runner, monkeypatch):
+    """As a setting refused: exit 4, as `serve` and a PROMETHEUS_MULTIPROC_DIR that is no directory stop (it was 1)."""
     monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
     result = runner.invoke(args=["metrics", "serve", "--bind", "127.0.0.1:0"])
-    assert result.exit_code != 0 and "PROMETHEUS_MULTIPROC_DIR" in result.output
+    assert result.exit_code == 4
+    assert result.output.startswith("entity-monitor: configuration refused: PROMETHEUS_MULTIPROC_DIR is not set")
 
 
 @pytest.mark.parametrize("bind", ["127.0.0.1:99999", "no-such-host.invalid:9464", "203.0.113.9:9464", "BUSY"])
