@@ -54,6 +54,9 @@ def people(alice):
     ("network_id:jane", []), ("-doe", ["jane-doe"]), ("^jane", []), ("smith AND", []),
     ("in/j", ["jane-doe", "janet_o-neil", "john-smith", "jos%c3%a9-garc%c3%ada"]),  # starts the id: 1 character
     ("y/j", ["janeway-labs"]), ("^j", []), ("^", []), ("zz", []),
+    # the text of a percent-escape is the stored id's text, matched on both databases alike (README: Search)
+    ("c3", ["jos%c3%a9-garc%c3%ada"]), ("%c3", ["jos%c3%a9-garc%c3%ada"]), ("3%a", ["jos%c3%a9-garc%c3%ada"]),
+    ("a9-g", ["jos%c3%a9-garc%c3%ada"]), ("in/c3", []),
 ])
 def test_search_matches_literally_anywhere_in_the_id_or_url(people, search, expected):
     everyone = sorted(item["network_id"] for item in people.get("/subscriptions?limit=100").get_json()["data"])

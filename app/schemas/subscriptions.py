@@ -120,7 +120,9 @@ class SubscriptionListQuerySchema(PageQuerySchema):
     entity_type = fields.Str(validate=validate.OneOf(ENTITY_TYPES))
     status = fields.Str(validate=validate.OneOf(STATUSES))
     search = fields.Str(validate=validate.Length(1, 200),
-                        metadata={"description": "Matches any part of the network id or URL, case-insensitively."})
+                        metadata={"description": "Matches any part of the network id or URL as answers write them, "
+                                                 "case-insensitively: a non-ASCII character by its percent-encoded "
+                                                 "form (`josé` and `c3` both find `jos%c3%a9`)."})
 
 
 class ExportQuerySchema(QuerySchema):
