@@ -247,6 +247,7 @@ def test_a_connection_the_server_ends_mid_request_is_a_503_to_retry(app, alice, 
         event.remove(db.engine, "before_cursor_execute", end_the_connection_first)
     assert ended and answer.status_code == 503
     assert answer.json["error"] == "UNAVAILABLE" and answer.headers["Retry-After"] == "5"
+    assert answer.headers["X-RateLimit-Remaining"] == str(int(answer.headers["X-RateLimit-Limit"]) - 1)  # a keyed one
     [line] = [record for record in caplog.records if record.name == "app.api.errors"]
     assert line.exc_info is None and "terminating connection due to administrator command" in line.getMessage()
     assert alice.post("/subscriptions", json={"entity_type": "contact", "network_id": "jane"}).status_code == 201
