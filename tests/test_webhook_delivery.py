@@ -1816,7 +1816,7 @@ def test_a_try_that_succeeded_while_the_configuration_was_removed_leaves_its_eve
     token = outbox.new_claim_token()
     claimed = {item.outgoing.event_id: item for item in outbox.claim_due(token, 3)}
     in_flight = {sent_ok: claimed[sent_ok], sent_failing: claimed[sent_failing]}
-    outbox.release(token, [claimed[never_sent].delivery_id])
+    outbox.release(token, [claimed[never_sent]])
     assert alice.delete("/webhooks/configure").status_code == 200
     assert [event_row(event_id).delivery_status for event_id in (sent_ok, sent_failing, never_sent)] == [
         "failed", "failed", "skipped"]
@@ -1894,6 +1894,21 @@ def test_removing_the_configuration_while_a_try_is_in_flight_keeps_the_earlier_t
     assert [(attempt["attempt"], attempt["next_attempt_at"]) for attempt in after] == [
         (1, isoformat(announced)), (2, None)]
     assert event_row(event_id).delivery_status == "failed"
+
+
+def test_a_try_held_when_the_configuration_was_removed_and_given_back_unsent_is_announced_by_no_earlier_try(
+        alice, clock):
+    """Review: the removal keeps the announcement of a try a sender holds, as it may be on the wire; but the sender
+    sends none of the tries it holds once it reads the configuration gone (`_as_configured_now`), and gives them back
+    unsent: attempt 1 announced a try that was never made, on an event `failed` for good."""
+    with Receiver(Reply(status=503)) as receiver:
+        event_id, token, in_flight = _second_try_claimed(alice, clock, receiver)
+    assert alice.delete("/webhooks/configure").status_code == 200
+
+    outbox.release(token, [in_flight])
+
+    assert [attempt.next_attempt_at for attempt in attempts_of(event_id)] == [None]
+    assert [attempt["next_attempt_at"] for attempt in alice.get(f"/events/{event_id}").json["attempts"]] == [None]
 
 
 def test_removing_the_configuration_after_a_sender_died_with_a_try_clears_the_last_recorded_tries_next(

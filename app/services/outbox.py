@@ -205,15 +205,17 @@ def endpoints_now(account_ids) -> dict:
     return endpoints
 
 
-def release(token: str, delivery_ids: list) -> None:
-    """Give back leased deliveries that were not sent (the sender is stopping): due now, for any sender, and
-    the attempt numbers they took when claimed are handed back to their events."""
-    if not delivery_ids:
+def release(token: str, unsent: list) -> None:
+    """Give back leased deliveries [Claimed] that were not sent (the sender is stopping, or their configuration
+    changed): due now, for any sender, and the attempt numbers they took when claimed are handed back to their
+    events. One whose configuration was removed while it was held is gone, and its try will never be made: the try
+    before it no longer announces it (the removal left that to the sender, which might have sent it)."""
+    if not unsent:
         return
     with write_transaction() as session:
         event_ids = session.scalars(
             update(OutboxDelivery)
-            .where(in_lock_order(OutboxDelivery.event_id, OutboxDelivery.id.in_(delivery_ids),
+            .where(in_lock_order(OutboxDelivery.event_id, OutboxDelivery.id.in_([item.delivery_id for item in unsent]),
                                  OutboxDelivery.claim_token == token))
             .values(claim_token=None, claimed_until=None, next_attempt_at=utcnow())
             .returning(OutboxDelivery.event_id).execution_options(synchronize_session=False)).all()
@@ -221,6 +223,14 @@ def release(token: str, delivery_ids: list) -> None:
         for event_id, count in sorted(Counter(event_ids).items()):
             session.execute(update(events_table).where(events_table.c.id == event_id)
                             .values(attempt_count=events_table.c.attempt_count - count))
+        webhooks.unannounce_next_tries(session, _owed_nothing(session, {item.outgoing.event_id for item in unsent}
+                                                              - set(event_ids)))
+
+
+def _owed_nothing(session, event_ids: set) -> list:
+    """Of `event_ids`, those no outbox row owes a delivery of any more (dropped with their configuration)."""
+    owed = set(session.scalars(select(OutboxDelivery.event_id).where(OutboxDelivery.event_id.in_(event_ids))))
+    return sorted(event_ids - owed)
 
 
 def retry_delay(tries: int, outcome: Outcome):

@@ -206,19 +206,19 @@ def remove(account_id: str) -> dict:
                             .values(delivery_status=case((table.c.attempt_count > 0, "failed"), else_="skipped")),
                             [{"dropped": row.event_id} for row in dropped])
             now = utcnow()
-            _unannounce_the_next_tries(session, [row.event_id for row in dropped if not _on_the_wire(row, now)])
+            unannounce_next_tries(session, [row.event_id for row in dropped if not _on_the_wire(row, now)])
         return {"id": config.id, "deleted": True}
 
 
 def _on_the_wire(outbox_row, now) -> bool:
     """Whether a sender holds the outbox row and will record its try: claimed, its lease not over (a sender starts
-    its tries within half the lease). The claim moved `next_attempt_at` to the lease's end, and a redelivery meanwhile
-    leaves it there (`outbox._restarted`). Read in Python: SQLite 3.40 answers `claim_token IS NOT NULL` true for a
-    null in a DELETE's RETURNING."""
+    its tries within half the lease; one it gives back unsent, `outbox.release` unannounces). The claim moved
+    `next_attempt_at` to the lease's end, and a redelivery meanwhile leaves it there (`outbox._restarted`). Read in
+    Python: SQLite 3.40 answers `claim_token IS NOT NULL` true for a null in a DELETE's RETURNING."""
     return outbox_row.claim_token is not None and outbox_row.next_attempt_at > now
 
 
-def _unannounce_the_next_tries(session, event_ids):
+def unannounce_next_tries(session, event_ids):
     """The next try the last recorded try of each event announced will not be made (contract §5: null when no other
     try is scheduled). An earlier try's was made and keeps saying when, and so does the last one's while its next try
     is on the wire: that try is recorded after it, with none announced."""

@@ -60,7 +60,7 @@ def _record(in_flight: InFlight, outcomes: Counter) -> int:
     results = [(claimed, future.result()) for claimed, future in zip(in_flight.batch, in_flight.futures)]
     sent = [(claimed, outcome) for claimed, outcome in results if outcome is not None]
     outcomes.update(_once_more_if_it_fails(outbox.record_results, in_flight.token, sent))
-    unsent = [claimed.delivery_id for claimed, outcome in results if outcome is None]
+    unsent = [claimed for claimed, outcome in results if outcome is None]
     _once_more_if_it_fails(outbox.release, in_flight.token, unsent)
     outcomes["released"] += len(unsent)
     if unsent:
