@@ -253,6 +253,17 @@ def test_coresignal_a_404_that_is_not_its_json_error_is_not_taken_for_a_missing_
         core(coresignal).fetch("contact", "nobody")
 
 
+@pytest.mark.parametrize("content_type", ["text/plain", "text/html; charset=utf-8", "application/octet-stream"])
+def test_coresignal_its_error_object_is_a_missing_record_whatever_type_it_names(coresignal, content_type):
+    """Review: its answers are read as JSON whatever type they name (a 200 labelled text/html included), but its 404
+    was its error object only when labelled JSON: a missing record labelled otherwise was taken for a wrong
+    PROVIDER_CORESIGNAL_URL, its check failed at every interval for good, and no entity.unavailable was ever sent."""
+    coresignal.forced.append((404, b'{"detail": "Not found"}', {"Content-Type": content_type}))
+    with pytest.raises(EntityUnavailable) as raised:
+        core(coresignal).fetch("contact", "nobody")
+    assert raised.value.reason == "not_found"
+
+
 def test_coresignal_needs_an_api_key(coresignal):
     with pytest.raises(ValueError, match="PROVIDER_CORESIGNAL_API_KEY"):
         load_provider({"PROVIDER": "coresignal"})

@@ -166,9 +166,8 @@ def raise_for_not_found(response, url_setting: str, says_no_such_profile) -> Non
 
 
 def is_json_object(response) -> bool:
-    """Whether the answer is a JSON object, as a vendor's API answers its errors."""
-    if "json" not in response.headers.get("Content-Type", "").lower():
-        return False
+    """Whether the answer is a JSON object, as a vendor's API answers its errors, whatever type it names (as
+    `json_body` reads its other answers: a web server's page, HTML or text, is none)."""
     try:
         json_body(response, dict)
     except ProviderError:
