@@ -18,6 +18,7 @@ _LOGGED_URI_KEYS = ("RAW_URI", "REQUEST_URI")
 # A key encoded twice (`%252E` for its dot) is one decoding from a server's or a proxy's reading of it; the bound
 # keeps a request line of nested escapes from costing a decoding per escape
 _MOST_DECODINGS = 4
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def redact_query(query: str, every_value: bool = False) -> str:
@@ -42,13 +43,14 @@ def redact_text(text: str) -> str:
 
 
 def _decoded(text: str) -> str:
-    """`text` percent-decoded until that changes nothing (at most _MOST_DECODINGS times)."""
+    """`text` percent-decoded until that changes nothing (at most _MOST_DECODINGS times), its control characters
+    encoded again: a `%0A` (or `%250A`) decoded into the logged line wrote a line of the client's into the log."""
     for _ in range(_MOST_DECODINGS):
         decoded = unquote_plus(text)
         if decoded == text:
             break
         text = decoded
-    return text
+    return _CONTROL.sub(lambda control: f"%{ord(control.group()):02X}", text)
 
 
 def redact_uri(uri: str, every_value: bool = False) -> str:

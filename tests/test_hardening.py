@@ -343,6 +343,9 @@ def test_keys_in_the_query_string_never_reach_the_logged_request_line(app, alice
     ("/a?q=lwa%25252Esk_live_" + "A" * 32, f"/a?q={REDACTED}"),
     ("/a?api%255Fk%2565y=anything&b=2", f"/a?api%255Fk%2565y={REDACTED}&b=2"),
     ("/a?note=100%2525&q=%252Fpath%2Bx", "/a?note=100%2525&q=%252Fpath%2Bx"),
+    # review: a line holding a key is logged decoded, and a CR LF decoded into it forged a line of the client's
+    ("/a?q=lwa.sk_live_" + "A" * 32 + "&n=%0D%0Aforged", f"/a?q={REDACTED}&n=%0D%0Aforged"),
+    ("/a?q=lwa.sk_live_" + "A" * 32 + "&n=%250Aforged%2500", f"/a?q={REDACTED}&n=%0Aforged%00"),
 ])
 def test_redaction_of_request_lines(uri, expected):
     assert redact_uri(uri) == expected
