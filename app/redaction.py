@@ -18,6 +18,7 @@ _LOGGED_URI_KEYS = ("RAW_URI", "REQUEST_URI")
 # A key encoded twice (`%252E` for its dot) is one decoding from a server's or a proxy's reading of it; the bound
 # keeps a request line of nested escapes from costing a decoding per escape
 _MOST_DECODINGS = 4
+# Written decoded, a `%0A` (or `%250A`) became a line break, and the rest of the client's line a log line of its own
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -37,20 +38,19 @@ def redact_text(text: str) -> str:
     text is then written decoded."""
     if "%" in text:
         decoded = _decoded(text)
-        if SECRET_VALUE.search(decoded):
-            text = decoded
+        if SECRET_VALUE.search(decoded):  # its control characters encoded again once the keys are found
+            return _CONTROL.sub(lambda control: f"%{ord(control.group()):02X}", SECRET_VALUE.sub(REDACTED, decoded))
     return SECRET_VALUE.sub(REDACTED, text)
 
 
 def _decoded(text: str) -> str:
-    """`text` percent-decoded until that changes nothing (at most _MOST_DECODINGS times), its control characters
-    encoded again: a `%0A` (or `%250A`) decoded into the logged line wrote a line of the client's into the log."""
+    """`text` percent-decoded until that changes nothing (at most _MOST_DECODINGS times)."""
     for _ in range(_MOST_DECODINGS):
         decoded = unquote_plus(text)
         if decoded == text:
             break
         text = decoded
-    return _CONTROL.sub(lambda control: f"%{ord(control.group()):02X}", text)
+    return text
 
 
 def redact_uri(uri: str, every_value: bool = False) -> str:

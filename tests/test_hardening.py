@@ -346,6 +346,7 @@ def test_keys_in_the_query_string_never_reach_the_logged_request_line(app, alice
     # review: a line holding a key is logged decoded, and a CR LF decoded into it forged a line of the client's
     ("/a?q=lwa.sk_live_" + "A" * 32 + "&n=%0D%0Aforged", f"/a?q={REDACTED}&n=%0D%0Aforged"),
     ("/a?q=lwa.sk_live_" + "A" * 32 + "&n=%250Aforged%2500", f"/a?q={REDACTED}&n=%0Aforged%00"),
+    ("/a?n=%0Ask_live_" + "A" * 32, f"/a?n=%0A{REDACTED}"),  # a bare key after a line break is still one
 ])
 def test_redaction_of_request_lines(uri, expected):
     assert redact_uri(uri) == expected
