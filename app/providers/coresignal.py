@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 from app.providers.base import (Answers, BaseProvider, EntityUnavailable, ProviderError, api_settings,
                                 current_position, fetch_each)
-from app.providers.vendor_http import (is_json_object, json_body, pooled_session, raise_for_limits,
+from app.providers.vendor_http import (OccasionalLog, is_json_object, json_body, pooled_session, raise_for_limits,
                                        raise_for_not_found, send)
 
 DEFAULT_URL = "https://api.coresignal.com"
@@ -67,13 +67,15 @@ class CoresignalProvider(BaseProvider):
         self.timeout = timeout
         self.credits_remaining = None
         self.session = pooled_session(self.concurrency, {"apikey": api_key, "accept": "application/json"})
+        self.route_404_log = OccasionalLog()
 
     def fetch(self, entity_type: str, shorthand: str) -> dict:
         # Stored ids are already percent-encoded (`jos%c3%a9`): encoding their % again asked for another name.
         response = send(self.session, "GET", self.base_url + PATHS[entity_type] + quote(shorthand, safe="%"),
                         self.timeout)
         self._note_credits(response)
-        raise_for_not_found(response, "PROVIDER_CORESIGNAL_URL", says_no_such_profile=is_json_object)
+        raise_for_not_found(response, "PROVIDER_CORESIGNAL_URL", says_no_such_profile=is_json_object,
+                            occasionally=self.route_404_log)
         raise_for_limits(response, throttled=(429, 503))  # its 503 is "too many requests" (Response codes page)
         if response.status_code != 200:
             raise ProviderError(f"coresignal answered HTTP {response.status_code}")

@@ -26,7 +26,8 @@ from urllib.parse import unquote, urlsplit
 from app.common import composed
 from app.providers.base import (Answers, BaseProvider, EntityUnavailable, ProviderError, api_settings,
                                 current_position)
-from app.providers.vendor_http import json_body, pooled_session, raise_for_limits, raise_for_not_found, send
+from app.providers.vendor_http import (OccasionalLog, json_body, pooled_session, raise_for_limits,
+                                       raise_for_not_found, send)
 
 DEFAULT_URL = "https://api.crustdata.com"
 API_VERSION = "2025-11-01"
@@ -103,6 +104,7 @@ class CrustdataProvider(BaseProvider):
         self.timeout = timeout
         self.session = pooled_session(2, {"authorization": f"Bearer {api_key}", "x-api-version": API_VERSION,
                                           "content-type": "application/json", "accept": "application/json"})
+        self.route_404_log = OccasionalLog()
 
     def fetch(self, entity_type: str, url: str) -> dict:
         answer = self.fetch_many(entity_type, [url])[url]
@@ -114,7 +116,8 @@ class CrustdataProvider(BaseProvider):
         path, section, fields = ENDPOINTS[entity_type]
         response = send(self.session, "POST", self.base_url + path, self.timeout,
                         json={"professional_network_profile_urls": urls, "fields": fields})
-        raise_for_not_found(response, "PROVIDER_CRUSTDATA_URL", says_no_such_profile=lambda _response: False)
+        raise_for_not_found(response, "PROVIDER_CRUSTDATA_URL", says_no_such_profile=lambda _response: False,
+                            occasionally=self.route_404_log)
         raise_for_limits(response, wait_header="x-ratelimit-reset")
         if response.status_code != 200:
             raise ProviderError(f"crustdata answered HTTP {response.status_code}")

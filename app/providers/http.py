@@ -1,7 +1,7 @@
 """Fetches snapshots from `PROVIDER_HTTP_URL` (contract §7): GET /contacts/<id> or /companies/<id>.
 
-404 means not found (but an HTML page: a web server's for an unknown route, a wrong PROVIDER_HTTP_URL, is a
-failed check), 403 and 451 private; 401 a refused token and 402 spent credits (both pause
+404 means not found (an HTML page too, with a warning: it may be a web server's at a wrong PROVIDER_HTTP_URL), 403
+and 451 private; 401 a refused token and 402 spent credits (both pause
 checking until an operator resumes it); 429 (or a 5xx with `Retry-After`) pauses the provider for the
 time asked; other statuses, timeouts and unreadable answers are transient. One pooled session is reused
 for every fetch.
@@ -9,11 +9,11 @@ for every fetch.
 from urllib.parse import urlsplit
 
 from app.providers.base import BaseProvider, EntityUnavailable, ProviderError, clean_secret
-from app.providers.vendor_http import (is_not_html, json_body, pooled_session, raise_for_limits,
-                                       raise_for_not_found, send)
+from app.providers.vendor_http import (OccasionalLog, json_body, pooled_session, raise_for_limits, send,
+                                       warn_of_a_page_read_as_not_found)
 
 PATHS = {"contact": "contacts", "company": "companies"}
-UNAVAILABLE = {403: "private", 451: "private"}
+UNAVAILABLE = {404: "not_found", 403: "private", 451: "private"}
 
 
 class HttpProvider(BaseProvider):
@@ -32,10 +32,12 @@ class HttpProvider(BaseProvider):
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self.session = pooled_session(concurrency, headers)
+        self.page_404_log = OccasionalLog()
 
     def fetch(self, entity_type: str, network_id: str) -> dict:
         response = send(self.session, "GET", f"{self.base_url}/{PATHS[entity_type]}/{network_id}", self.timeout)
-        raise_for_not_found(response, "PROVIDER_HTTP_URL", says_no_such_profile=is_not_html)
+        if response.status_code == 404:
+            warn_of_a_page_read_as_not_found(response, "PROVIDER_HTTP_URL", self.page_404_log)
         if response.status_code in UNAVAILABLE:
             raise EntityUnavailable(UNAVAILABLE[response.status_code])
         raise_for_limits(response)

@@ -4,6 +4,8 @@ import json
 import logging
 import math
 import re
+import threading
+import time
 from datetime import datetime
 from typing import Optional
 from urllib.parse import urlsplit
@@ -147,22 +149,53 @@ def raise_for_limits(response, wait_header: str = "Retry-After", resets_at: Opti
         raise ProviderError(f"provider answered HTTP {status}", retry_after=wait)
 
 
-def raise_for_not_found(response, url_setting: str, says_no_such_profile) -> None:
+class OccasionalLog:
+    """Whether to write a line now: at most once per `seconds`, per provider object. A misconfigured vendor URL met
+    at every check wrote a line at the vendor's call rate, burying the rest of the log."""
+
+    def __init__(self, seconds: float = 600.0):
+        self.seconds, self._last = seconds, None
+        self._lock = threading.Lock()
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            if self._last is not None and now - self._last < self.seconds:
+                return False
+            self._last = now
+            return True
+
+
+def raise_for_not_found(response, url_setting: str, says_no_such_profile, occasionally: OccasionalLog) -> None:
     """A 404 that `says_no_such_profile` (the vendor's documented answer for a profile it does not have) raises
     EntityUnavailable("not_found"); any other 404 is a web server's for a route it does not have (a wrong base URL
     or path), which said nothing of the entity: taken for not found, it marked every subscription so. It is a failed
-    check, logged for the operator."""
+    check, logged for the operator (`occasionally`)."""
     if response.status_code != 404:
         return
     if says_no_such_profile(response):
         raise EntityUnavailable("not_found")
-    content_type = response.headers.get("Content-Type", "")
+    content_type = response.headers.get("Content-Type", "") or "no content type"
+    if occasionally.due():
+        log.error("HTTP 404 (%s) from %s is not the vendor's answer for a missing profile but a web server's for an "
+                  "unknown route: is %s right? (said at most every %g s)", content_type, _where(response), url_setting,
+                  occasionally.seconds)
+    raise ProviderError(f"HTTP 404 ({content_type}) for the route, not a profile's answer: check {url_setting}")
+
+
+def warn_of_a_page_read_as_not_found(response, url_setting: str, occasionally: OccasionalLog) -> None:
+    """A 404 answered as an HTML page is still not found (contract §7 for `http`: a service of the team's own may
+    answer its 404s so, as Flask's `abort(404)` does), but it is also what a web server answers at a wrong base URL,
+    where every subscription would read not found: the operator is told (`occasionally`)."""
+    if response.headers.get("Content-Type", "").lower().startswith("text/html") and occasionally.due():
+        log.warning("HTTP 404 from %s answered as an HTML page, read as not found (contract §7); if every check reads "
+                    "not found, is %s right? (said at most every %g s)", _where(response), url_setting,
+                    occasionally.seconds)
+
+
+def _where(response) -> str:
     parts = urlsplit(response.url)
-    where = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"  # user info and query may hold secrets
-    log.error("HTTP 404 (%s) from %s is not the vendor's answer for a missing profile but a web server's for an "
-              "unknown route: is %s right?", content_type or "no content type", where, url_setting)
-    raise ProviderError(f"HTTP 404 ({content_type or 'no content type'}) for the route, not a profile's answer: "
-                        f"check {url_setting}")
+    return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"  # user info and query may hold secrets
 
 
 def is_json_object(response) -> bool:
@@ -173,8 +206,3 @@ def is_json_object(response) -> bool:
     except ProviderError:
         return False
     return True
-
-
-def is_not_html(response) -> bool:
-    """Whether the answer is anything but an HTML page, which is a web server's or framework's, never an API's."""
-    return not response.headers.get("Content-Type", "").lower().startswith("text/html")
