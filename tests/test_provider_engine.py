@@ -215,7 +215,8 @@ def test_a_pause_written_by_another_process_stops_an_unmetered_providers_batch_w
         return fetch(entity_type, keys)
     vendor.fetch_many, vendor.batch_size = fetch_many, 1
     summary = worker.run_due_batch()
-    assert all(moment < paused_at[0] + 0.3 + 0.1 for moment in started)  # + its thread's start after the go
+    # + the time from the read to the call's start, generous for a loaded machine: the count below is the sharp test
+    assert all(moment < paused_at[0] + 0.3 + 0.5 for moment in started)
     assert summary.checked == len(vendor.calls) == len(started) < 8 and summary.deferred == 8 - len(started)
 
 
