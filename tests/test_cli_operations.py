@@ -320,6 +320,18 @@ def test_rows_with_no_filled_cell_are_read_past_as_blank_lines_are(runner, alice
     assert not (tmp_path / "crm.rejected.csv").exists()
 
 
+def test_lines_of_spaces_do_not_hide_the_files_delimiter(runner, alice, tmp_path):
+    """The delimiter was sniffed with the lines of spaces in: their count of `;` (none) looked inconsistent, the file
+    was read as one column, `url;owner`, every row rejected, where the dashboard, which left them out, read it."""
+    path = tmp_path / "crm.csv"
+    path.write_text("url;owner\nhttps://www.linkedin.com/in/spaced-a;Sam\n   \n   \n"
+                    "https://www.linkedin.com/in/spaced-b;Kim\n", encoding="utf-8")
+    output = _ok(runner, "subscriptions", "import", str(path), "--account", alice.account_id, "--metadata", "owner")
+    assert "rows=2 created=2 already_present=0 rejected=0" in output
+    assert {row["network_id"]: row["custom_metadata"] for row in alice.get("/subscriptions").json["data"]} == {
+        "spaced-a": {"owner": "Sam"}, "spaced-b": {"owner": "Kim"}}
+
+
 def test_a_file_that_is_a_bare_list_of_urls_is_imported_whole(runner, alice, tmp_path):
     """Its first URL was taken for the header: two of three imported, exit 0, nothing rejected (operability walk)."""
     path = tmp_path / "bare.csv"

@@ -129,6 +129,8 @@ def _parse(file, delimiter=None):
 def _sniffed(file):
     sample = file.read(64 * 1024)
     file.seek(0)
+    # without its blank lines: a few lines of spaces (no delimiter) made no delimiter's count consistent enough
+    sample = "\n".join(line for line in sample.split("\n") if line.strip())
     try:
         return csv.Sniffer().sniff(sample, delimiters=DELIMITERS)
     except csv.Error:
