@@ -703,6 +703,20 @@ def test_a_cell_holding_a_unicode_line_separator_does_not_split_its_row(browser,
     assert subscription_count(alice.account_id) == 2
 
 
+def test_a_quoted_cell_keeps_its_blank_lines_as_the_command_line_reads_them(browser, alice):
+    """The text was cut into lines and its blank ones dropped before it was read as CSV, those inside a quoted cell
+    too (a CRM note of two paragraphs): the row and its result came back without them."""
+    upload = (io.BytesIO(b'url,note\r\nhttps://www.linkedin.com/in/two-paragraphs,"Met at the expo.\r\n\r\n'
+                         b'   \r\nCall in May."\r\n'), "crm.csv")
+    page = browser.post("/subscriptions/import", data={"file": upload},
+                        content_type="multipart/form-data").get_data(as_text=True)
+    assert "1 row read" in page and "1 subscribed" in page
+    results = unquote(re.search(r'href="data:text/csv;charset=utf-8,([^"]+)" download', page).group(1))
+    header, line = csv.reader(io.StringIO(results))
+    assert line[:4] == ["https://www.linkedin.com/in/two-paragraphs", "Met at the expo.\n\n   \nCall in May.", "1",
+                        "created"]
+
+
 @pytest.mark.parametrize("content", [b"", codecs.BOM_UTF8, b"\r\n \r\n"])
 def test_an_empty_file_is_refused_as_empty(browser, alice, content):
     """It was told to paste a list or choose a file, a file having been chosen (walk)."""

@@ -61,13 +61,12 @@ def text_of_upload(data: bytes) -> str:
 
 
 def rows_from_text(text: str, uploaded=False):
-    """(header, rows) of pasted or `uploaded` text (`_rows_of_csv`), blank lines left out. Lines end at LF, CRLF or CR
-    alone: str.splitlines also splits at U+2028, a form feed and the like, which a cell may hold (walk)."""
-    lines = [line for line in _LINE_ENDS.split(text) if line.strip()]
-    if not lines:  # (an empty file was told to paste a list or choose a file: walk)
+    """(header, rows) of pasted or `uploaded` text, read as a file is (`_rows_of_csv`). It was cut into lines first,
+    its blank ones dropped, those inside a quoted cell too (review)."""
+    if not text.strip():  # (an empty file was told to paste a list or choose a file: walk)
         raise ImportRefused(EMPTY_FILE if uploaded else "Paste profile URLs (one a line) or a CSV with a header, or "
                                                         "choose a file.")
-    return _rows_of_csv("\n".join(lines))
+    return _rows_of_csv(text)
 
 
 def _rows_of_csv(text: str):
@@ -90,7 +89,7 @@ def _rows_of_csv(text: str):
 
 
 EMPTY_FILE = "The file is empty: it has no header line and no rows."
-_BLANK_LINES_FIRST = re.compile(r"\A(?:[ \t\r]*\n)+")
+_BLANK_LINES_FIRST = re.compile(r"\A(?:[^\S\n]*\n)+")  # lines of any white space
 _LINE_ENDS = re.compile(r"\r\n?|\n")
 
 
