@@ -735,6 +735,21 @@ def test_rows_with_no_filled_cell_are_read_past_as_the_command_line_reads_them(b
     assert "2 rows read" in page and "2 subscribed" in page and "0 refused" in page
 
 
+def test_rows_read_past_as_blank_keep_the_numbers_of_the_rows_after_them(browser, alice):
+    """The rows are numbered as the file's (1 the first under the header): the blank rows read past, empty, of spaces
+    or of delimiters alone, still count, so that a refused row is found in the spreadsheet at its number. They were
+    numbered as if the blank rows were not there."""
+    upload = (io.BytesIO(b"url,owner\r\nhttps://www.linkedin.com/in/numbered-a,Sam\r\n,\r\n\r\n  \r\n"
+                         b"https://example.com/numbered-b,Kim\r\n"), "crm.csv")
+    page = browser.post("/subscriptions/import", data={"file": upload},
+                        content_type="multipart/form-data").get_data(as_text=True)
+    assert "2 rows read" in page and "1 subscribed" in page and "1 refused" in page
+    results = unquote(re.search(r'href="data:text/csv;charset=utf-8,([^"]+)" download', page).group(1))
+    _header, *lines = csv.reader(io.StringIO(results))
+    assert [line[:4] for line in lines] == [["https://www.linkedin.com/in/numbered-a", "Sam", "1", "created"],
+                                            ["https://example.com/numbered-b", "Kim", "5", "refused"]]
+
+
 def test_an_upload_over_the_size_limit_names_the_limit_and_the_command_that_takes_any_size(browser, alice):
     """A CRM export over 1 MiB (about 18,000 rows) was refused with a generic "Something went wrong" (walk)."""
     rows = b"".join(b"https://www.linkedin.com/in/person-%d\n" % number for number in range(40_000))

@@ -6,6 +6,7 @@ import csv
 import io
 import re
 from dataclasses import dataclass, field
+from itertools import zip_longest
 from typing import Optional
 
 from flask import current_app
@@ -105,17 +106,16 @@ def _is_profile_url(text: str) -> bool:
 
 def _parse(file, delimiter=None):
     dialect = type("Named", (csv.excel,), {"delimiter": delimiter}) if delimiter else _sniffed(file)
-    reader = csv.DictReader(file, dialect=dialect)
+    reader = csv.reader(file, dialect=dialect)  # not a DictReader: it skips empty lines uncounted
     rows, where = [], "its header"
     try:
-        header = reader.fieldnames or []  # read here: its errors are the header's
+        header = next(reader, [])  # read here: its errors are the header's
         where = "row 1"
-        for row in reader:
-            read = _Row(row, overflow=row.pop(None, None) or ())
-            if read.is_blank:  # spaces or delimiters alone: a blank line (it was a row refused as empty: walk)
-                continue
-            rows.append(read)
-            where = f"row {len(rows) + 1}"
+        for number, cells in enumerate(reader, 1):  # as a spreadsheet numbers them: blank rows too (review)
+            read = _Row(dict(zip_longest(header, cells[:len(header)])), cells[len(header):], number)
+            if not read.is_blank:  # empty, spaces or delimiters alone (it was a row refused as empty: walk)
+                rows.append(read)
+            where = f"row {number + 1}"
     except csv.Error as error:  # e.g. a field beyond the csv module's 131,072 characters
         raise ImportRefused(f"The file cannot be read as CSV at {where}: {error}.") from None
     urls = [name for name in header if "://" in (name or "") or _is_profile_url(name or "")]
@@ -138,10 +138,12 @@ def _sniffed(file):
 
 class _Row(dict):
     """A row's cells by header name, and the cells past the header's columns, which no name reads: `overflow` as
-    read, but for the empty ones it ends with (a trailing delimiter), and `extra_cells`, the filled ones among them."""
+    read, but for the empty ones it ends with (a trailing delimiter), and `extra_cells`, the filled ones among them.
+    `number`: its place under the header, 1 the first."""
 
-    def __init__(self, cells: dict, overflow=()):
+    def __init__(self, cells: dict, overflow=(), number=None):
         super().__init__(cells)
+        self.number = number
         self.overflow = list(overflow)
         while self.overflow and not self.overflow[-1].strip():
             self.overflow.pop()
@@ -243,7 +245,7 @@ def item_for_row(row: dict, plan: Plan) -> dict:
 class RowOutcome:
     """What became of one row: `created` (with its new subscription's id, none on a dry run), `present`
     (with the id of the live subscription it duplicates) or `refused` (with the API's error code and why)."""
-    row: int  # 1 for the first row under the header
+    row: int  # 1 for the first row under the header (the blank rows read past are counted: `_Row.number`)
     values: dict  # the row as read
     result: str
     subscription_id: str = None
@@ -328,20 +330,19 @@ def _import_chunk(account_id, chunk, first_row, plan, load_item, dry_run: Option
                   report) -> list:
     """The outcomes of one chunk's rows in file order (added to `report` too), whichever rule decided each."""
     outcomes, items, positions = {}, [], []  # outcomes and positions: by position in the chunk
+    numbers = [getattr(row, "number", None) or first_row + position for position, row in enumerate(chunk)]
     for position, row in enumerate(chunk):
         try:
             items.append(item_for_row(row, plan))
             positions.append(position)
         except ServiceError as error:
-            outcomes[position] = RowOutcome(first_row + position, row, "refused", code=error.code,
-                                            reason=error.message)
+            outcomes[position] = RowOutcome(numbers[position], row, "refused", code=error.code, reason=error.message)
     if items:
         result = subscriptions.bulk_create(account_id, items, load_item, dry_run=dry_run)
         failures = {error["index"]: error for error in result.errors}
         created = iter(result.created)  # in item order, one per item that did not fail
         for index, position in enumerate(positions):
-            outcomes[position] = _outcome(first_row + position, chunk[position], failures.get(index), created,
-                                          dry_run)
+            outcomes[position] = _outcome(numbers[position], chunk[position], failures.get(index), created, dry_run)
     done = [outcomes[position] for position in range(len(chunk))]
     report.outcomes.extend(done)
     return done
