@@ -666,6 +666,8 @@ def test_import_an_uploaded_csv(browser, alice):
      "not UTF-8 text (byte 46 is not, on line 2)"),
     (codecs.BOM_UTF8 + "url,owner\nhttps://www.linkedin.com/in/jane,Zoë\n".encode("latin-1"),
      "not UTF-8 text (byte 49 is not, on line 2)"),
+    ("url,owner\rhttps://www.linkedin.com/in/jane,Zoë\r".encode("latin-1"),  # (Excel's CSV (Macintosh))
+     "not UTF-8 text (byte 46 is not, on line 2)"),
     (b'"' + b"x" * 200_000 + b'"\nhttps://www.linkedin.com/in/jane\n', "cannot be read as CSV at its header"),
     (b'url,note\nhttps://www.linkedin.com/in/jane,"' + b"x" * 200_000 + b'"\n',
      "cannot be read as CSV at row 1: field larger than field limit (131072)."),

@@ -56,7 +56,7 @@ def text_of_upload(data: bytes) -> str:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         byte = error.start + 1 + (len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0)  # the BOM's too
-        line = data.count(b"\n", 0, byte - 1) + 1
+        line = len(_LINE_ENDS.findall(error.object[:error.start].decode("utf-8"))) + 1  # CR alone ends one too
         raise ImportRefused(f"The file is not UTF-8 text (byte {byte} is not, on line {line}): save it as CSV UTF-8 "
                             "and choose it again.") from None
 
