@@ -1911,6 +1911,35 @@ def test_a_try_held_when_the_configuration_was_removed_and_given_back_unsent_is_
     assert [attempt["next_attempt_at"] for attempt in alice.get(f"/events/{event_id}").json["attempts"]] == [None]
 
 
+def test_a_first_try_held_when_the_configuration_was_removed_and_given_back_unsent_leaves_its_event_skipped(alice):
+    """Review: the removal marks an event failed by the attempt number its held first try took (attempt_count 1), and
+    the sender gives that try back unsent: the event read failed, after 1 attempt, with none in its log. It was never
+    sent: skipped, with no attempt counted."""
+    configure(alice, "http://127.0.0.1:9/hook")
+    [event_id] = record_events(alice.account_id)
+    token = outbox.new_claim_token()
+    [held] = outbox.claim_due(token, 1)
+    assert alice.delete("/webhooks/configure").status_code == 200
+
+    outbox.release(token, [held])
+
+    got = alice.get(f"/events/{event_id}").json
+    assert (got["delivery_status"], got["attempts"]) == ("skipped", [])
+    assert event_row(event_id).attempt_count == 0
+
+
+def test_a_later_try_held_when_the_configuration_was_removed_and_given_back_unsent_is_not_counted(alice, clock):
+    """Its event stays failed (a try was made) and counts the one try in its log, not the one handed back."""
+    with Receiver(Reply(status=503)) as receiver:
+        event_id, token, in_flight = _second_try_claimed(alice, clock, receiver)
+    assert alice.delete("/webhooks/configure").status_code == 200
+
+    outbox.release(token, [in_flight])
+
+    assert (event_row(event_id).delivery_status, event_row(event_id).attempt_count) == ("failed", 1)
+    assert [attempt.attempt for attempt in attempts_of(event_id)] == [1]
+
+
 def test_removing_the_configuration_after_a_sender_died_with_a_try_clears_the_last_recorded_tries_next(
         alice, clock, monkeypatch):
     """A claim whose lease ran out is no try in flight (its sender died before recording it; a live one records within

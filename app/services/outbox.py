@@ -209,7 +209,8 @@ def release(token: str, unsent: list) -> None:
     """Give back leased deliveries [Claimed] that were not sent (the sender is stopping, or their configuration
     changed): due now, for any sender, and the attempt numbers they took when claimed are handed back to their
     events. One whose configuration was removed while it was held is gone, and its try will never be made: the try
-    before it no longer announces it (the removal left that to the sender, which might have sent it)."""
+    before it no longer announces it (the removal left that to the sender, which might have sent it), and its event
+    counts only its recorded tries (`_count_only_recorded_tries`)."""
     if not unsent:
         return
     with write_transaction() as session:
@@ -223,8 +224,25 @@ def release(token: str, unsent: list) -> None:
         for event_id, count in sorted(Counter(event_ids).items()):
             session.execute(update(events_table).where(events_table.c.id == event_id)
                             .values(attempt_count=events_table.c.attempt_count - count))
-        webhooks.unannounce_next_tries(session, _owed_nothing(session, {item.outgoing.event_id for item in unsent}
-                                                              - set(event_ids)))
+        dropped = _owed_nothing(session, {item.outgoing.event_id for item in unsent} - set(event_ids))
+        _count_only_recorded_tries(session, dropped)
+        webhooks.unannounce_next_tries(session, dropped)
+
+
+def _count_only_recorded_tries(session, event_ids: list) -> None:
+    """Events whose delivery was dropped while tries of theirs were held and never made: the removal judged them by
+    the attempt numbers the claims took (`failed` with attempt_count 1 and no try in the log, for a first try held).
+    Each now counts up to its last recorded try, and one with none was never sent: `skipped` (contract §5). A number
+    another sender recorded after this one's lease ran out is in the log, and stays counted."""
+    events_table, attempts = Event.__table__, DeliveryAttempt.__table__
+    last_recorded = func.coalesce(select(func.max(attempts.c.attempt)).where(attempts.c.event_id == events_table.c.id)
+                                  .scalar_subquery(), 0)
+    for event_id in event_ids:  # (sorted: the lock order)
+        session.execute(update(events_table).where(events_table.c.id == event_id,
+                                                   events_table.c.attempt_count > last_recorded)
+                        .values(attempt_count=last_recorded,
+                                delivery_status=case((last_recorded == 0, "skipped"),
+                                                     else_=events_table.c.delivery_status)))
 
 
 def _owed_nothing(session, event_ids: set) -> list:
