@@ -350,6 +350,32 @@ def test_a_late_success_while_a_recovery_queues_the_same_event_again(app, alice)
     assert sorted(db.session.scalars(select(OutboxDelivery.event_id))) == [sent, later]
 
 
+def test_a_sender_giving_back_tries_while_another_records_them_late(app, alice, bob):
+    """Review of f448936: `outbox.release` updated the events of the rows it gave back, then those of the deliveries
+    dropped meanwhile, two passes each in key order but not one: it held a later event while it waited for an earlier
+    one, which a late record of the same two events (their first sender's, its lease run out) held while it waited
+    for the later. PostgreSQL aborted one of them."""
+    configure(alice, "http://127.0.0.1:9/hook")
+    configure(bob, "http://127.0.0.1:9/hook")
+    [dropped] = record_events(alice.account_id)
+    [given_back] = record_events(bob.account_id)
+    assert dropped < given_back
+    late_token = outbox.new_claim_token()
+    late = outbox.claim_due(late_token, 2)
+    with write_transaction() as session:  # the first sender's lease ran out
+        session.execute(update(OutboxDelivery).values(next_attempt_at=utcnow() - timedelta(seconds=1)))
+    token = outbox.new_claim_token()
+    held = outbox.claim_due(token, 2)
+    webhooks.remove(alice.account_id)
+
+    errors = interleave(app, f"SELECT id FROM events WHERE id = '{given_back}' FOR NO KEY UPDATE",
+                        lambda: outbox.release(token, held),
+                        lambda: outbox.record_results(late_token, [(item, _outcome(True)) for item in late]))
+
+    assert errors == []
+    assert _statuses([dropped, given_back]) == ["succeeded", "pending"]
+
+
 def _in_context(app, work):
     def run():
         with app.app_context():

@@ -220,29 +220,29 @@ def release(token: str, unsent: list) -> None:
                                  OutboxDelivery.claim_token == token))
             .values(claim_token=None, claimed_until=None, next_attempt_at=utcnow())
             .returning(OutboxDelivery.event_id).execution_options(synchronize_session=False)).all()
-        events_table = Event.__table__
-        for event_id, count in sorted(Counter(event_ids).items()):
-            session.execute(update(events_table).where(events_table.c.id == event_id)
-                            .values(attempt_count=events_table.c.attempt_count - count))
+        events_table, given_back = Event.__table__, Counter(event_ids)
         dropped = _owed_nothing(session, {item.outgoing.event_id for item in unsent} - set(event_ids))
-        _count_only_recorded_tries(session, dropped)
+        for event_id in sorted({*given_back, *dropped}):  # one pass in key order: the lock order
+            if event_id in given_back:
+                session.execute(update(events_table).where(events_table.c.id == event_id)
+                                .values(attempt_count=events_table.c.attempt_count - given_back[event_id]))
+            else:
+                _count_only_recorded_tries(session, event_id)
         webhooks.unannounce_next_tries(session, dropped)
 
 
-def _count_only_recorded_tries(session, event_ids: list) -> None:
-    """Events whose delivery was dropped while tries of theirs were held and never made: the removal judged them by
-    the attempt numbers the claims took (`failed` with attempt_count 1 and no try in the log, for a first try held).
-    Each now counts up to its last recorded try, and one with none was never sent: `skipped` (contract §5). A number
-    another sender recorded after this one's lease ran out is in the log, and stays counted."""
+def _count_only_recorded_tries(session, event_id: str) -> None:
+    """An event whose delivery was dropped while a try of its was held and never made: the removal judged it by the
+    attempt numbers the claims took (`failed` with attempt_count 1 and no try in the log, for a first try held). It
+    now counts up to its last recorded try, and with none was never sent: `skipped` (contract §5). A number another
+    sender recorded after this one's lease ran out is in the log, and stays counted."""
     events_table, attempts = Event.__table__, DeliveryAttempt.__table__
     last_recorded = func.coalesce(select(func.max(attempts.c.attempt)).where(attempts.c.event_id == events_table.c.id)
                                   .scalar_subquery(), 0)
-    for event_id in event_ids:  # (sorted: the lock order)
-        session.execute(update(events_table).where(events_table.c.id == event_id,
-                                                   events_table.c.attempt_count > last_recorded)
-                        .values(attempt_count=last_recorded,
-                                delivery_status=case((last_recorded == 0, "skipped"),
-                                                     else_=events_table.c.delivery_status)))
+    session.execute(update(events_table).where(events_table.c.id == event_id,
+                                               events_table.c.attempt_count > last_recorded)
+                    .values(attempt_count=last_recorded,
+                            delivery_status=case((last_recorded == 0, "skipped"), else_=events_table.c.delivery_status)))
 
 
 def _owed_nothing(session, event_ids: set) -> list:
