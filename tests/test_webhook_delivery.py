@@ -1940,6 +1940,48 @@ def test_a_later_try_held_when_the_configuration_was_removed_and_given_back_unse
     assert [attempt.attempt for attempt in attempts_of(event_id)] == [1]
 
 
+def test_a_try_given_back_after_its_lease_ran_out_leaves_the_next_senders_try_counted(alice, app, clock):
+    """Review of f448936: a sender's lease on a first try ran out, another sender claimed the event's next try (attempt
+    2) and was sending it when the configuration was removed; the first sender then gave its try back unsent. The
+    release counted only the recorded tries (none) and marked the event skipped with attempt_count 0, below the number
+    the live claim held: the event read skipped, never sent, with attempt 2's failure in its log."""
+    configure(alice, "http://127.0.0.1:9/hook")
+    [event_id] = record_events(alice.account_id)
+    first = outbox.new_claim_token()
+    [stale] = outbox.claim_due(first, 1)
+    clock.advance(app.config["WEBHOOK_LEASE_SECONDS"] + 1)
+    second = outbox.new_claim_token()
+    [sending] = outbox.claim_due(second, 1)
+    assert (stale.outgoing.attempt, sending.outgoing.attempt) == (1, 2)
+    assert alice.delete("/webhooks/configure").status_code == 200
+
+    outbox.release(first, [stale])
+    assert (event_row(event_id).delivery_status, event_row(event_id).attempt_count) == ("failed", 2)
+    outbox.record_results(second, [(sending, Outcome(False, 503, 10))])
+
+    assert (event_row(event_id).delivery_status, event_row(event_id).attempt_count) == ("failed", 2)
+    assert [attempt.attempt for attempt in attempts_of(event_id)] == [2]
+
+
+def test_a_try_given_back_after_its_lease_ran_out_keeps_the_earlier_try_announcing_the_next_senders(
+        alice, app, clock):
+    """Nor did the try before it announce no further try while the next sender's (attempt 3) was on the wire."""
+    with Receiver(Reply(status=503)) as receiver:
+        event_id, stale_token, stale = _second_try_claimed(alice, clock, receiver)
+    clock.advance(app.config["WEBHOOK_LEASE_SECONDS"] + 1)
+    token = outbox.new_claim_token()
+    [sending] = outbox.claim_due(token, 1)
+    [announced] = [attempt.next_attempt_at for attempt in attempts_of(event_id)]
+    assert alice.delete("/webhooks/configure").status_code == 200
+
+    outbox.release(stale_token, [stale])
+    assert [attempt.next_attempt_at for attempt in attempts_of(event_id)] == [announced]
+    outbox.record_results(token, [(sending, Outcome(False, 503, 10))])
+
+    assert [attempt.attempt for attempt in attempts_of(event_id)] == [1, 3]
+    assert (event_row(event_id).delivery_status, event_row(event_id).attempt_count) == ("failed", 3)
+
+
 def test_removing_the_configuration_after_a_sender_died_with_a_try_clears_the_last_recorded_tries_next(
         alice, clock, monkeypatch):
     """A claim whose lease ran out is no try in flight (its sender died before recording it; a live one records within

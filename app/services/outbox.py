@@ -221,28 +221,31 @@ def release(token: str, unsent: list) -> None:
             .values(claim_token=None, claimed_until=None, next_attempt_at=utcnow())
             .returning(OutboxDelivery.event_id).execution_options(synchronize_session=False)).all()
         events_table, given_back = Event.__table__, Counter(event_ids)
-        dropped = _owed_nothing(session, {item.outgoing.event_id for item in unsent} - set(event_ids))
+        held = {item.outgoing.event_id: item.outgoing.attempt for item in unsent}
+        dropped, last_held = _owed_nothing(session, set(held) - set(event_ids)), []
         for event_id in sorted({*given_back, *dropped}):  # one pass in key order: the lock order
             if event_id in given_back:
                 session.execute(update(events_table).where(events_table.c.id == event_id)
                                 .values(attempt_count=events_table.c.attempt_count - given_back[event_id]))
-            else:
-                _count_only_recorded_tries(session, event_id)
-        webhooks.unannounce_next_tries(session, dropped)
+            elif _count_only_recorded_tries(session, event_id, held[event_id]):
+                last_held.append(event_id)
+        webhooks.unannounce_next_tries(session, last_held)
 
 
-def _count_only_recorded_tries(session, event_id: str) -> None:
-    """An event whose delivery was dropped while a try of its was held and never made: the removal judged it by the
-    attempt numbers the claims took (`failed` with attempt_count 1 and no try in the log, for a first try held). It
-    now counts up to its last recorded try, and with none was never sent: `skipped` (contract §5). A number another
-    sender recorded after this one's lease ran out is in the log, and stays counted."""
+def _count_only_recorded_tries(session, event_id: str, held: int) -> bool:
+    """An event whose delivery was dropped while its try numbered `held` was held and never made: the removal judged
+    it by the attempt numbers the claims took (`failed` with attempt_count 1 and no try in the log, for a first try
+    held). It now counts up to its last recorded try, and with none was never sent: `skipped` (contract §5). Only
+    while `held` is the last number taken: one a later claim took (another sender's, after this one's lease ran out)
+    may be on the wire, and is that sender's to record or give back. Returns whether it was the last."""
     events_table, attempts = Event.__table__, DeliveryAttempt.__table__
     last_recorded = func.coalesce(select(func.max(attempts.c.attempt)).where(attempts.c.event_id == events_table.c.id)
                                   .scalar_subquery(), 0)
-    session.execute(update(events_table).where(events_table.c.id == event_id,
-                                               events_table.c.attempt_count > last_recorded)
-                    .values(attempt_count=last_recorded,
-                            delivery_status=case((last_recorded == 0, "skipped"), else_=events_table.c.delivery_status)))
+    return bool(session.execute(
+        update(events_table).where(events_table.c.id == event_id, events_table.c.attempt_count == held)
+        .values(attempt_count=last_recorded,
+                delivery_status=case((last_recorded == 0, "skipped"), else_=events_table.c.delivery_status))
+        .execution_options(synchronize_session=False)).rowcount)
 
 
 def _owed_nothing(session, event_ids: set) -> list:
