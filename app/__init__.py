@@ -46,6 +46,8 @@ def create_app(test_config=None):
     if hops:  # behind nginx: trust its X-Forwarded-For, or per-address limits could be dodged by any client
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=hops, x_proto=hops)
     app.wsgi_app = RedactSecretsFromRequestLine(app.wsgi_app)
+    if app.config["TRUSTED_HOSTS"]:
+        app.wsgi_app = _host_in_lower_case(app.wsgi_app)
 
     from app import models  # noqa: F401 - registers the tables with the metadata
     from app.database import configure_engine
@@ -105,6 +107,16 @@ def _configure(app, test_config):
     app.config.setdefault("SQLALCHEMY_ENGINE_OPTIONS", _engine_options(app.config))
     app.config["RATELIMIT_STORAGE_OPTIONS"] = {**client_timeouts(app.config["RATELIMIT_STORAGE_URI"]),
                                                **app.config["RATELIMIT_STORAGE_OPTIONS"]}
+
+
+def _host_in_lower_case(wsgi_app):
+    """Werkzeug compares the Host header with TRUSTED_HOSTS as sent, while a host name is case-insensitive (RFC 9110):
+    `Host: Monitor.Example.com` was refused (review)."""
+    def with_the_host_in_lower_case(environ, start_response):
+        if "HTTP_HOST" in environ:
+            environ["HTTP_HOST"] = environ["HTTP_HOST"].lower()
+        return wsgi_app(environ, start_response)
+    return with_the_host_in_lower_case
 
 
 def _engine_options(config):

@@ -46,6 +46,17 @@ def test_listed_hosts_are_served_with_any_port_and_a_leading_dot_takes_subdomain
 
 
 @TRUSTED
+def test_a_listed_host_is_served_in_any_case(app):
+    """A host name is case-insensitive (RFC 9110); Werkzeug compares it as sent, and refused it in capitals."""
+    alice = make_tenant(app, "Alice Inc")
+    for host in ("Monitor.Example.COM", "MONITOR.EXAMPLE.COM:8443", "API.Example.Org"):
+        answer = alice.client.get("/api/v1/account", headers={"X-API-Key": alice.key, "Host": host})
+        assert answer.status_code == 200 and answer.json["id"] == alice.account_id, host
+    assert alice.client.get("/api/v1/account", headers={"X-API-Key": alice.key, "Host": "Rebound.Example.NET"}
+                            ).json["message"] == "Host 'rebound.example.net' is not trusted."
+
+
+@TRUSTED
 def test_the_dashboard_signs_in_only_at_a_listed_host(app):
     """A page of a rebound name is same-origin to itself: its form passed the dashboard's origin check."""
     alice = make_tenant(app, "Alice Inc")
