@@ -135,11 +135,6 @@ def _same_id_keys(activity_id) -> list:
     return [_key(text), _key(activity_id)] if _INTEGER_TEXT.fullmatch(activity_id) else [_key(text)]
 
 
-def _seen_key(activity_id, known: set):
-    """The key under which this activity was seen (in either type of its id), else None."""
-    return next((key for key in _same_id_keys(activity_id) if key in known), None)
-
-
 def _seen_keys(stored: dict) -> list:
     """The keys of the activities a stored snapshot has seen, oldest first, in either stored form."""
     if LEGACY_SEEN_KEY in stored:
@@ -174,13 +169,13 @@ def detect(entity_type: str, stored, current: dict, min_percent: float = 0.0) ->
         known = set(seen)
         keys = []
         for item in activities:
-            key = _seen_key(item["id"], known)
-            if key is not None:  # kept as it was stored, whatever the id's type now
-                keys.append(key)
+            same_id = _same_id_keys(item["id"])
+            seen_as = next((key for key in same_id if key in known), None)
+            if seen_as is not None:  # kept as it was stored, whatever the id's type now
+                keys.append(seen_as)
                 continue
-            key = activity_key(item["id"])
-            keys.append(key)
-            known.add(key)
+            keys.append(same_id[0])  # its own key (`activity_key`)
+            known.add(same_id[0])
             change = activity_change(entity_type, item)
             if change:
                 changes.append(change)

@@ -248,10 +248,10 @@ def _count_only_recorded_tries(session, event_id: str, held: int) -> bool:
         .execution_options(synchronize_session=False)).rowcount)
 
 
-def _owed_nothing(session, event_ids: set) -> list:
+def _owed_nothing(session, event_ids: set) -> set:
     """Of `event_ids`, those no outbox row owes a delivery of any more (dropped with their configuration)."""
     owed = set(session.scalars(select(OutboxDelivery.event_id).where(OutboxDelivery.event_id.in_(event_ids))))
-    return sorted(event_ids - owed)
+    return event_ids - owed
 
 
 def retry_delay(tries: int, outcome: Outcome):
