@@ -104,3 +104,16 @@ def test_takers_churning_slots_each_hold_one_slot_at_most(app):
     assert errors == [] and held_twice == []
     assert db.session.scalar(select(func.count()).where(ProviderSlot.provider == "churn",
                                                         ProviderSlot.holder.is_not(None))) == 0
+
+
+def test_a_shorter_pause_of_the_same_reason_keeps_the_longer_ones_end_and_detail(app):
+    later, sooner = utcnow() + timedelta(minutes=30), utcnow() + timedelta(minutes=1)
+    provider_limits.pause("pg", provider_limits.RATE_LIMITED, later, "429: Retry-After 1800 s")
+    provider_limits.pause("pg", provider_limits.RATE_LIMITED, sooner, "429: Retry-After 60 s")
+    pause = provider_limits.current_pause("pg")
+    assert (pause.paused_until, pause.detail) == (later, "429: Retry-After 1800 s")
+    provider_limits.pause("pg", provider_limits.RATE_LIMITED, None, "429: no Retry-After")  # lengthened: its own
+    assert (provider_limits.current_pause("pg").paused_until, provider_limits.current_pause("pg").detail) == (
+        None, "429: no Retry-After")
+    provider_limits.pause("pg", provider_limits.RATE_LIMITED, later, "429: Retry-After 1800 s")
+    assert provider_limits.current_pause("pg").detail == "429: no Retry-After"  # an endless pause stands

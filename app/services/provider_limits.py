@@ -182,6 +182,11 @@ def _is_active(state, now) -> bool:
         state.paused_until is None or state.paused_until > now)
 
 
+def _outlasts(until: Optional[datetime], current: Optional[datetime]) -> bool:
+    """Whether a pause until `until` ends after one until `current` (None: never ends)."""
+    return current is not None and (until is None or until > current)
+
+
 def pause(provider: str, reason: str, until: Optional[datetime], detail: str) -> None:
     """Pause `provider` for every process until `until` (None: until an operator resumes). An ongoing
     pause is only ever lengthened; a new one is logged once."""
@@ -194,7 +199,8 @@ def pause(provider: str, reason: str, until: Optional[datetime], detail: str) ->
         if ongoing and state.paused_reason != RATE_LIMITED and reason == RATE_LIMITED:
             return  # a quota or key problem outlasts any throttling
         if ongoing and reason == state.paused_reason:
-            until = None if None in (until, state.paused_until) else max(until, state.paused_until)
+            if not _outlasts(until, state.paused_until):
+                return  # the ongoing pause lasts as long: its end and the detail that explains it stand
         else:
             state.paused_at = now
         state.paused_reason, state.paused_until, state.detail = reason, until, detail[:200]
