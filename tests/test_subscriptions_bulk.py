@@ -88,6 +88,8 @@ def test_partial_success_reports_failures_in_request_order(alice):
     assert by_index[5]["existing_subscription_id"] == body["subscriptions"][0]["id"]  # created by this batch
     for index in (6, 7, 8, 9, 10):
         assert by_index[index]["code"] == "VALIDATION_ERROR"
+    assert by_index[6]["error"] == by_index[7]["error"] == \
+        "Not a subscription: an item is a JSON object, as POST /subscriptions takes."  # not "body: Invalid input type."
     assert all(error["error"] for error in errors)
     assert _count(alice.account_id) == 3
 

@@ -11,7 +11,7 @@ from app.schemas.subscriptions import (BulkCancelResultSchema, BulkCreateResultS
                                        SubscriptionListItemSchema, SubscriptionListQuerySchema,
                                        SubscriptionListSchema, SubscriptionSchema)
 from app.schemas.base import flat_dumper, json_fields, page_text
-from app.errors import DuplicateSubscription, InvalidState, TierLimitExceeded, TrialExpired
+from app.errors import DuplicateSubscription, InvalidState, TierLimitExceeded, TrialExpired, ValidationFailed
 from app.services import export, subscriptions
 
 bp = Blueprint("subscriptions", __name__)
@@ -99,10 +99,18 @@ def update_subscription(subscription_id):
       response=BulkCreateResultSchema, tag="subscriptions", errors=(TrialExpired,))
 def bulk_create():
     body = load_body(bulk_create_schema)
-    result = subscriptions.bulk_create(account_id(), body["subscriptions"],
-                                       lambda raw: load(create_schema, raw))
+    result = subscriptions.bulk_create(account_id(), body["subscriptions"], _load_bulk_item)
     return bulk_create_result_schema.dump({"created": len(result.created), "failed": len(result.errors),
                                            "subscriptions": result.created, "errors": cut_failed_items(result.errors)})
+
+
+def _load_bulk_item(raw):
+    """One item of a bulk create, loaded as a single create's body. One that is no object is refused as an item: the
+    schema's "body: Invalid input type." blamed the request's body, a valid object."""
+    if not isinstance(raw, dict):
+        raise ValidationFailed("subscriptions", "Not a subscription: an item is a JSON object, as POST /subscriptions "
+                               "takes.")
+    return load(create_schema, raw)
 
 
 @bp.delete("/subscriptions/bulk")
