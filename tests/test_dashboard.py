@@ -1203,6 +1203,10 @@ def test_the_verification_snippet_works_as_copied_through_a_rotation_and_refuses
     assert not verified(new, headers(now_ms), body + b" ")
     assert not verified(new, headers(now_ms - 301_000), body)
     assert not verified(new, {}, body)
+    # a hostile request is refused, not an exception: a signature beyond ASCII (compare_digest raises TypeError on
+    # such text) and a timestamp of more digits than int() takes (ValueError), as scripts/receiver.py refuses them
+    assert not verified(new, {**headers(now_ms), "X-Webhook-Signature": "é", "X-Webhook-Signature-Previous": "é"}, body)
+    assert not verified(new, {**headers(now_ms), "X-Webhook-Timestamp": "1" * 5000}, body)
 
 
 def test_a_rotate_form_sent_again_does_not_rotate_a_second_time(browser, alice):
