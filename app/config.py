@@ -226,6 +226,19 @@ DELAY_SETTINGS = ("CHECK_INITIAL_DELAY_SECONDS", "CHECK_INTERVAL_SECONDS", "CHEC
 LONGEST_DELAY_SECONDS = 10 * 365 * 86400  # ten years
 
 
+def _validate_webhook_lease(config) -> None:
+    """A sender starts a claim's tries until half its lease (`WEBHOOK_LEASE_SECONDS`) and records them once they are
+    back, each up to WEBHOOK_TIMEOUT_SECONDS: a timeout of half the lease or more outlives the claim (at exactly half,
+    a try started at the deadline ends at the lease and is recorded after it). Another sender then claimed the
+    delivery again and sent it while the first try was on the wire, or after it had succeeded, and its own failure
+    put a delivered event back on the retry schedule. Refused at start-up, as a provider timeout is against
+    CHECK_LEASE_SECONDS."""
+    timeout, lease = config["WEBHOOK_TIMEOUT_SECONDS"], config["WEBHOOK_LEASE_SECONDS"]
+    if timeout >= lease / 2:
+        raise ConfigError(f"WEBHOOK_LEASE_SECONDS={lease:g} must be more than twice WEBHOOK_TIMEOUT_SECONDS="
+                          f"{timeout:g}: lengthen the lease")
+
+
 def read_instance_values(config) -> None:
     """The settings of `instance/config.py`: written as text (`SCHEDULER_ENABLED = "0"`, `CHECK_INTERVAL_SECONDS =
     "30"`) they are read as the environment's ("0" was a true value, "30" a string no comparison could take);
@@ -294,6 +307,7 @@ def validate(config) -> None:
         if value is not None and value > LONGEST_DELAY_SECONDS:
             raise ConfigError(f"{name}={value} is too large: the largest accepted value is {LONGEST_DELAY_SECONDS} "
                               "(ten years)")
+    _validate_webhook_lease(config)
     schedule = config["WEBHOOK_RETRY_SCHEDULE"]
     if not schedule or any(delay <= 0 for delay in schedule):
         raise ConfigError("WEBHOOK_RETRY_SCHEDULE must list positive seconds, e.g. 5,300,1800")

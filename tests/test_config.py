@@ -40,6 +40,17 @@ def test_a_delay_past_ten_years_is_refused_at_start_up(app, name, value):
     validate({**app.config, name: longest})
 
 
+@pytest.mark.parametrize("lease, timeout", [(20, 10), (12, 10), (1, 0.5)])
+def test_a_webhook_lease_not_over_twice_the_try_timeout_is_refused_at_start_up(app, lease, timeout):
+    """A sender starts tries until half the lease and records them once back: with a try's timeout of half the lease
+    or more, a claim outlived its lease, and another sender sent the delivery again, a delivered one too (webhook
+    walk: WEBHOOK_LEASE_SECONDS=12, two senders, an event delivered then put back on the retry schedule)."""
+    with pytest.raises(ConfigError, match=f"WEBHOOK_LEASE_SECONDS={lease:g} must be more than twice "
+                                          f"WEBHOOK_TIMEOUT_SECONDS={timeout:g}"):
+        validate({**app.config, "WEBHOOK_LEASE_SECONDS": lease, "WEBHOOK_TIMEOUT_SECONDS": timeout})
+    validate({**app.config, "WEBHOOK_LEASE_SECONDS": 2 * timeout + 1, "WEBHOOK_TIMEOUT_SECONDS": timeout})
+
+
 @pytest.mark.parametrize("query", ["", "?connect_timeout=3&sslmode=require", "?connect_timeout=",
                                    "?connect_timeout=2.5", "?options=-csearch_path%3Dother&application_name=monitor"])
 def test_libpq_settings_in_the_postgresql_urls_query_are_accepted(app, query):
