@@ -714,6 +714,26 @@ def test_a_new_endpoint_url_starts_a_clean_failure_record(alice):
     assert response.json["failing_since"] is None and response.json["is_active"] is True
 
 
+@pytest.mark.parametrize("moved_by", ["PUT", "POST"])
+@pytest.mark.parametrize("answer", [Outcome(False, 410, 5, "HTTP 410", gone=True), Outcome(False, 500, 5, "HTTP 500")])
+def test_a_try_to_the_old_url_says_nothing_of_the_endpoint_the_configuration_was_moved_to(alice, moved_by, answer):
+    """A try on the wire to the old endpoint when the configuration was pointed at another one came back and was
+    judged as the new one's: the old endpoint's 410 (one being retired says so) deactivated the new configuration at
+    once, and every event after it was skipped; a failure started the new one's failure record."""
+    configure(alice, "https://93.184.216.34/old")
+    [event_id] = record_events(alice.account_id)
+    token = outbox.new_claim_token()
+    [claimed] = outbox.claim_due(token, 10)  # sent to the old URL; on the wire while the configuration moves
+    new_url = {"endpoint_url": "https://93.184.216.35/new"}
+    moved = (alice.put("/webhooks/configure", json=new_url) if moved_by == "PUT"
+             else alice.post("/webhooks/configure", json={**new_url, "events": ["*"]}))
+    assert moved.status_code == 200
+    outbox.record_results(token, [(claimed, answer)])
+    config = config_row(alice.account_id)
+    assert config.is_active is True and config.failing_since is None
+    assert attempts_of(event_id)[0].response_status == answer.status_code  # the try itself is logged as it was
+
+
 def test_reactivating_starts_a_clean_failure_record(alice):
     configure(alice, "https://93.184.216.34/")
     db.session.execute(WebhookConfig.__table__.update().values(is_active=False, failing_since=utcnow()))

@@ -448,10 +448,14 @@ def is_probe(claimed: Claimed) -> bool:
 
 def _update_endpoint_health(configs, results, now):
     """410 deactivates at once; a success clears `failing_since`; nothing but failures for
-    WEBHOOK_DISABLE_AFTER_SECONDS deactivates. Test events are probes and count for none of this."""
+    WEBHOOK_DISABLE_AFTER_SECONDS deactivates. Test events are probes and count for none of this, and so do the tries
+    sent to a URL the configuration no longer has: a try on the wire to the old endpoint when the configuration was
+    pointed at a new one (PUT or POST /webhooks/configure) says nothing of the new one, whose record starts clean
+    (`webhooks.update_config`); the old one's 410 deactivated the new configuration at once."""
+    urls = {config.account_id: config.endpoint_url for config in configs}
     by_account = {}
     for claimed, outcome in results:
-        if not is_probe(claimed):
+        if not is_probe(claimed) and claimed.outgoing.url == urls.get(claimed.account_id):
             by_account.setdefault(claimed.account_id, []).append(outcome)
     disable_after = timedelta(seconds=current_app.config["WEBHOOK_DISABLE_AFTER_SECONDS"])
     for config in configs:
