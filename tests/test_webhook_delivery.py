@@ -719,7 +719,8 @@ def test_a_new_endpoint_url_starts_a_clean_failure_record(alice):
 def test_a_try_to_the_old_url_says_nothing_of_the_endpoint_the_configuration_was_moved_to(alice, moved_by, answer):
     """A try on the wire to the old endpoint when the configuration was pointed at another one came back and was
     judged as the new one's: the old endpoint's 410 (one being retired says so) deactivated the new configuration at
-    once, and every event after it was skipped; a failure started the new one's failure record."""
+    once, and every event after it was skipped; a failure started the new one's failure record. The 410 also ended the
+    delivery it answered, which the new endpoint then never got."""
     configure(alice, "https://93.184.216.34/old")
     [event_id] = record_events(alice.account_id)
     token = outbox.new_claim_token()
@@ -731,7 +732,10 @@ def test_a_try_to_the_old_url_says_nothing_of_the_endpoint_the_configuration_was
     outbox.record_results(token, [(claimed, answer)])
     config = config_row(alice.account_id)
     assert config.is_active is True and config.failing_since is None
-    assert attempts_of(event_id)[0].response_status == answer.status_code  # the try itself is logged as it was
+    [attempt] = attempts_of(event_id)
+    assert attempt.response_status == answer.status_code  # the try itself is logged as it was
+    # and the delivery goes on, at the URL the configuration has now: the old endpoint's 410 ended it (`failed`)
+    assert event_row(event_id).delivery_status == "pending" and attempt.next_attempt_at is not None
 
 
 def test_reactivating_starts_a_clean_failure_record(alice):

@@ -338,6 +338,8 @@ def record_results(token: str, results: list) -> Counter:
         kept, recorded = _events_kept(session, results), _tries_recorded(session, results)
         attempts, retries, ended, event_changes, late_successes = [], [], [], [], []
         for claimed, outcome in results:
+            if outcome.gone and _sent_elsewhere(claimed, configs.get(claimed.account_id)):
+                outcome = replace(outcome, gone=False)  # the old endpoint's 410: retried, at the URL it has now
             ours = claimed.delivery_id in still_ours  # else dropped, or another sender's now: no next try from us
             tries, next_at = _next_try(still_ours.get(claimed.delivery_id), claimed, outcome, now)
             status = "pending" if next_at else ("succeeded" if outcome.succeeded else "failed")
@@ -446,16 +448,22 @@ def is_probe(claimed: Claimed) -> bool:
     return claimed.event_type == "test"
 
 
+def _sent_elsewhere(claimed: Claimed, config) -> bool:
+    """Whether the try went to a URL other than the one the account's configuration has now (it was moved while the
+    try was on the wire): its answer is the old endpoint's, not the configuration's."""
+    return config is not None and claimed.outgoing.url != config.endpoint_url
+
+
 def _update_endpoint_health(configs, results, now):
     """410 deactivates at once; a success clears `failing_since`; nothing but failures for
     WEBHOOK_DISABLE_AFTER_SECONDS deactivates. Test events are probes and count for none of this, and so do the tries
     sent to a URL the configuration no longer has: a try on the wire to the old endpoint when the configuration was
     pointed at a new one (PUT or POST /webhooks/configure) says nothing of the new one, whose record starts clean
     (`webhooks.update_config`); the old one's 410 deactivated the new configuration at once."""
-    urls = {config.account_id: config.endpoint_url for config in configs}
+    by_config = {config.account_id: config for config in configs}
     by_account = {}
     for claimed, outcome in results:
-        if not is_probe(claimed) and claimed.outgoing.url == urls.get(claimed.account_id):
+        if not is_probe(claimed) and not _sent_elsewhere(claimed, by_config.get(claimed.account_id)):
             by_account.setdefault(claimed.account_id, []).append(outcome)
     disable_after = timedelta(seconds=current_app.config["WEBHOOK_DISABLE_AFTER_SECONDS"])
     for config in configs:
