@@ -232,8 +232,11 @@ def _validate_webhook_lease(config) -> None:
     a try started at the deadline ends at the lease and is recorded after it). Another sender then claimed the
     delivery again and sent it while the first try was on the wire, or after it had succeeded, and its own failure
     put a delivered event back on the retry schedule. Refused at start-up, as a provider timeout is against
-    CHECK_LEASE_SECONDS."""
+    CHECK_LEASE_SECONDS. The timeout is no environment variable: set as text in `instance/config.py` (or None) it
+    failed this comparison with a TypeError, a traceback instead of the one line naming it."""
     timeout, lease = config["WEBHOOK_TIMEOUT_SECONDS"], config["WEBHOOK_LEASE_SECONDS"]
+    if not (_is_number(timeout) and 0 < timeout < float("inf")):
+        raise ConfigError(f"WEBHOOK_TIMEOUT_SECONDS={timeout!r} in config.py is not a positive number of seconds")
     if timeout >= lease / 2:
         raise ConfigError(f"WEBHOOK_LEASE_SECONDS={lease:g} must be more than twice WEBHOOK_TIMEOUT_SECONDS="
                           f"{timeout:g}: lengthen the lease")

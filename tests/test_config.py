@@ -182,6 +182,10 @@ def test_instance_config_values_written_as_text_are_read_as_the_environments(mon
     ("TRIAL_DAYS = None\n", "TRIAL_DAYS=None in config.py is not a whole number"),
     ("TRIAL_DAYS = [1]\n", "TRIAL_DAYS=[1] in config.py is not a whole number"),
     ("WEBHOOK_RETRY_SCHEDULE = [5, '300']\n", "WEBHOOK_RETRY_SCHEDULE=[5, '300'] in config.py is not a list"),
+    # not an environment variable, so not read as one: the lease check raised TypeError on the text (a traceback)
+    ('WEBHOOK_TIMEOUT_SECONDS = "15"\n', "WEBHOOK_TIMEOUT_SECONDS='15' in config.py is not a positive number"),
+    ("WEBHOOK_TIMEOUT_SECONDS = None\n", "WEBHOOK_TIMEOUT_SECONDS=None in config.py is not a positive number"),
+    ("WEBHOOK_TIMEOUT_SECONDS = float('nan')\n", "WEBHOOK_TIMEOUT_SECONDS=nan in config.py is not a positive"),
     ("SCHEDULER_ENABLED = no\n", "config.py cannot be read: NameError: name 'no' is not defined"),
     ("TIERS = {\n", "config.py cannot be read: SyntaxError"),
 ])
