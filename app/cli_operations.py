@@ -36,11 +36,21 @@ def _existing_account(account_id):
         fail(error)
 
 
-def _emit(record: dict, as_json: bool):
+def _emit(record: dict, as_json: bool, absent=None):
+    """One JSON object, or a `name: value` line a field: a flag as yes or no (Python's True and False were printed),
+    an absent value as empty, or as `absent` names it for that field."""
     if as_json:
         click.echo(json.dumps(record))
     else:
-        click.echo("\n".join(f"{name}: {'' if value is None else value}" for name, value in record.items()))
+        click.echo("\n".join(f"{name}: {_text(value, (absent or {}).get(name, ''))}" for name, value in record.items()))
+
+
+def _text(value, absent: str) -> str:
+    if value is None:
+        return absent
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
 
 
 # --- keys ---------------------------------------------------------------------------------------
@@ -108,7 +118,7 @@ def show_account(account_id, as_json):
         webhook = {"webhook_endpoint": None}
     _emit({**described, "trial_ends_at": isoformat(described["trial_ends_at"]),
            "created_at": isoformat(described["created_at"]), "api_keys": len(keys.list_keys(account_id)),
-           **webhook}, as_json)
+           **webhook}, as_json, absent={"subscription_limit": "unlimited"})
 
 
 # --- subscriptions import / export ----------------------------------------------------------------

@@ -69,9 +69,22 @@ def test_accounts_show(runner, alice):
     assert shown["webhook_endpoint"] is None
     alice.post("/webhooks/configure", json={"endpoint_url": "https://93.184.216.34/hook"})
     text = _fields(_ok(runner, "accounts", "show", alice.account_id))
-    assert text["webhook_endpoint"] == "https://93.184.216.34/hook" and text["webhook_active"] == "True"
+    assert text["webhook_endpoint"] == "https://93.184.216.34/hook" and text["webhook_active"] == "yes"
+    assert text["subscription_limit"] == "100"
     assert "whsec_" not in _ok(runner, "accounts", "show", alice.account_id)
     assert runner.invoke(args=["accounts", "show", "acct_missing"]).exit_code != 0
+
+
+def test_accounts_show_says_flags_and_no_limit_in_words(runner, alice):
+    """Its text printed Python's `webhook_active: True` and, for a tier without a cap, `subscription_limit:` with
+    nothing after it, where `accounts list` says `unlimited` (walk)."""
+    alice.post("/webhooks/configure", json={"endpoint_url": "https://93.184.216.34/hook"})
+    assert alice.put("/webhooks/configure", json={"is_active": False}).status_code == 200
+    _ok(runner, "accounts", "set-tier", alice.account_id, "enterprise")
+    text = _fields(_ok(runner, "accounts", "show", alice.account_id))
+    assert (text["webhook_active"], text["subscription_limit"]) == ("no", "unlimited")
+    shown = json.loads(_ok(runner, "accounts", "show", alice.account_id, "--json"))
+    assert (shown["webhook_active"], shown["subscription_limit"]) == (False, None)
 
 
 # --- subscriptions import -------------------------------------------------------------------------
