@@ -65,6 +65,26 @@ def test_search_matches_literally_anywhere_in_the_id_or_url(people, search, expe
     assert total == len(found)
 
 
+@pytest.mark.parametrize("search, expected", [
+    ("https://de.linkedin.com/in/jane-doe/", ["jane-doe"]),
+    ("  https://www.linkedin.com/in/Jane-Doe/?originalSubdomain=de ", ["jane-doe"]),
+    ("http://linkedin.com/in/jane-doe/details/experience/", ["jane-doe"]),
+    ("www.linkedin.com/company/acme/about/", ["acme"]),
+    ("uk.linkedin.com/in/jane/", ["jane-doe", "janet_o-neil"]),          # as the URL's stored start, a prefix
+    ("https://es.linkedin.com/in/jos%C3%A9-garc%C3%ADa/", ["jos%c3%a9-garc%c3%ada"]),
+    ("https://www.linkedin.com/in/josé-garcía/", ["jos%c3%a9-garc%c3%ada"]),
+    ("https://www.linkedin.com/company/jane-doe/", []),                 # a company's URL: no contact
+    ("https://www.example.com/in/jane-doe/", []),                       # not the network's: matched as written
+])
+def test_a_pasted_profile_url_finds_what_its_id_finds(people, search, expected):
+    """A URL copied from the browser (a country subdomain, a trailing slash, a section, a query) found nothing:
+    the stored URL is https://www.linkedin.com/in/<id> only (walk). It is searched as its profile's stored URL."""
+    everyone = sorted(item["network_id"] for item in people.get("/subscriptions?limit=100").get_json()["data"])
+    found, total = _search(people, search)
+    assert found == (everyone if expected is None else expected)
+    assert total == len(found)
+
+
 def test_search_with_filters_and_pages(people):
     assert _search(people, "jane", entity_type="company") == (["janeway-labs"], 1)
     assert _search(people, "company", entity_type="contact") == (["anna-company-fan"], 1)

@@ -47,6 +47,23 @@ def search_form(text: str) -> str:
     return _percent_encode(composed(text.lower())).lower()
 
 
+def search_needle(text: str, domain: str) -> str:
+    """What a search looks for: a pasted profile URL (with or without its scheme, on a country or mobile subdomain,
+    with a trailing slash, a section or a query) as that profile's URL is stored, so that it finds what its id finds
+    (it found nothing: the stored URL is `https://www.<domain>/in/<id>` and nothing else); any other text in the
+    stored form (search_form), matched as written."""
+    candidate = text.strip()
+    if "/" in candidate and not candidate.startswith("/"):
+        try:
+            entity_type, network_id = read_network_url(
+                candidate if "://" in candidate else "https://" + candidate, domain)
+        except ValidationFailed:
+            pass
+        else:
+            return canonical_url(domain, entity_type, network_id).lower()
+    return search_form(text)
+
+
 def canonical_url(domain: str, entity_type: str, network_id: str) -> str:
     return f"https://www.{domain}/{PATH_KIND[entity_type]}/{network_id}"
 

@@ -16,7 +16,7 @@ from app.extensions import db
 from app.models import Account, Subscription
 from app.models.subscription import LIVE_STATUSES
 from app.services import account_lock, accounts, subscription_counts, subscription_search
-from app.services.entities import ENTITY_TYPES, resolve_entity, search_form
+from app.services.entities import ENTITY_TYPES, resolve_entity, search_needle
 from app.services.scheduling import first_check_at
 from app.sql_json import JsonArray
 
@@ -247,7 +247,7 @@ def list_page(account_id, limit, offset, entity_type=None, status=None, search=N
     counters; a search's from its matches (subscription_search)."""
     params = _list_params(account_id, limit, offset, entity_type, status)
     if search:
-        page, params, total = _search_page(params, search_form(search))
+        page, params, total = _search_page(params, search_needle(search, current_app.config["NETWORK_DOMAIN"]))
         return (db.session.execute(page, params).all() if page is not None else []), total
     page_query, total_query = _list_statements(bool(entity_type), bool(status))
     rows = page_query.rows(params)
@@ -260,7 +260,7 @@ def list_page_json(account_id, fields, limit, offset, entity_type=None, status=N
     objects of `fields` (app.sql_json.JsonField, a tuple), the number of items in it and the total."""
     params = _list_params(account_id, limit, offset, entity_type, status)
     if search:
-        page, params, total = _search_page(params, search_form(search))
+        page, params, total = _search_page(params, search_needle(search, current_app.config["NETWORK_DOMAIN"]))
         if page is None:
             return "[]", 0, total
         items, count = db.session.execute(_as_json(page, fields), params).one()
