@@ -453,6 +453,32 @@ def test_import_of_a_field_beyond_the_csv_limit_names_the_row_and_imports_nothin
     assert alice.get("/subscriptions").json["pagination"]["total"] == 0
 
 
+@pytest.mark.parametrize("content, where", [
+    ('name,url\nJane,https://www.linkedin.com/in/jane-doe\nAl,"https://www.linkedin.com/in/al\n\n'
+     'Bo,https://www.linkedin.com/in/bo\nCy,https://www.linkedin.com/in/cy\n', "row 2"),
+    ('name,url\r\nJane,https://www.linkedin.com/in/jane-doe\r\n\r\nAl,https://www.linkedin.com/in/al,"note\r\n'
+     'Bo,https://www.linkedin.com/in/bo\r\n', "row 3"),
+    ('name,"url\nJane,https://www.linkedin.com/in/jane-doe\n', "its header"),
+])
+def test_a_quote_never_closed_is_refused_naming_its_row_and_imports_nothing(runner, alice, tmp_path, content, where):
+    """The csv module read a stray quote's cell to the end of the file: the rows after it were in that one cell,
+    neither imported nor counted (`rows=2 created=1 rejected=1`, exit 0), where the file held four (walk)."""
+    path = tmp_path / "stray.csv"
+    path.write_bytes(content.encode())
+    result = runner.invoke(args=["subscriptions", "import", str(path), "--account", alice.account_id])
+    assert result.exit_code != 0, result.output
+    assert f"cannot be read as CSV: {where} opens a quoted cell" in result.output
+    assert alice.get("/subscriptions").json["pagination"]["total"] == 0
+
+
+def test_a_quoted_cell_over_several_lines_closed_at_the_end_is_read(runner, alice, tmp_path):
+    path = tmp_path / "notes.csv"
+    path.write_text('url,note\nhttps://www.linkedin.com/in/jane-doe,"two\n\nparagraphs"\n'
+                    'https://www.linkedin.com/in/al,"last ""quoted""\nnote"\n', encoding="utf-8")
+    assert "created=2" in _ok(runner, "subscriptions", "import", str(path), "--account", alice.account_id,
+                              "--metadata", "note")
+
+
 def test_a_terminal_gets_a_progress_bar(runner, alice, crm_file, monkeypatch):
     bars = []
     real = cli_operations.click.progressbar

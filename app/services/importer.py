@@ -110,19 +110,40 @@ def _parse(file, delimiter=None):
     rows, where = [], "its header"
     try:
         header = next(reader, [])  # read here: its errors are the header's
+        last, last_lines = where, (0, reader.line_num)  # the last record read, and the lines it spans
         where = "row 1"
         for number, cells in enumerate(reader, 1):  # as a spreadsheet numbers them: blank rows too (review)
+            last, last_lines = where, (last_lines[1], reader.line_num)
             read = _Row(dict(zip_longest(header, cells[:len(header)])), cells[len(header):], number)
             if not read.is_blank:  # empty, spaces or delimiters alone (it was a row refused as empty: walk)
                 rows.append(read)
             where = f"row {number + 1}"
     except csv.Error as error:  # e.g. a field beyond the csv module's 131,072 characters
         raise ImportRefused(f"The file cannot be read as CSV at {where}: {error}.") from None
+    if _opens_a_quote_never_closed(file, dialect, *last_lines):
+        raise ImportRefused(f"The file cannot be read as CSV: {last} opens a quoted cell (\") that is never closed, "
+                            "so every line after it was read into that one cell: close the quote, or remove it.")
     urls = [name for name in header if "://" in (name or "") or _is_profile_url(name or "")]
     if urls:  # a first row of data, which would be lost as the header
         raise ImportRefused(f"The first line holds a URL ({urls[0]}), not the names of the columns: add a first line "
                             "naming them (e.g. url,owner), or give a bare list of URLs, one a line.")
     return header, rows
+
+
+def _opens_a_quote_never_closed(file, dialect, first: int, end: int) -> bool:
+    """Whether the last record, on lines [first, end), runs over a line break to the end of the file inside a quoted
+    cell: the csv module reads such a cell to the end of the file and gives it back as one, every row after the
+    stray quote in it (they were neither imported nor counted, and the run exited 0: walk)."""
+    if end - first < 2:
+        return False
+    file.seek(0)
+    lines = file.readlines()[first:end]
+    try:
+        for _cells in csv.reader(lines, dialect=dialect, strict=True):
+            pass
+    except csv.Error as error:
+        return "unexpected end of data" in str(error)
+    return False
 
 
 def _sniffed(file):
