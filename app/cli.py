@@ -285,6 +285,7 @@ def serve(gunicorn_args):
         refuse_unsafe_process_model(app.config, gunicorn_settings(["gunicorn", *arguments]))
     except ConfigError as error:
         stop(f"configuration refused: {error}", APP_LOAD_ERROR)
+    os.environ["LOG_FORMAT"] = app.config["LOG_FORMAT"]  # for gunicorn's own lines (app/gunicorn_limits.py)
     # by its file, not imported: gunicorn reads WEB_CONCURRENCY as it is imported, before the check above
     os.execv(sys.executable, [sys.executable, os.path.join(os.path.dirname(__file__), "gunicorn_main.py"), *arguments])
 

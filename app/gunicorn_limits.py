@@ -5,6 +5,7 @@ Used by `app/gunicorn_conf.py` (`entity-monitor serve`). Without that file (`gun
 gunicorn's defaults and a request line or header past them gets gunicorn's HTML page; everything the app sees
 answers JSON either way, and the app itself keeps secrets out of the access log's request line."""
 import json
+import os
 import uuid
 from datetime import datetime, timezone
 
@@ -46,9 +47,23 @@ def answer_errors_in_json():
     util.write_error = write_json_error
 
 
+GUNICORN_JSON_FORMAT = "%(levelname)s %(name)s %(message)s %(process)d"  # gunicorn's text line names the process
+
+
 class RedactingLogger(glogging.Logger):
     """gunicorn's logger with secrets removed: the access line of a request gunicorn refused (it never
     reached the app) and its "Invalid request" / "Error handling request" lines echo the raw request."""
+
+    def setup(self, cfg):
+        """gunicorn's own lines (starting, a worker booted or timed out, a signal handled) in LOG_FORMAT's form: with
+        `json` they were text lines in the JSON stream, which a log shipper parsing it rejects (operator walk).
+        LOG_FORMAT as `serve` resolved it (environment or instance/config.py), else as the environment says."""
+        super().setup(cfg)
+        if os.environ.get("LOG_FORMAT", "").strip() == "json":
+            from app.logging_setup import json_formatter
+            formatter = json_formatter(GUNICORN_JSON_FORMAT)
+            for handler in self.error_log.handlers:
+                handler.setFormatter(formatter)
 
     def access(self, resp, req, environ, request_time):
         redact_environ(environ)

@@ -70,8 +70,13 @@ class SafeJsonFormatter(WithoutSecrets, JsonFormatter):
 
 def _formatter(log_format: str) -> logging.Formatter:
     if log_format == "json":
-        return SafeJsonFormatter(JSON_FORMAT, timestamp="time", rename_fields={"levelname": "level", "name": "logger"})
+        return json_formatter()
     return SafeTextFormatter(TEXT_FORMAT)
+
+
+def json_formatter(fmt: str = JSON_FORMAT) -> logging.Formatter:
+    """LOG_FORMAT=json's formatter (gunicorn's own lines take it too: app/gunicorn_limits.py)."""
+    return SafeJsonFormatter(fmt, timestamp="time", rename_fields={"levelname": "level", "name": "logger"})
 
 
 def configure_logging(app) -> None:

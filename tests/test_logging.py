@@ -250,6 +250,31 @@ def test_serve_leaves_gunicorns_access_log_off_so_each_request_is_logged_once(lo
     assert done.stdout.strip() == "None"
 
 
+@pytest.mark.parametrize("log_format", ["json", "text"])
+def test_gunicorns_own_lines_take_the_log_format(monkeypatch, capsys, log_format):
+    """With LOG_FORMAT=json, gunicorn's own lines (starting, booting a worker, WORKER TIMEOUT, a signal handled) were
+    text in the JSON stream, which a shipper parsing it rejects (walk); `serve` hands the setting on to gunicorn."""
+    import json
+
+    from gunicorn.config import Config
+
+    from app.gunicorn_limits import RedactingLogger
+    monkeypatch.setenv("LOG_FORMAT", log_format)
+    logger = RedactingLogger(Config())
+    logger.info("Booting worker with pid: %s", 4242)
+    logger.critical("WORKER TIMEOUT (pid:%s)", 4242)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2
+    if log_format == "json":
+        booted, timed_out = [json.loads(line) for line in lines]
+        assert (booted["level"], booted["logger"], booted["message"]) == ("INFO", "gunicorn.error",
+                                                                          "Booting worker with pid: 4242")
+        assert (timed_out["level"], timed_out["message"]) == ("CRITICAL", "WORKER TIMEOUT (pid:4242)")
+        assert "time" in booted and "process" in booted
+    else:
+        assert lines[0].endswith("[INFO] Booting worker with pid: 4242")
+
+
 def test_a_check_loop_longer_than_its_poll_interval_does_not_warn_every_two_seconds(app, log_lines):
     # A batch of checks against a slow vendor outlasts the 2 s poll: APScheduler then warned "skipped: maximum
     # number of running instances reached" at every tick (and "was missed by" after a standby took over),
