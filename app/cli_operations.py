@@ -3,6 +3,7 @@
 import json
 import logging
 import os
+import re
 import socket
 import socketserver
 import sys
@@ -17,6 +18,7 @@ from app.cli import OperatorGroup, _fail as fail, accounts_cli, on_an_existing_d
 from app.common import isoformat
 from app.errors import ServiceError
 from app.exits import APP_LOAD_ERROR, stop
+from app.redaction import redact_uri
 from app.schemas.account import ApiKeyCreateSchema
 from app.schemas.subscriptions import STATUSES, SubscriptionCreateSchema
 from app.services import accounts, export, importer, keys, retention, webhooks
@@ -266,8 +268,18 @@ class MetricsRequestHandler(WSGIRequestHandler):
 
     def log_message(self, format, *args):  # noqa: A002 - http.server's signature
         """Through the app's logging, as every other line (one JSON object with LOG_FORMAT=json): http.server wrote
-        its own `127.0.0.1 - - [date] "GET /metrics …"` line on stderr for every scrape."""
+        its own `127.0.0.1 - - [date] "GET /metrics …"` line on stderr for every scrape. The request line's target is
+        redacted as the app's access line's is (`?token=[redacted]`): it was logged as sent (operator walk)."""
+        args = tuple(_request_line_redacted(arg) if isinstance(arg, str) else arg for arg in args)
         logging.getLogger("app.access").info("%s %s", self.address_string(), format % args)
+
+
+_REQUEST_LINE = re.compile(r"(\S+ )(\S+)( HTTP/\S+)")
+
+
+def _request_line_redacted(text: str) -> str:
+    line = _REQUEST_LINE.fullmatch(text)
+    return line.group(1) + redact_uri(line.group(2)) + line.group(3) if line else text
 
 
 @metrics_cli.command("serve", existing_database=False)  # refused with exit 4, below, as `serve` refuses it

@@ -346,6 +346,19 @@ def test_metrics_serve_logs_its_requests_through_the_apps_logging(caplog, capsys
     assert capsys.readouterr().err == ""
 
 
+def test_metrics_serve_redacts_credentials_in_its_request_lines(caplog):
+    """A scrape's query (`params:` in a Prometheus job) was logged as sent, `?token=s3cr3t` and all, where the app's
+    access line redacts the values of key-, secret- or token-like parameters (walk)."""
+    handler = cli_operations.MetricsRequestHandler.__new__(cli_operations.MetricsRequestHandler)
+    handler.client_address = ("127.0.0.1", 40000)
+    with caplog.at_level(logging.INFO, logger="app.access"):
+        handler.log_message('"%s" %s %s', "GET /metrics?token=s3cr3t&password=hunter2&x=1 HTTP/1.1", "200", "3215")
+        handler.log_message("code %d, message %s", 400, "Bad request version ('x')")
+    assert [record.getMessage() for record in caplog.records] == [
+        '127.0.0.1 "GET /metrics?token=[redacted]&password=[redacted]&x=1 HTTP/1.1" 200 3215',
+        "127.0.0.1 code 400, message Bad request version ('x')"]
+
+
 def gunicorn_with_four_workers():
     from app.serving import gunicorn_settings
     return gunicorn_settings(["gunicorn", "-w", "4", "app.wsgi:app"])
