@@ -35,6 +35,8 @@ class OperatorGroup(AppGroup):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except ServiceError as error:  # one a command does not expect (an account on a tier gone from TIERS)
+            _fail(error)
         except Exception as error:  # noqa: BLE001 - anything else is raised as it is
             _stop_where_the_database_cannot_serve(error)
             raise

@@ -316,6 +316,7 @@ def validate(config) -> None:
         raise ConfigError("WEBHOOK_RETRY_SCHEDULE must list positive seconds, e.g. 5,300,1800")
     if max(schedule) > LONGEST_DELAY_SECONDS:
         raise ConfigError(f"WEBHOOK_RETRY_SCHEDULE may not wait more than {LONGEST_DELAY_SECONDS} seconds (ten years)")
+    _validate_tiers(config["TIERS"])
     if config["DEFAULT_TIER"] not in config["TIERS"]:
         raise ConfigError(f"DEFAULT_TIER={config['DEFAULT_TIER']!r} is not a tier: use one of "
                           f"{', '.join(config['TIERS'])}")
@@ -331,6 +332,38 @@ def validate(config) -> None:
     _validate_provider(config)
     _validate_webhook_test_settings(config)
     _validate_trusted_hosts(config.get("TRUSTED_HOSTS"))
+
+
+RATE_CLASSES = ("read", "write", "bulk", "default")
+TIER_SHAPE = ("TIERS (instance/config.py) must map each tier's name to {'subscription_limit': N or None, "
+              "'check_interval_seconds': N, 'rate_limits': {'read': N, 'write': N, 'bulk': N, 'default': N}} "
+              "(app/config.py's DEFAULT_TIERS)")
+
+
+def _validate_tiers(tiers) -> None:
+    """TIERS as instance/config.py may set it: a malformed one was a traceback at start-up (`TIERS = 5`), or, a key
+    left out, a KeyError in every request or check of an account on that tier (operator walk)."""
+    def whole(value, smallest, largest=None) -> bool:
+        return (isinstance(value, int) and not isinstance(value, bool) and value >= smallest
+                and (largest is None or value <= largest))
+
+    if not isinstance(tiers, dict) or not tiers:
+        raise ConfigError(f"{TIER_SHAPE}; it is {tiers!r}")
+    for name, tier in tiers.items():
+        problem = None
+        if not isinstance(name, str) or not name or not isinstance(tier, dict):
+            problem = "is not a name mapped to a dictionary"
+        elif tier.get("subscription_limit", 0) is not None and not whole(tier.get("subscription_limit"), 0):
+            problem = f"has subscription_limit={tier.get('subscription_limit')!r}, not a whole number >= 0 or None"
+        elif not whole(tier.get("check_interval_seconds"), 1, LONGEST_DELAY_SECONDS):
+            problem = (f"has check_interval_seconds={tier.get('check_interval_seconds')!r}, not a whole number of "
+                       f"seconds from 1 to {LONGEST_DELAY_SECONDS} (ten years)")
+        elif not isinstance(tier.get("rate_limits"), dict) or not all(
+                whole(tier["rate_limits"].get(rate_class), 1) for rate_class in RATE_CLASSES):
+            problem = (f"has rate_limits={tier.get('rate_limits')!r}, not a whole number >= 1 for each of "
+                       f"{', '.join(RATE_CLASSES)}")
+        if problem:
+            raise ConfigError(f"TIERS: the tier {name!r} {problem}. {TIER_SHAPE}")
 
 
 def _validate_database_url(url):

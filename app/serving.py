@@ -98,6 +98,22 @@ def refuse_a_schema_of_another_release(app):
     if found != needed:
         stop(f"the database's schema is at {', '.join(sorted(found)) or 'no version'}, this release's is "
              f"{', '.join(sorted(needed))}: run `entity-monitor db upgrade` first", APP_LOAD_ERROR)
+    refuse_tiers_that_are_gone(app)
+
+
+def refuse_tiers_that_are_gone(app):
+    """Accounts on a tier that TIERS (instance/config.py) no longer has: every request of theirs was a 500 (a KeyError
+    in the rate limiter) and their checks failed, the service running on. Stops it for good, naming them."""
+    from app.services.accounts import tiers_gone
+    with app.app_context():
+        gone = tiers_gone(db.session)
+        db.session.remove()
+    if gone:
+        named = "; ".join(f"{tier!r}: {len(ids):,} ({', '.join(ids[:5])}{', …' if len(ids) > 5 else ''})"
+                          for tier, ids in gone.items())
+        stop(f"configuration refused: accounts are on tiers TIERS does not have ({named}): add the tiers back to TIERS "
+             "in instance/config.py, or move the accounts with `entity-monitor accounts set-tier ACCOUNT_ID TIER` "
+             "first", APP_LOAD_ERROR)
 
 
 def _stop_in_one_line(error: DBAPIError):

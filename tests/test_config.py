@@ -195,6 +195,34 @@ def test_an_unreadable_instance_config_is_one_line(monkeypatch, tmp_path, config
     assert refusal in str(refused.value) and "\n" not in str(refused.value)
 
 
+TIER = "{'subscription_limit': 5, 'check_interval_seconds': 3600, 'rate_limits': {'read': 9, 'write': 9, 'bulk': 9, " \
+       "'default': 9}}"
+
+
+@pytest.mark.parametrize("config_py, refusal", [
+    ("TIERS = 5\n", "TIERS (instance/config.py) must map each tier's name to"),
+    ("TIERS = {}\n", "TIERS (instance/config.py) must map each tier's name to"),
+    ("TIERS = {'starter': {'subscription_limit': 5}}\n", "the tier 'starter' has check_interval_seconds=None"),
+    (f"TIERS = {{'starter': {TIER.replace('5,', '-1,')}}}\n", "the tier 'starter' has subscription_limit=-1"),
+    (f"TIERS = {{'starter': {TIER.replace('3600', '0.5')}}}\n", "the tier 'starter' has check_interval_seconds=0.5"),
+    (f"TIERS = {{'starter': {TIER.replace(', ' + chr(39) + 'default' + chr(39) + ': 9', '')}}}\n",
+     "the tier 'starter' has rate_limits={'read': 9, 'write': 9, 'bulk': 9}, not a whole number >= 1 for each of "
+     "read, write, bulk, default"),
+    (f"TIERS = {{'starter': {TIER}, 'team': []}}\n", "the tier 'team' is not a name mapped to a dictionary"),
+])
+def test_a_malformed_tiers_setting_is_one_line(monkeypatch, tmp_path, config_py, refusal):
+    """`TIERS = 5` in instance/config.py was a traceback at start-up; a tier without its rate_limits or interval
+    started, and every request or check of its accounts was a KeyError (walk)."""
+    with pytest.raises(ConfigError) as refused:
+        _app_with(monkeypatch, tmp_path, config_py=config_py)
+    assert refusal in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_tiers_of_the_right_shape_are_taken(monkeypatch, tmp_path):
+    app = _app_with(monkeypatch, tmp_path, config_py=f"TIERS = {{'starter': {TIER.replace('5,', 'None,')}}}\n")
+    assert app.config["TIERS"]["starter"]["subscription_limit"] is None
+
+
 @pytest.mark.parametrize("environ, refusal", [
     ({"SIMULATED_FAILURE_PERCENT": "150"}, "SIMULATED_FAILURE_PERCENT=150.0 is too large"),
     ({"SQLITE_BUSY_TIMEOUT_MS": "99999999999999"}, "SQLITE_BUSY_TIMEOUT_MS=99999999999999 is too large"),

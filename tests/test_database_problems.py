@@ -180,6 +180,27 @@ def test_serve_on_a_schema_of_another_release_stops_with_one_line(tmp_path, data
             f"{RELEASE_HEAD}: run `entity-monitor db upgrade` first") in done.stderr
 
 
+@pytest.mark.parametrize("database", DATABASES)
+def test_accounts_on_a_tier_gone_from_tiers_stop_serve_naming_them(tmp_path, database):
+    """TIERS in instance/config.py without a tier accounts are on: the service started, and every request of those
+    accounts was a 500 (a KeyError in the rate limiter), `accounts list` a traceback (walk)."""
+    url = own_database(tmp_path, database, "tiers", "INSERT INTO accounts (id, name, tier, created_at) VALUES "
+                                                    "('acct_gone', 'Gone', 'growth', CURRENT_TIMESTAMP)")
+    (tmp_path / "config.py").write_text(
+        "TIERS = {'starter': {'subscription_limit': 5, 'check_interval_seconds': 3600,\n"
+        "                     'rate_limits': {'read': 9, 'write': 9, 'bulk': 9, 'default': 9}}}\n")
+    done = entity_monitor(tmp_path, url, "serve", **SERVING, SCHEDULER_ENABLED="0")
+    assert done.returncode == 4 and "Traceback" not in done.stderr
+    assert ("entity-monitor: configuration refused: accounts are on tiers TIERS does not have ('growth': 1 "
+            "(acct_gone)): add the tiers back") in done.stderr
+    listed = entity_monitor(tmp_path, url, "accounts", "list")
+    assert listed.returncode == 1 and "Traceback" not in listed.stderr
+    assert only_line(listed).startswith("Error: INVALID_STATE: The tier 'growth' is not in TIERS (it has starter)")
+    moved = entity_monitor(tmp_path, url, "accounts", "set-tier", "acct_gone", "starter")
+    assert moved.returncode == 0, moved.stderr
+    assert entity_monitor(tmp_path, url, "accounts", "list").stdout.startswith("acct_gone\tstarter\t0/5\tGone")
+
+
 @pytest.mark.parametrize("statement", ["SELEC 1", "SELECT no_such_function(1)"])
 def test_an_error_of_the_sql_itself_is_not_taken_for_an_unusable_database(tmp_path, statement):
     engine = create_engine(f"sqlite:///{tmp_path / 'x.db'}")

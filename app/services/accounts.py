@@ -6,7 +6,7 @@ from sqlalchemy import select
 
 from app.common import NAME_RULE, is_plain_name, new_id, utcnow
 from app.database import write_transaction
-from app.errors import NotFound, ValidationFailed
+from app.errors import InvalidState, NotFound, ValidationFailed
 from app.extensions import db
 from app.models import Account
 from app.models.subscription import LIVE_STATUSES
@@ -14,7 +14,22 @@ from app.services import keys, subscription_counts
 
 
 def tier_settings(tier: str) -> dict:
-    return current_app.config["TIERS"][tier]
+    tiers = current_app.config["TIERS"]
+    if tier not in tiers:  # TIERS changed in instance/config.py under accounts still on it (a KeyError: walk)
+        raise InvalidState(f"The tier '{tier}' is not in TIERS (it has {', '.join(tiers)}): add it back to TIERS in "
+                           "instance/config.py, or move its accounts with `entity-monitor accounts set-tier ACCOUNT_ID "
+                           "TIER` (`serve` names them).")
+    return tiers[tier]
+
+
+def tiers_gone(session) -> dict:
+    """{tier: [account ids]} of the accounts on a tier TIERS does not have."""
+    known = list(current_app.config["TIERS"])
+    gone = {}
+    for account_id, tier in session.execute(select(Account.id, Account.tier).where(Account.tier.not_in(known))
+                                            .order_by(Account.tier, Account.id)):
+        gone.setdefault(tier, []).append(account_id)
+    return gone
 
 
 def subscription_limit(account: Account):
