@@ -197,7 +197,7 @@ def import_subscriptions(file, account_id, column, type_column, metadata, reject
                                      param_hint="--rejected")
         _check_writable(rejected_path)
     try:
-        header, rows = importer.read_rows(file)
+        header, rows, form = importer.read_rows(file)
         plan = importer.Plan.for_header(header, column, type_column,
                                         [name.strip() for name in metadata.split(",") if name.strip()])
         with Progress(len(rows), on_terminal()) as progress:
@@ -212,8 +212,10 @@ def import_subscriptions(file, account_id, column, type_column, metadata, reject
     rejected_path = rejected_path or _default_rejected_path(file, dry_run)
     if report.refused:
         try:
-            with open(rejected_path, "w", newline="", encoding="utf-8") as rejected_file:
-                importer.write_outcomes(rejected_file, header, report.refused, ("reason",))
+            # in the file's own form (delimiter, BOM): Excel opened a `;` file's rows in one column, and without the
+            # BOM read its UTF-8 as the system's code page (José as JosÃ©), saved so when the rows were fixed (walk)
+            with open(rejected_path, "w", newline="", encoding="utf-8-sig" if form.bom else "utf-8") as rejected_file:
+                importer.write_outcomes(rejected_file, header, report.refused, ("reason",), delimiter=form.delimiter)
         except OSError as error:  # beside a file in a folder this user cannot write (a --rejected was checked)
             raise click.ClickException(f"the rejected rows could not be written to {rejected_path} "
                                        f"({error.strerror}): import again with --rejected PATH; a second run is "

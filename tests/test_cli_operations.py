@@ -113,9 +113,9 @@ def crm_file(tmp_path):
     return _write_csv(tmp_path / "crm.csv", ["Name", "LinkedIn Profile", "Owner", "Segment"], CRM_ROWS)
 
 
-def _rejected(path):
+def _rejected(path, delimiter=","):
     with open(path, newline="", encoding="utf-8") as file:
-        return list(csv.DictReader(file))
+        return list(csv.DictReader(file, delimiter=delimiter))
 
 
 def test_import_a_crm_export_then_re_run_it(runner, alice, crm_file, tmp_path):
@@ -234,9 +234,29 @@ def test_column_type_column_and_semicolons(runner, alice, tmp_path):
     output = _ok(runner, "subscriptions", "import", path, "--account", alice.account_id, "--column", "handle",
                  "--type-column", "kind", "--metadata", "crm", "--rejected", str(tmp_path / "out.csv"))
     assert "created=2 already_present=0 rejected=2" in output
-    reasons = {row["handle"]: row["reason"] for row in _rejected(tmp_path / "out.csv")}
+    reasons = {row["handle"]: row["reason"] for row in _rejected(tmp_path / "out.csv", ";")}  # the file's own
     assert "entity_type column" in reasons["no-type"]
     assert "entity_type" in reasons["r2-d2"]
+
+
+def test_the_rejected_file_is_written_in_the_files_own_delimiter_and_bom(runner, alice, tmp_path):
+    """Excel's *CSV UTF-8* of a `;` locale: the rejected rows came back `,`-separated and without the BOM, so Excel
+    opened each in one column and read José as JosÃ©, which a fixed and saved file then imported (walk)."""
+    path = tmp_path / "excel.csv"
+    path.write_bytes(codecs.BOM_UTF8 + "Name;LinkedIn URL;Owner\r\nJosé;https://www.linkedin.com/in/jose-1;Zoë\r\n"
+                     "Ana;https://www.example.com/in/ana;Zoë\r\n".encode())
+    assert "created=1 already_present=0 rejected=1" in _ok(runner, "subscriptions", "import", str(path), "--account",
+                                                           alice.account_id, "--metadata", "Owner")
+    written = (tmp_path / "excel.rejected.csv").read_bytes()
+    assert written.startswith(codecs.BOM_UTF8 + "Name;LinkedIn URL;Owner;reason\r\nAna;".encode())
+    (tmp_path / "fixed.csv").write_bytes(written.replace(b"www.example.com", b"www.linkedin.com"))  # fixed, saved
+    assert "created=1" in _ok(runner, "subscriptions", "import", str(tmp_path / "fixed.csv"), "--account",
+                              alice.account_id, "--metadata", "Owner")
+    owners = {item["network_id"]: item["custom_metadata"] for item in alice.get("/subscriptions").json["data"]}
+    assert owners == {"jose-1": {"Owner": "Zoë"}, "ana": {"Owner": "Zoë"}}
+    plain = _write_csv(tmp_path / "plain.csv", ["url"], [["https://www.example.com/in/x"]])
+    _ok(runner, "subscriptions", "import", plain, "--account", alice.account_id)
+    assert (tmp_path / "plain.rejected.csv").read_bytes().startswith(b"url,reason\r\n")  # no BOM where none was
 
 
 @pytest.mark.parametrize("where", ["missing/out.csv", "a-file/out.csv", "/proc/out.csv"])

@@ -42,10 +42,19 @@ def header_key(name: str) -> str:
     return re.sub(r"[\W_]+", "_", (name or "").strip().lower()).strip("_")
 
 
+@dataclass(frozen=True)
+class FileForm:
+    """How a file was written: its delimiter, and whether it starts with a UTF-8 BOM (Excel's *CSV UTF-8*)."""
+    delimiter: str = ","
+    bom: bool = False
+
+
 def read_rows(path: str):
-    """(header, rows as dicts) of a CSV file (`_rows_of_csv`), read as an upload is (`text_of_upload`)."""
+    """(header, rows as dicts, FileForm) of a CSV file (`_rows_of_csv`), read as an upload is (`text_of_upload`)."""
     with open(path, "rb") as file:
-        return _rows_of_csv(text_of_upload(file.read()))
+        data = file.read()
+    header, rows, delimiter = _rows_of_csv(text_of_upload(data))
+    return header, rows, FileForm(delimiter, data.startswith(codecs.BOM_UTF8))
 
 
 def text_of_upload(data: bytes) -> str:
@@ -67,12 +76,13 @@ def rows_from_text(text: str, uploaded=False):
     if not text.strip():  # (an empty file was told to paste a list or choose a file: walk)
         raise ImportRefused(EMPTY_FILE if uploaded else "Paste profile URLs (one a line) or a CSV with a header, or "
                                                         "choose a file.")
-    return _rows_of_csv(text)
+    header, rows, _delimiter = _rows_of_csv(text)
+    return header, rows
 
 
 def _rows_of_csv(text: str):
-    """(header, rows) of a CSV with a header, or of a bare list of profile URLs, one a line (read as a `url` column:
-    its first URL was taken for the header, and never imported: operability walk). Blank lines before the header
+    """(header, rows, delimiter) of a CSV with a header, or of a bare list of profile URLs, one a line (read as a `url`
+    column: its first URL was taken for the header, and never imported: operability walk). Blank lines before the header
     are skipped, and so is Excel's `sep=;` line, whose delimiter is then the file's. Lines may end in CR alone (Excel's
     "CSV (Macintosh)"), read as universal newlines are: the csv module refused such a file (walk)."""
     text = _BLANK_LINES_FIRST.sub("", _LINE_ENDS.sub("\n", text))
@@ -127,7 +137,7 @@ def _parse(file, delimiter=None):
     if urls:  # a first row of data, which would be lost as the header
         raise ImportRefused(f"The first line holds a URL ({urls[0]}), not the names of the columns: add a first line "
                             "naming them (e.g. url,owner), or give a bare list of URLs, one a line.")
-    return header, rows
+    return header, rows, dialect.delimiter
 
 
 def _opens_a_quote_never_closed(file, dialect, first: int, end: int) -> bool:
@@ -296,15 +306,15 @@ class ImportReport:
         return [outcome for outcome in self.outcomes if outcome.result == "refused"]
 
 
-def write_outcomes(file, header, outcomes, columns, formulas_inert=False) -> None:
+def write_outcomes(file, header, outcomes, columns, formulas_inert=False, delimiter=",") -> None:
     """A CSV of the rows as read, each followed by the outcome's `columns` (RowOutcome fields), named `import_…` where
     the file has a column of that name (a file's own `row` or `code` column was overwritten by the outcome's: walk).
     A row with cells past the header's columns keeps them, before its outcome's: it can be fixed and imported again
     as it was (they were dropped: operator walk).
     With `formulas_inert`, every cell (header names too) a spreadsheet would run as a formula is written as text
-    (`formula_inert`)."""
+    (`formula_inert`). `delimiter`: the file's own (`FileForm`), so that it opens as it did."""
     cell = formula_inert if formulas_inert else (lambda value: value)
-    writer = csv.writer(file)
+    writer = csv.writer(file, delimiter=delimiter)
     writer.writerow([cell(name) for name in header] + [_name_apart(name, header) for name in columns])
     for outcome in outcomes:
         writer.writerow([cell(outcome.values.get(name)) for name in header]
