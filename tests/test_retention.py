@@ -80,6 +80,24 @@ def test_prune_goes_in_batches_and_stops_after_max_batches(history):
     assert retention.prune().events == 0
 
 
+def test_an_event_redelivered_during_a_batch_does_not_end_the_prune(alice, history, monkeypatch):
+    """A batch whose events were read, then one of them queued for a redelivery before the delete, pruned fewer than
+    its size, and the prune stopped there as if nothing older were left: `events prune` exited 0 with old events
+    kept (walk)."""
+    read = retention._prunable_event_ids
+
+    def read_then_redeliver(cutoff, limit):
+        ids = read(cutoff, limit)
+        if ids and not redelivered:
+            redelivered.append(ids[0])
+            assert alice.post(f"/events/{ids[0]}/redeliver").status_code == 202
+        return ids
+    redelivered = []
+    monkeypatch.setattr(retention, "_prunable_event_ids", read_then_redeliver)
+    assert retention.prune(batch_size=2).events == 2
+    assert _remaining(history["old"]) == set(redelivered)
+
+
 def test_retention_days_come_from_the_setting_or_the_argument(app, history):
     app.config["EVENT_RETENTION_DAYS"] = 365
     assert retention.prune().events == 0

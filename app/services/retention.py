@@ -20,6 +20,7 @@ from app.services import events
 class Pruned:
     events: int = 0
     attempts: int = 0
+    read: int = 0  # of one batch: the ids its read found (some may have been queued for a delivery meanwhile)
 
     def add(self, other: "Pruned") -> None:
         self.events += other.events
@@ -55,6 +56,7 @@ def prune_batch(cutoff, batch_size) -> Pruned:
     ids = _prunable_event_ids(cutoff, batch_size)
     if not ids:
         return Pruned()
+    read = len(ids)
     with write_transaction() as session:
         lock_in_order(session, Event.id, Event.id.in_(ids))  # before their attempts: `write_transaction`
         # re-checked once they are locked: a redelivery may have queued one of them meanwhile
@@ -62,7 +64,7 @@ def prune_batch(cutoff, batch_size) -> Pruned:
         ids = [event_id for event_id in ids if event_id not in kept]
         attempts = session.execute(delete(DeliveryAttempt).where(DeliveryAttempt.event_id.in_(ids))).rowcount
         pruned = _delete_events(session, ids)
-    return Pruned(pruned, attempts)
+    return Pruned(pruned, attempts, read)
 
 
 def prune(days=None, batch_size=None, max_batches=None) -> Pruned:
@@ -74,6 +76,6 @@ def prune(days=None, batch_size=None, max_batches=None) -> Pruned:
         pruned = prune_batch(cutoff, batch_size)
         total.add(pruned)
         batches += 1
-        if pruned.events < batch_size:
+        if pruned.read < batch_size:  # (by what was pruned, an event redelivered meanwhile ended the prune early)
             return total
     return total
