@@ -719,6 +719,23 @@ def test_a_quoted_cell_keeps_its_blank_lines_as_the_command_line_reads_them(brow
                         "created"]
 
 
+def test_the_import_results_csv_comes_back_in_the_files_own_delimiter_and_bom(browser, alice):
+    """Excel's CSV UTF-8 of a `;` locale came back comma-separated and without its BOM: Excel opened each row in one
+    column and read José as JosÃ© (walk). A pasted list comes back as it was read, without a BOM."""
+    upload = (io.BytesIO(codecs.BOM_UTF8 + "Name;LinkedIn URL\r\nJosé;https://www.linkedin.com/in/bom-jose\r\n"
+                                           "Ana;https://example.com/in/ana\r\n".encode()), "crm.csv")
+    page = browser.post("/subscriptions/import", data={"file": upload},
+                        content_type="multipart/form-data").get_data(as_text=True)
+    assert "2 rows read" in page and "1 subscribed" in page and "1 refused" in page
+    results = unquote(re.search(r'href="data:text/csv;charset=utf-8,([^"]+)" download', page).group(1))
+    assert results.startswith("\ufeffName;LinkedIn URL;row;result;subscription_id;code;reason\r\n"
+                              "José;https://www.linkedin.com/in/bom-jose;1;created;sub_")
+    page = browser.post("/subscriptions/import", data={"rows": "https://www.linkedin.com/in/pasted-one\n"}
+                        ).get_data(as_text=True)
+    results = unquote(re.search(r'href="data:text/csv;charset=utf-8,([^"]+)" download', page).group(1))
+    assert results.startswith("url,row,result,subscription_id,code,reason\r\n")
+
+
 @pytest.mark.parametrize("content", [b"", codecs.BOM_UTF8, b"\r\n \r\n"])
 def test_an_empty_file_is_refused_as_empty(browser, alice, content):
     """It was told to paste a list or choose a file, a file having been chosen (walk)."""

@@ -220,8 +220,11 @@ def import_subscriptions():
         notify("error", "Paste a list or choose a file, not both: import them one after the other.", typed=pasted)
         return _back_to_the_list()
     try:
-        text = importer.text_of_upload(upload.read()) if chosen else pasted["rows"]
-        header, rows = importer.rows_from_text(text, uploaded=chosen)
+        if chosen:
+            header, rows, form = importer.rows_of_upload(upload.read())
+        else:
+            header, rows, delimiter = importer.rows_from_text(pasted["rows"])
+            form = importer.FileForm(delimiter)
         plan = importer.Plan.for_header(header)
     except ServiceError as error:
         notify("error", error.message, typed=pasted)
@@ -238,7 +241,7 @@ def import_subscriptions():
     report = importer.ImportReport(total=len(rows))
     chunks = importer.import_chunks(account_id(), rows, plan, lambda raw: load(create_schema, raw), report)
     return stream("import_result.html", report=report, steps=import_steps(chunks, IMPORT_ROWS_LISTED),
-                  listed=IMPORT_ROWS_LISTED, results_href=lambda: import_results_href(header, report),
+                  listed=IMPORT_ROWS_LISTED, results_href=lambda: import_results_href(header, report, form),
                   list_href=url_for("dashboard.subscriptions_page", **_list_view(SUBSCRIPTIONS_VIEW)))
 
 

@@ -52,8 +52,12 @@ class FileForm:
 def read_rows(path: str):
     """(header, rows as dicts, FileForm) of a CSV file (`_rows_of_csv`), read as an upload is (`text_of_upload`)."""
     with open(path, "rb") as file:
-        data = file.read()
-    header, rows, delimiter = _rows_of_csv(text_of_upload(data))
+        return rows_of_upload(file.read())
+
+
+def rows_of_upload(data: bytes):
+    """(header, rows, FileForm) of a file's bytes (`text_of_upload`, `rows_from_text`)."""
+    header, rows, delimiter = rows_from_text(text_of_upload(data), uploaded=True)
     return header, rows, FileForm(delimiter, data.startswith(codecs.BOM_UTF8))
 
 
@@ -71,13 +75,12 @@ def text_of_upload(data: bytes) -> str:
 
 
 def rows_from_text(text: str, uploaded=False):
-    """(header, rows) of pasted or `uploaded` text, read as a file is (`_rows_of_csv`). It was cut into lines first,
-    its blank ones dropped, those inside a quoted cell too (review)."""
+    """(header, rows, delimiter) of pasted or `uploaded` text, read as a file is (`_rows_of_csv`). It was cut into
+    lines first, its blank ones dropped, those inside a quoted cell too (review)."""
     if not text.strip():  # (an empty file was told to paste a list or choose a file: walk)
         raise ImportRefused(EMPTY_FILE if uploaded else "Paste profile URLs (one a line) or a CSV with a header, or "
                                                         "choose a file.")
-    header, rows, _delimiter = _rows_of_csv(text)
-    return header, rows
+    return _rows_of_csv(text)
 
 
 def _rows_of_csv(text: str):
