@@ -17,6 +17,12 @@ config = context.config
 # Interpret the config file for Python logging.
 # This line sets up loggers basically.
 fileConfig(config.config_file_name, disable_existing_loggers=False)
+if current_app.config.get("LOG_FORMAT") == "json":
+    # as the service's other lines: `db upgrade` runs before each start (the unit's ExecStartPre), and its
+    # `INFO  [alembic.runtime.migration] …` text lines were in the JSON stream (operator walk)
+    from app.logging_setup import json_formatter
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(json_formatter())
 logger = logging.getLogger('alembic.env')
 
 

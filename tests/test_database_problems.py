@@ -201,6 +201,17 @@ def test_accounts_on_a_tier_gone_from_tiers_stop_serve_naming_them(tmp_path, dat
     assert entity_monitor(tmp_path, url, "accounts", "list").stdout.startswith("acct_gone\tstarter\t0/5\tGone")
 
 
+def test_db_upgrade_writes_its_lines_in_the_log_format(tmp_path):
+    """With LOG_FORMAT=json, the migrations' `INFO  [alembic.runtime.migration] …` lines were text in the service's JSON
+    stream (the unit runs `db upgrade` before each start)."""
+    import json
+    done = entity_monitor(tmp_path, f"sqlite:///{tmp_path / 'fresh.db'}", "db", "upgrade", LOG_FORMAT="json")
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stderr.splitlines()]
+    assert {line["logger"] for line in lines} == {"alembic.runtime.migration"} and len(lines) > 3
+    assert lines[-1]["message"].startswith("Running upgrade ") and lines[-1]["level"] == "INFO"
+
+
 @pytest.mark.parametrize("statement", ["SELEC 1", "SELECT no_such_function(1)"])
 def test_an_error_of_the_sql_itself_is_not_taken_for_an_unusable_database(tmp_path, statement):
     engine = create_engine(f"sqlite:///{tmp_path / 'x.db'}")
