@@ -276,7 +276,7 @@ class MetricsRequestHandler(WSGIRequestHandler):
         logging.getLogger("app.access").info("%s %s", self.address_string(), format % args)
 
 
-_REQUEST_LINE = re.compile(r"(\S+ )(\S+)( HTTP/\S+)")
+_REQUEST_LINE = re.compile(r"(\S+ )(\S+)((?: HTTP/\S+)?)")  # HTTP/0.9 names no version
 
 
 def _request_line_redacted(text: str) -> str:

@@ -353,9 +353,11 @@ def test_metrics_serve_redacts_credentials_in_its_request_lines(caplog):
     handler.client_address = ("127.0.0.1", 40000)
     with caplog.at_level(logging.INFO, logger="app.access"):
         handler.log_message('"%s" %s %s', "GET /metrics?token=s3cr3t&password=hunter2&x=1 HTTP/1.1", "200", "3215")
+        handler.log_message('"%s" %s %s', "GET /metrics?apikey=s3cr3t", "200", "3215")  # HTTP/0.9: no version
         handler.log_message("code %d, message %s", 400, "Bad request version ('x')")
     assert [record.getMessage() for record in caplog.records] == [
         '127.0.0.1 "GET /metrics?token=[redacted]&password=[redacted]&x=1 HTTP/1.1" 200 3215',
+        '127.0.0.1 "GET /metrics?apikey=[redacted]" 200 3215',
         "127.0.0.1 code 400, message Bad request version ('x')"]
 
 
