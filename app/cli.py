@@ -279,8 +279,10 @@ def serve(gunicorn_args):
     stop_cleanly_while_starting()
     from app.config import ConfigError
     from app.exits import APP_LOAD_ERROR, stop
-    from app.serving import check_serve_settings, gunicorn_settings, load, refuse_unsafe_process_model
+    from app.serving import (check_serve_settings, forget_empty_serve_settings, gunicorn_settings, load,
+                             refuse_unsafe_process_model)
     arguments = ["-c", "python:app.gunicorn_conf", *gunicorn_args, "app.wsgi:app"]
+    forget_empty_serve_settings()  # before gunicorn is imported: it reads WEB_CONCURRENCY as it is
     try:  # a bad setting is refused here, in one line, before gunicorn starts (not by each of its workers)
         check_serve_settings()
         app = load()

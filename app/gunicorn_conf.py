@@ -3,9 +3,9 @@ process with threads by default; the scheduler starts with the application in th
 settings (a plain `gunicorn wsgi:app` runs it too)."""
 import os
 
-bind = os.environ.get("BIND", "127.0.0.1:8000")
-workers = int(os.environ.get("WEB_CONCURRENCY", "1"))
-threads = int(os.environ.get("GUNICORN_THREADS", "8"))
+bind = os.environ.get("BIND", "").strip() or "127.0.0.1:8000"  # empty: unset, as every setting (app/serving.py)
+workers = int(os.environ.get("WEB_CONCURRENCY", "").strip() or "1")
+threads = int(os.environ.get("GUNICORN_THREADS", "").strip() or "8")
 worker_class = "gthread"
 
 # Each worker keeps to one CPU (WORKER_CPU, app/cpu_affinity.py): its threads then hand the interpreter lock

@@ -135,6 +135,18 @@ def _write_buffered_usage_counts(app):
         usage.flush_request_counts()
 
 
+SERVE_SETTINGS = ("BIND", "WEB_CONCURRENCY", "GUNICORN_THREADS")
+
+
+def forget_empty_serve_settings(environ=os.environ) -> None:
+    """A serve setting set empty (`WEB_CONCURRENCY=` in the env file) is unset, as every other setting's empty value
+    is: gunicorn read it as it was imported, `int('')`, and `serve` ended in its traceback, exit 1 (restarted by the
+    unit for ever); an empty BIND listened on no address it named (`Listening at:  `) (operator walk)."""
+    for name in SERVE_SETTINGS:
+        if name in environ and not environ[name].strip():
+            del environ[name]
+
+
 def check_serve_settings(environ=os.environ) -> None:
     """The process settings `entity-monitor serve` hands to gunicorn (app/gunicorn_conf.py), refused like any
     other setting (ConfigError): gunicorn would otherwise listen with no worker (0), or end in a traceback."""

@@ -362,6 +362,29 @@ def test_serve_refuses_a_bad_process_setting_with_one_line_naming_it(service, na
     assert len(lines) == 1 and lines[0].startswith(f"entity-monitor: configuration refused: {says}")
 
 
+def test_serve_takes_an_empty_process_setting_as_unset(service):
+    """`WEB_CONCURRENCY=` (set empty in the env file) ended `serve` in gunicorn's traceback, `int('')`, exit 1, which
+    the unit restarts for ever; every other setting's empty value is taken as unset (walk)."""
+    key = service.create_account()
+    port = free_port()
+    env = {"BIND": f"127.0.0.1:{port}", "WEB_CONCURRENCY": "", "GUNICORN_THREADS": " "}
+    with running(service.start(str(BIN / "entity-monitor"), "serve", env=env)) as server:
+        wait_until_serving(service, server, port)
+        assert Api(port, key).session.get(f"http://127.0.0.1:{port}/api/v1/account", timeout=10).status_code == 200
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(STOP_WITHIN_SECONDS) == 0
+        assert "Traceback" not in server.stderr.read()
+
+
+def test_gunicorns_settings_take_an_empty_value_as_unset():
+    """An empty BIND listened at no address it named (`Listening at:  `)."""
+    probe = "import app.gunicorn_conf as conf; print(conf.bind, conf.workers, conf.threads)"
+    env = {**os.environ, "BIND": " ", "WEB_CONCURRENCY": "", "GUNICORN_THREADS": ""}
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.split() == ["127.0.0.1:8000", "1", "8"]
+
+
 def test_the_http_provider_without_its_url_is_refused_before_anything_is_claimed(service):
     seed_busy_database(service, None, subscriptions=5)
     port = free_port()
