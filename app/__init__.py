@@ -13,6 +13,13 @@ from app.logging_setup import configure_logging
 from app.rate_limit_storage import client_timeouts
 from app.redaction import RedactSecretsFromRequestLine
 
+# An empty PROMETHEUS_MULTIPROC_DIR is unset, as every setting's empty value is, before prometheus-client is imported
+# (it decides then): it took `PROMETHEUS_MULTIPROC_DIR=` for a directory, the working one, so every process, one-off
+# commands too, wrote its counter files wherever it was started and /metrics showed none of them (operator walk).
+for _name in ("PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir"):
+    if _name in os.environ and not os.environ[_name].strip():
+        del os.environ[_name]
+
 API_PREFIXES = ("/api/v1", "/v1")
 MAX_REMEMBERED_FUNCTIONS = 1000  # the app has ~110 views and hooks
 

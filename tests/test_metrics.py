@@ -361,6 +361,22 @@ def test_metrics_serve_redacts_credentials_in_its_request_lines(caplog):
         "127.0.0.1 code 400, message Bad request version ('x')"]
 
 
+@pytest.mark.parametrize("name", ["PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir"])
+def test_an_empty_multiprocess_directory_is_unset(tmp_path, name):
+    """`PROMETHEUS_MULTIPROC_DIR=` (set empty in the env file) was taken by prometheus-client for the working
+    directory: every process wrote its counter files wherever it was started, and /metrics showed none (walk)."""
+    import os
+    import subprocess
+    import sys
+    probe = "import app.metrics as m; m.CHECKS.labels('ok').inc(); m.HTTP_DURATION.labels('/x').observe(1); " \
+            "print(m.multiprocess_directory())"
+    env = {key: value for key, value in os.environ.items() if key.lower() != "prometheus_multiproc_dir"}
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, env={**env, name: ""}, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["None"] and list(tmp_path.iterdir()) == []
+
+
 def gunicorn_with_four_workers():
     from app.serving import gunicorn_settings
     return gunicorn_settings(["gunicorn", "-w", "4", "app.wsgi:app"])
