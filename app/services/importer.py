@@ -6,7 +6,7 @@ import csv
 import io
 import re
 from dataclasses import dataclass, field
-from itertools import zip_longest
+from itertools import islice, zip_longest
 from typing import Optional
 
 from flask import current_app
@@ -150,7 +150,7 @@ def _opens_a_quote_never_closed(file, dialect, first: int, end: int) -> bool:
     if end - first < 2:
         return False
     file.seek(0)
-    lines = file.readlines()[first:end]
+    lines = list(islice(file, first, end))
     try:
         for _cells in csv.reader(lines, dialect=dialect, strict=True):
             pass
