@@ -327,6 +327,19 @@ def test_initial_webhook_all_also_sends_one_event_per_present_activity(alice, ne
     assert len(events_of(alice, created["id"])) == 3  # and they are not reported again
 
 
+def test_initial_webhook_all_sends_one_event_for_an_activity_the_first_answer_lists_twice(alice, network):
+    configure_webhook(alice.account_id, "all")
+    network.set("jane-doe", person(activities=[activity("p1"), activity("p1"), activity(7), activity("7")]))
+    created = subscribe(alice)
+    check(created["id"])
+    activities = [event["data"]["activity"]["id"] for event in events_of(alice, created["id"])
+                  if "activity" in event["data"]]
+    assert sorted(map(str, activities)) == ["7", "p1"]
+    network.set("jane-doe", person(activities=[activity("7"), activity("p1"), activity("p2")]))
+    check(created["id"])
+    assert [event["data"]["activity"]["id"] for event in changes_of(alice, created["id"])][2:] == ["p2"]
+
+
 def test_initial_webhook_none_sends_nothing_at_first_but_later_changes(alice, network):
     configure_webhook(alice.account_id, "none")
     network.set("jane-doe", person(activities=[activity("p1")]))

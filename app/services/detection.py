@@ -156,31 +156,37 @@ def detect(entity_type: str, stored, current: dict, min_percent: float = 0.0) ->
     names = STATE_FIELDS[entity_type]
     activities = current.get("activities")
     if stored is None:
-        snapshot = {**_merge(names, {}, current),
-                    SEEN_KEY: _remember([], [activity_key(item["id"]) for item in activities or []])}
-        present = [change for change in (activity_change(entity_type, item) for item in activities or [])
-                   if change]
+        keys, present = _new_activities(entity_type, activities or [], [])
+        snapshot = {**_merge(names, {}, current), SEEN_KEY: _remember([], keys)}
         return Detection(snapshot, [], present, public_state(current))
     previous = {name: _trimmed(stored.get(name)) for name in names}
     merged = _merge(names, previous, current)
     changes = _field_changes(entity_type, previous, merged, current, min_percent)
     seen = _seen_keys(stored)
     if activities is not None:
-        known = set(seen)
-        keys = []
-        for item in activities:
-            same_id = _same_id_keys(item["id"])
-            seen_as = next((key for key in same_id if key in known), None)
-            if seen_as is not None:  # kept as it was stored, whatever the id's type now
-                keys.append(seen_as)
-                continue
-            keys.append(same_id[0])  # its own key (`activity_key`)
-            known.add(same_id[0])
-            change = activity_change(entity_type, item)
-            if change:
-                changes.append(change)
-        return Detection({**merged, SEEN_KEY: _remember(seen, keys)}, changes)
+        keys, new = _new_activities(entity_type, activities, seen)
+        return Detection({**merged, SEEN_KEY: _remember(seen, keys)}, changes + new)
     return Detection({**merged, SEEN_KEY: "".join(seen)}, changes)
+
+
+def _new_activities(entity_type: str, activities: list, seen: list) -> tuple:
+    """(the key of each activity of the answer, the events of those not seen before), an activity listed twice in
+    one answer (its id repeated, or as 7 and "7") counted once: on a first check with `initial_webhook: all` each
+    listing was an event of its own."""
+    known = set(seen)
+    keys, changes = [], []
+    for item in activities:
+        same_id = _same_id_keys(item["id"])
+        seen_as = next((key for key in same_id if key in known), None)
+        if seen_as is not None:  # kept as it was stored, whatever the id's type now
+            keys.append(seen_as)
+            continue
+        keys.append(same_id[0])  # its own key (`activity_key`)
+        known.add(same_id[0])
+        change = activity_change(entity_type, item)
+        if change:
+            changes.append(change)
+    return keys, changes
 
 
 def public_state(current: dict) -> dict:
