@@ -575,3 +575,21 @@ def test_a_moving_window_budget_in_a_limits_storage_grants_the_whole_limit(app, 
     assert (summary.checked, summary.deferred, summary.failed) == (3, 2, 0)
     assert len(vendor.calls) == 3
     assert db.session.scalar(select(func.count()).select_from(ProviderBudget)) == 0  # not in the database
+
+
+@pytest.mark.parametrize("pause_before_the_run", [True, False], ids=["paused-before", "paused-by-the-first-call"])
+def test_checks_run_due_says_and_fails_when_a_pause_left_the_due_checks_unmade(alice, vendor, runner,
+                                                                               pause_before_the_run):
+    """A pause met before the run claimed nothing, and one the first batch met deferred all of it: `checks run`
+    printed deferred=0 and exited 0, as if nothing were due (`--all` and one id said deferred and exited 1)."""
+    ids = [subscribe(alice, f"p{number}") for number in range(4)]
+    make_due(ids)
+    if pause_before_the_run:
+        provider_limits.pause("batchvendor", provider_limits.RATE_LIMITED, utcnow() + timedelta(minutes=5), "429")
+    else:
+        vendor.stop = ProviderError("HTTP 429", retry_after=300)
+    result = runner.invoke(args=["checks", "run"])
+    assert result.exit_code == 1, result.output
+    assert "checked=0" in result.output and "deferred=4" in result.output
+    assert "4 checks were deferred" in result.output
+    assert all(row(subscription_id).check_count == 0 for subscription_id in ids)

@@ -19,8 +19,9 @@ from flask import current_app
 from sqlalchemy import bindparam, func, or_, select, update
 
 from app.common import always, new_id, utcnow
-from app.database import write_transaction
+from app.database import end_read_transaction, write_transaction
 from app.errors import ValidationFailed
+from app.extensions import db
 from app.models import Account, Subscription
 from app.providers import (Answers, EntityUnavailable, ProviderError, QuotaExhausted, current_provider, fetch_many,
                            traits)
@@ -579,6 +580,16 @@ def _record_alone(token: str, outcome: Outcome) -> Summary:
 
 def provider_paused() -> bool:
     return provider_limits.current_pause(traits(current_provider()).name) is not None
+
+
+def due_unclaimed() -> int:
+    """How many active subscriptions are due now and held by no checker (`checks run` while the provider is paused:
+    the checks it could not make)."""
+    now = utcnow()
+    count = db.session.scalar(select(func.count()).where(Subscription.status == "active",
+                                                         Subscription.next_check_at <= now, _unclaimed(now)))
+    end_read_transaction()
+    return count
 
 
 def due_batch_size(seconds: float) -> int:

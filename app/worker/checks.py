@@ -29,15 +29,23 @@ def _run_counted(claimed, token, *options) -> checks.Summary:
     return summary
 
 
-def run_due(budget_seconds=None, keep_going=always) -> list:
-    """Check due subscriptions batch after batch until none is due (or the budget is spent, or stopping)."""
+def run_due(budget_seconds=None, keep_going=always, count_paused=False) -> list:
+    """Check due subscriptions batch after batch until none is due (or the budget is spent, or stopping, or the
+    provider is paused). A batch a pause deferred whole is in the summaries too. With `count_paused` (`checks run`),
+    a run that ends with the provider paused counts every due subscription it left unchecked as deferred: a pause
+    met before the run, or before its next batch, claimed nothing, and the run said deferred=0 and exited 0."""
     deadline = None if budget_seconds is None else time.monotonic() + budget_seconds
     summaries = []
     while keep_going() and (deadline is None or time.monotonic() < deadline):
         summary = run_due_batch(keep_going)
+        if summary.did_work or summary.deferred:
+            summaries.append(summary)
         if not summary.did_work:
             break
-        summaries.append(summary)
+    if count_paused and keep_going() and checks.provider_paused():
+        left = checks.due_unclaimed() - sum(summary.deferred for summary in summaries)  # those still due
+        if left > 0:
+            summaries.append(checks.Summary(deferred=left))
     return summaries
 
 
