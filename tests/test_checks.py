@@ -523,6 +523,27 @@ def test_next_check_is_one_tier_interval_on_with_jitter(alice, network):
     assert len(set(delays)) > 1  # spread, not a wave
 
 
+def test_a_move_to_a_tier_that_checks_more_often_brings_the_next_checks_forward(alice, network):
+    """starter checks daily, enterprise every 6 h: the subscriptions waited out their daily check first."""
+    from app.services import accounts
+    ids = []
+    for number in range(5):
+        network.set(f"person-{number}", person(f"person-{number}"))
+        ids.append(subscribe(alice, f"person-{number}")["id"])
+    make_due(*ids)
+    worker.run_due()
+    alice.post(f"/subscriptions/{ids[4]}/pause")
+    before = {subscription_id: row(subscription_id).next_check_at for subscription_id in ids}
+    accounts.set_tier(alice.account_id, "enterprise")
+    now, after = utcnow(), {subscription_id: row(subscription_id).next_check_at for subscription_id in ids}
+    for subscription_id in ids[:4]:
+        assert now < after[subscription_id] <= now + timedelta(seconds=21600 * (1 + JITTER))
+    assert sorted(ids[:4], key=before.get) == sorted(ids[:4], key=after.get)  # the spread is kept
+    assert after[ids[4]] is None  # a paused one is not scheduled
+    accounts.set_tier(alice.account_id, "starter")  # less often: the checks already planned stand
+    assert {subscription_id: row(subscription_id).next_check_at for subscription_id in ids} == after
+
+
 @pytest.mark.parametrize("app_config", [{"CHECK_INTERVAL_SECONDS": 600}])
 def test_check_interval_setting_overrides_the_tier(alice, network):
     network.set("jane-doe", person())

@@ -78,11 +78,14 @@ def get_account(account_id: str) -> Account:
 
 
 def set_tier(account_id: str, tier: str) -> Account:
+    """Move the account to `tier`; to one that checks more often, its subscriptions' next checks come forward."""
+    from app.services.scheduling import bring_forward  # (scheduling reads the tiers from here)
     require_known_tier(tier)
     with write_transaction() as session:
         account = session.get(Account, account_id)
         if account is None:
             raise NotFound("account", account_id)
+        bring_forward(session, account_id, account.tier, tier, utcnow())
         account.tier = tier
         account.trial_ends_at = None  # an operator-chosen tier is a plan, no longer a trial
     return account
