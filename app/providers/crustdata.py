@@ -136,9 +136,11 @@ class CrustdataProvider(BaseProvider):
             return ProviderError("crustdata's answer has no entry for this profile")
         if not isinstance(entry.get("matches") or [], list):  # an answer of another shape: not "not found"
             return ProviderError("crustdata's entry has matches that are not a list")
-        matches = [match for match in entry.get("matches") or [] if isinstance(match, dict)]
-        if not matches:
+        if not entry.get("matches"):
             return EntityUnavailable("not_found")
+        matches = [match for match in entry["matches"] if isinstance(match, dict)]
+        if not matches:  # a list of something else (`[null]`) is an answer of another shape, as a dict is
+            return ProviderError("crustdata's entry has matches that are not objects")
         data = max(matches, key=_score).get(section)
         if not isinstance(data, dict):
             return ProviderError(f"crustdata's match has no {section}")
