@@ -10,7 +10,7 @@ from app.errors import InvalidState, NotFound, ValidationFailed
 from app.extensions import db
 from app.models import Account
 from app.models.subscription import LIVE_STATUSES
-from app.services import keys, subscription_counts
+from app.services import account_lock, keys, subscription_counts
 
 
 def tier_settings(tier: str) -> dict:
@@ -82,6 +82,7 @@ def set_tier(account_id: str, tier: str) -> Account:
     from app.services.scheduling import bring_forward  # (scheduling reads the tiers from here)
     require_known_tier(tier)
     with write_transaction() as session:
+        account_lock.lock_account(session, account_id)  # first, as every writer of its subscriptions takes it
         account = session.get(Account, account_id)
         if account is None:
             raise NotFound("account", account_id)
