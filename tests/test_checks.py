@@ -340,6 +340,21 @@ def test_initial_webhook_all_sends_one_event_for_an_activity_the_first_answer_li
     assert [event["data"]["activity"]["id"] for event in changes_of(alice, created["id"])][2:] == ["p2"]
 
 
+@pytest.mark.parametrize("initial_webhook", ["latest", "all"])
+def test_activities_unknown_at_the_first_check_are_state_when_first_shown(alice, network, initial_webhook):
+    configure_webhook(alice.account_id, initial_webhook)
+    network.set("jane-doe", person(activities=None))
+    created = subscribe(alice)
+    check(created["id"])
+    network.set("jane-doe", person(activities=[activity("p1"), activity("p2")]))
+    check(created["id"])
+    network.set("jane-doe", person(activities=[activity("p1"), activity("p2"), activity("p3")]))
+    check(created["id"])
+    activities = [event["data"]["activity"]["id"] for event in changes_of(alice, created["id"])]
+    assert activities == (["p1", "p2", "p3"] if initial_webhook == "all" else ["p3"])
+    assert row(created["id"]).change_count == 1  # the activities first shown are the state, not changes
+
+
 def test_initial_webhook_none_sends_nothing_at_first_but_later_changes(alice, network):
     configure_webhook(alice.account_id, "none")
     network.set("jane-doe", person(activities=[activity("p1")]))

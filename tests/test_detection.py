@@ -355,6 +355,23 @@ def test_missing_activities_list_emits_nothing_and_keeps_what_was_seen():
     assert [data["activity"]["id"] for _, data in steps[2]] == ["p2"]
 
 
+def test_activities_unknown_at_the_first_check_are_state_when_they_are_first_shown():
+    """A first answer without its activities (a partial answer, a vendor that began sending them later) stored no
+    activity seen, and every recent activity of the next answer was reported as new: a post_created per old post."""
+    first = detect("contact", None, contact(activities=None))
+    assert first.snapshot[SEEN_KEY] is None
+    unknown_again = detect("contact", first.snapshot, contact(activities=None))
+    assert unknown_again.changes == [] and unknown_again.snapshot[SEEN_KEY] is None
+    shown = detect("contact", unknown_again.snapshot, contact(activities=[post("p1"), post("p2")]))
+    assert shown.changes == []
+    assert [change.data["activity"]["id"] for change in shown.present_activities] == ["p1", "p2"]
+    assert [types(step) for step in run("contact", contact(activities=None), contact(activities=[post("p1")]),
+                                        contact(activities=None), contact(activities=[post("p1"), post("p2")]))] \
+        == [[], [], ["contact.post_created"]]
+    assert run("contact", contact(activities=None), contact(activities=[]), contact(activities=[post("p1")])) \
+        == [[], [("contact.post_created", {"activity": post("p1")})]]  # an empty list is known: p1 is new
+
+
 def test_activities_without_a_usable_id_are_ignored():
     odd = [{"kind": "post"}, {"id": None, "kind": "post"}, {"id": {"x": 1}, "kind": "post"}, "not an object",
            {"id": "ok", "kind": ["odd"]}, {"id": 7, "kind": "post"}]

@@ -397,14 +397,13 @@ def _detect(subscription, outcome):
 
 
 def _apply_snapshot(built, subscription, detection, config, now, summary):
-    if subscription.snapshot is None:
-        initial = config.initial_webhook if config is not None else "latest"
-        if initial != "none":
-            _record_event(built, subscription, config, "subscription.initial_state",
-                          {"state": detection.initial_state}, now, summary)
-        if initial == "all":
-            for change in detection.present_activities:
-                _record_event(built, subscription, config, change.type, change.data, now, summary)
+    initial = config.initial_webhook if config is not None else "latest"
+    if subscription.snapshot is None and initial != "none":
+        _record_event(built, subscription, config, "subscription.initial_state",
+                      {"state": detection.initial_state}, now, summary)
+    if initial == "all":  # the first check's activities, or those of the first answer that shows any
+        for change in detection.present_activities:
+            _record_event(built, subscription, config, change.type, change.data, now, summary)
     for change in detection.changes:
         _record_event(built, subscription, config, change.type, change.data, now, summary)
     if detection.changes:

@@ -5,10 +5,10 @@ change: the stored snapshot keeps the last known value, so known → unknown →
 reported once, as known → other value. Activities are tracked by id.
 
 The stored snapshot holds only what detection needs: the entity's fields of contract §7 (without
-`activities`) and `seen_activities`, one string
-of 8-character keys, each 48 bits of BLAKE2b of an activity id. It keeps the keys of every activity in
-the provider's last answer plus the most recent others, up to SEEN_ACTIVITIES_KEPT in all: providers
-answer with recent activities only, so an activity is only re-reported if it vanishes from the answers
+`activities`) and `seen_activities` (None while no answer has shown the activities: the first that does is
+state, as a first check's), one string of 8-character keys, each 48 bits of BLAKE2b of an activity id. It keeps
+the keys of every activity in the provider's last answer plus the most recent others, up to SEEN_ACTIVITIES_KEPT
+in all: providers answer with recent activities only, so an activity is only re-reported if it vanishes from the answers
 while that many others come and go. A new activity is mistaken for a seen one with odds of at most
 SEEN_ACTIVITIES_KEPT / 2**48 (1 in 8.8e12): at 1M subscriptions and 0.3 new activities a day each,
 one missed event in about 80,000 years. Snapshots stored before this form (every field, the
@@ -51,7 +51,8 @@ class Change:
 class Detection:
     snapshot: dict  # what to store: the merged fields plus the keys of activities seen
     changes: list = field(default_factory=list)
-    present_activities: list = field(default_factory=list)  # for the first check with initial_webhook=all
+    # the activities of the first answer that shows any (the first check's, as a rule), for initial_webhook=all
+    present_activities: list = field(default_factory=list)
     initial_state: dict = None  # the first check's `subscription.initial_state` state
 
 
@@ -157,16 +158,20 @@ def detect(entity_type: str, stored, current: dict, min_percent: float = 0.0) ->
     activities = current.get("activities")
     if stored is None:
         keys, present = _new_activities(entity_type, activities or [], [])
-        snapshot = {**_merge(names, {}, current), SEEN_KEY: _remember([], keys)}
+        seen_now = None if activities is None else _remember([], keys)  # None: the activities are not known yet
+        snapshot = {**_merge(names, {}, current), SEEN_KEY: seen_now}
         return Detection(snapshot, [], present, public_state(current))
     previous = {name: _trimmed(stored.get(name)) for name in names}
     merged = _merge(names, previous, current)
     changes = _field_changes(entity_type, previous, merged, current, min_percent)
+    never_seen = SEEN_KEY in stored and stored[SEEN_KEY] is None and LEGACY_SEEN_KEY not in stored
+    if activities is None:
+        return Detection({**merged, SEEN_KEY: None if never_seen else "".join(_seen_keys(stored))}, changes)
     seen = _seen_keys(stored)
-    if activities is not None:
-        keys, new = _new_activities(entity_type, activities, seen)
-        return Detection({**merged, SEEN_KEY: _remember(seen, keys)}, changes + new)
-    return Detection({**merged, SEEN_KEY: "".join(seen)}, changes)
+    keys, new = _new_activities(entity_type, activities, seen)
+    if never_seen:  # the first answer that shows them: state, as at a first check, not new activities
+        return Detection({**merged, SEEN_KEY: _remember(seen, keys)}, changes, new)
+    return Detection({**merged, SEEN_KEY: _remember(seen, keys)}, changes + new)
 
 
 def _new_activities(entity_type: str, activities: list, seen: list) -> tuple:
