@@ -140,7 +140,7 @@ def run_checks(subscription_id, check_all, due):
         elif check_all:
             summaries = list(check_worker.run_all(keep_going))
         else:
-            summaries = check_worker.run_due(keep_going=keep_going, count_paused=True)
+            summaries = check_worker.run_due(keep_going=keep_going, count_left=True)
     total = Summary.merged(summaries)
     totals = {name: getattr(total, name) for name in Summary.COUNTS if name != "held" or check_all}
     click.echo(" ".join(f"{name}={count}" for name, count in totals.items()))

@@ -582,8 +582,8 @@ def provider_paused() -> bool:
 
 
 def due_unclaimed() -> int:
-    """How many active subscriptions are due now and held by no checker (`checks run` while the provider is paused:
-    the checks it could not make)."""
+    """How many active subscriptions are due now and held by no checker (at the end of `checks run`: the checks it
+    could not make)."""
     now = utcnow()
     count = db.session.scalar(select(func.count()).where(Subscription.status == "active",
                                                          Subscription.next_check_at <= now, _unclaimed(now)))

@@ -29,11 +29,13 @@ def _run_counted(claimed, token, *options) -> checks.Summary:
     return summary
 
 
-def run_due(budget_seconds=None, keep_going=always, count_paused=False) -> list:
+def run_due(budget_seconds=None, keep_going=always, count_left=False) -> list:
     """Check due subscriptions batch after batch until none is due (or the budget is spent, or stopping, or the
-    provider is paused). A batch a pause deferred whole is in the summaries too. With `count_paused` (`checks run`),
-    a run that ends with the provider paused counts every due subscription it left unchecked as deferred: a pause
-    met before the run, or before its next batch, claimed nothing, and the run said deferred=0 and exited 0."""
+    provider is paused); a batch a pause deferred whole is in the summaries too. With `count_left` (`checks run`), a
+    run that ends (not stopped) counts as deferred the due subscriptions no checker holds at its end, the checks it
+    left unmade, in place of each batch's deferred: a check one batch deferred (half the lease gone, slow answers)
+    and a later batch made counted as deferred too, and the run exited 1 blaming the provider; and a pause met before
+    the run (or its next batch) claimed nothing and was counted nowhere (deferred=0, exit 0)."""
     deadline = None if budget_seconds is None else time.monotonic() + budget_seconds
     summaries = []
     while keep_going() and (deadline is None or time.monotonic() < deadline):
@@ -42,9 +44,11 @@ def run_due(budget_seconds=None, keep_going=always, count_paused=False) -> list:
             summaries.append(summary)
         if not summary.did_work:
             break
-    if count_paused and keep_going() and checks.provider_paused():
-        left = checks.due_unclaimed() - sum(summary.deferred for summary in summaries)  # those still due
-        if left > 0:
+    if count_left and keep_going():
+        for summary in summaries:
+            summary.deferred, summary.deferred_ids = 0, []
+        left = checks.due_unclaimed()
+        if left:
             summaries.append(checks.Summary(deferred=left))
     return summaries
 
