@@ -351,7 +351,8 @@ def test_activities_unknown_at_the_first_check_are_state_when_first_shown(alice,
     network.set("jane-doe", person(activities=[activity("p1"), activity("p2"), activity("p3")]))
     check(created["id"])
     activities = [event["data"]["activity"]["id"] for event in changes_of(alice, created["id"])]
-    assert activities == (["p1", "p2", "p3"] if initial_webhook == "all" else ["p3"])
+    assert sorted(activities) == (["p1", "p2", "p3"] if initial_webhook == "all" else ["p3"])
+    assert activities[-1] == "p3"  # (the events of one check share `created`: p1 and p2 in either order)
     assert row(created["id"]).change_count == 1  # the activities first shown are the state, not changes
 
 
