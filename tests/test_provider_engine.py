@@ -137,6 +137,23 @@ def test_a_batch_answered_as_a_plain_dict_is_read_and_one_answered_as_no_mapping
     assert row(ids[0]).consecutive_failures == 1 and row(ids[0]).claim_token is None
 
 
+def test_a_lookup_made_for_a_check_that_lost_its_claim_is_counted_in_usage(alice, vendor):
+    """A subscription paused or cancelled while its lookup was out: the vendor was called and charged, and usage
+    counted neither."""
+    from app.services import checks
+    vendor.credits = 2
+    ids = [subscribe(alice, "a1"), subscribe(alice, "a2")]
+    make_due(ids)
+    token = checks.new_claim_token()
+    outcomes = checks.fetch_all(vendor, checks.claim(token, 10))
+    assert alice.post(f"/subscriptions/{ids[0]}/pause").status_code == 200
+    assert alice.delete(f"/subscriptions/{ids[1]}").status_code == 200
+    summary = checks.record_outcomes(token, outcomes)
+    assert (summary.skipped, summary.checked) == (2, 0)
+    day = alice.get("/account/usage").json["day"]
+    assert (day["checks"], day["provider_calls"], day["provider_credits"]) == (0, 2, 2.0)
+
+
 def test_credits_and_calls_are_counted_in_usage_per_account(alice, bob, vendor):
     vendor.credits = 6
     ids = [subscribe(alice, "a1"), subscribe(alice, "a2"), subscribe(bob, "b1")]

@@ -506,14 +506,18 @@ def record_outcomes(token: str, outcomes: list) -> Summary:
         counts, built, written = defaultdict(Counter), [], []
         for outcome in outcomes:
             subscription = loaded.get(outcome.claimed.id)
-            if subscription is None or subscription.status != "active" or subscription.claim_token != token:
+            if subscription is None:
                 summary.skipped += 1
                 continue
             account_id = subscription.account_id
-            if _apply(built, subscription, outcome, configs.get(account_id), tiers[account_id], now, summary):
-                counts[account_id]["checks"] += 1
+            # the lookup was made (and paid) for the account whether or not its claim still holds
             counts[account_id]["provider_calls"] += outcome.called
             counts[account_id]["provider_credits"] += outcome.credits
+            if subscription.status != "active" or subscription.claim_token != token:
+                summary.skipped += 1
+                continue
+            if _apply(built, subscription, outcome, configs.get(account_id), tiers[account_id], now, summary):
+                counts[account_id]["checks"] += 1
             written.append(subscription)
         _write_back(session, token, written)
         events.store(session, built)
