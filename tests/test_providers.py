@@ -300,7 +300,7 @@ def test_engine_over_http_an_answer_about_another_entity_is_a_failed_check_not_a
     assert row(subscription_id).snapshot["network_id"] == "jane"
     assert row(subscription_id).consecutive_failures == 1
     # The id in another form (percent-encoding, case, no id at all) is still the entity asked about.
-    for answered in ("JANE", None):
+    for answered in ("JANE", None, "", "  "):
         fake_network.contact("jane", person(answered, company="Globex"))
         make_due(subscription_id)
         assert sum(summary.checked for summary in worker.run_due()) == 1

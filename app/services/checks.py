@@ -180,10 +180,11 @@ def _plan_calls(spec, claimed: list) -> list:
 
 
 def _names_another_entity(claimed: Claimed, snapshot: dict) -> bool:
-    """Whether an answer's `network_id` names an entity other than the one asked about (one it leaves unknown names
-    none): a vendor's mix-up was taken for the asked entity's new state, a position change to another person's."""
+    """Whether an answer's `network_id` names an entity other than the one asked about (one it leaves unknown or empty
+    names none): a vendor's mix-up was taken for the asked entity's new state, a position change to another person's."""
     answered = snapshot.get("network_id")
-    return not is_unknown(answered) and not _same_id(answered, claimed.network_id)
+    # an empty id (white space alone, read as "") names no entity: it failed every check, as a mix-up, for good
+    return not is_unknown(answered) and answered != "" and not _same_id(answered, claimed.network_id)
 
 
 def _same_id(answered: str, asked: str) -> bool:
