@@ -140,6 +140,20 @@ def test_http_reuses_its_connection(fake_network):
     assert len({port for _, _, port in fake_network.requests}) == 1
 
 
+def test_a_concurrency_setting_above_the_providers_own_gets_a_pool_that_size(fake_network, caplog):
+    """The session's pool was sized at the provider's own concurrency (8): with PROVIDER_CONCURRENCY=16 a connection
+    was thrown away at every call past it, logged at WARNING each ("Connection pool is full")."""
+    from concurrent.futures import ThreadPoolExecutor
+    fake_network.contact("jane", person("jane"))
+    provider = load_provider({"PROVIDER": "http", "PROVIDER_HTTP_URL": fake_network.url, "PROVIDER_HTTP_TOKEN": None,
+                              "PROVIDER_HTTP_TIMEOUT_SECONDS": 3, "PROVIDER_CONCURRENCY": 16})
+    assert provider.concurrency == 16
+    with ThreadPoolExecutor(16) as pool:
+        for _ in range(3):
+            list(pool.map(lambda _number: provider.fetch("contact", "jane"), range(32)))
+    assert not [record for record in caplog.records if "pool is full" in record.getMessage()]
+
+
 @pytest.mark.parametrize("status, reason", [(404, "not_found"), (403, "private"), (451, "private")])
 def test_http_unavailable_statuses(fake_network, status, reason):
     fake_network.contact("someone", (status, {"error": "nope"}))

@@ -6,10 +6,12 @@ from dataclasses import dataclass
 from typing import Optional
 
 import limits
+import requests
 from flask import current_app
 
 from app.providers.base import (ANSWER_ERRORS, Answers, BaseProvider, EntityUnavailable, Provider, ProviderError,
                                 QuotaExhausted, fetch_each)
+from app.providers.vendor_http import size_pool
 
 __all__ = ["Answers", "BaseProvider", "EntityUnavailable", "Provider", "ProviderError", "QuotaExhausted",
            "Traits", "current_provider", "fetch_many", "load_provider", "traits"]
@@ -88,6 +90,8 @@ def load_provider(config) -> Provider:
         provider.rate_limit = config["PROVIDER_RATE_LIMIT"]
     if config.get("PROVIDER_CONCURRENCY"):
         provider.concurrency = int(config["PROVIDER_CONCURRENCY"])
+        if isinstance(getattr(provider, "session", None), requests.Session):  # the vendors' pooled session
+            size_pool(provider.session, provider.concurrency)
     if config.get("PROVIDER_BATCH_SIZE"):
         provider.batch_size = min(int(config["PROVIDER_BATCH_SIZE"]), getattr(provider, "batch_size", 1))
     _check_timeout_within_lease(traits(provider).name, provider, config)  # traits() validates the rate

@@ -55,6 +55,15 @@ def pooled_session(pool_size: int, headers: dict) -> requests.Session:
     return session
 
 
+def size_pool(session: requests.Session, pool_size: int) -> None:
+    """Keep up to `pool_size` connections per host: the session's calls in flight at once, once PROVIDER_CONCURRENCY
+    has replaced the provider's own concurrency. A pool sized for the provider's, smaller, threw a connection away at
+    every call past it, with a WARNING line each ("Connection pool is full"), and made each such call a new one."""
+    adapter = _WatchedAdapter(pool_connections=1, pool_maxsize=max(1, pool_size))
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+
+
 def send(session, method: str, url: str, timeout: float, **kwargs) -> requests.Response:
     """One request, its answer read whole within `timeout` (the socket timeout bounds each read: an answer dripping
     a byte a second held the checks, their claims and a concurrency slot for as long as it dripped, walk); a network
