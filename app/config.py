@@ -353,8 +353,10 @@ def _validate_tiers(tiers) -> None:
         problem = None
         if not isinstance(name, str) or not name or not isinstance(tier, dict):
             problem = "is not a name mapped to a dictionary"
-        elif tier.get("subscription_limit", 0) is not None and not whole(tier.get("subscription_limit"), 0):
-            problem = f"has subscription_limit={tier.get('subscription_limit')!r}, not a whole number >= 0 or None"
+        elif "subscription_limit" not in tier:  # left out it is no None (unlimited): a KeyError at each create
+            problem = "has no subscription_limit (a whole number >= 0, or None for no cap)"
+        elif tier["subscription_limit"] is not None and not whole(tier["subscription_limit"], 0):
+            problem = f"has subscription_limit={tier['subscription_limit']!r}, not a whole number >= 0 or None"
         elif not whole(tier.get("check_interval_seconds"), 1, LONGEST_DELAY_SECONDS):
             problem = (f"has check_interval_seconds={tier.get('check_interval_seconds')!r}, not a whole number of "
                        f"seconds from 1 to {LONGEST_DELAY_SECONDS} (ten years)")

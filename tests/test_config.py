@@ -203,6 +203,9 @@ TIER = "{'subscription_limit': 5, 'check_interval_seconds': 3600, 'rate_limits':
     ("TIERS = 5\n", "TIERS (instance/config.py) must map each tier's name to"),
     ("TIERS = {}\n", "TIERS (instance/config.py) must map each tier's name to"),
     ("TIERS = {'starter': {'subscription_limit': 5}}\n", "the tier 'starter' has check_interval_seconds=None"),
+    # left out, it started, and each create, `accounts show` and GET /account/usage of its accounts was a KeyError
+    (f"TIERS = {{'starter': {TIER.replace(chr(39) + 'subscription_limit' + chr(39) + ': 5, ', '')}}}\n",
+     "the tier 'starter' has no subscription_limit"),
     (f"TIERS = {{'starter': {TIER.replace('5,', '-1,')}}}\n", "the tier 'starter' has subscription_limit=-1"),
     (f"TIERS = {{'starter': {TIER.replace('3600', '0.5')}}}\n", "the tier 'starter' has check_interval_seconds=0.5"),
     (f"TIERS = {{'starter': {TIER.replace(', ' + chr(39) + 'default' + chr(39) + ': 9', '')}}}\n",
