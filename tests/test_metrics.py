@@ -355,10 +355,19 @@ def test_metrics_serve_redacts_credentials_in_its_request_lines(caplog):
         handler.log_message('"%s" %s %s', "GET /metrics?token=s3cr3t&password=hunter2&x=1 HTTP/1.1", "200", "3215")
         handler.log_message('"%s" %s %s', "GET /metrics?apikey=s3cr3t", "200", "3215")  # HTTP/0.9: no version
         handler.log_message("code %d, message %s", 400, "Bad request version ('x')")
-    assert [record.getMessage() for record in caplog.records] == [
+        # http.server serves a line of two spaces, and refuses one of four words quoting it: both were logged as sent
+        handler.log_message('"%s" %s %s', "GET  /metrics?token=s3cr3t  HTTP/1.1", "200", "3215")
+        handler.log_message("code %d, message %s", 400, "Bad request syntax ('GET /metrics?token=s3 cr3t HTTP/1.1')")
+        handler.log_message('"%s" %s %s', "GET /metrics?token=s3 cr3t HTTP/1.1", "400", "-")
+        handler.log_message('"%s" %s %s', "GET /metrics?token=s3cr3t HTTP/1.1 x", "400", "-")
+        handler.log_message('"%s" %s %s', "/metrics?token=s3cr3t", "400", "-")
+    messages = [record.getMessage() for record in caplog.records]
+    assert messages[:3] == [
         '127.0.0.1 "GET /metrics?token=[redacted]&password=[redacted]&x=1 HTTP/1.1" 200 3215',
         '127.0.0.1 "GET /metrics?apikey=[redacted]" 200 3215',
         "127.0.0.1 code 400, message Bad request version ('x')"]
+    assert messages[3] == '127.0.0.1 "GET  /metrics?token=[redacted]  HTTP/1.1" 200 3215'
+    assert all("s3" not in message and "cr3t" not in message and "[redacted]" in message for message in messages[4:])
 
 
 @pytest.mark.parametrize("name", ["PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir"])
