@@ -335,6 +335,7 @@ def validate(config) -> None:
 
 
 RATE_CLASSES = ("read", "write", "bulk", "default")
+TIER_NAME_MAX = 40  # accounts.tier's length (app/models/account.py): PostgreSQL refused a longer one at each write
 TIER_SHAPE = ("TIERS (instance/config.py) must map each tier's name to {'subscription_limit': N or None, "
               "'check_interval_seconds': N, 'rate_limits': {'read': N, 'write': N, 'bulk': N, 'default': N}} "
               "(app/config.py's DEFAULT_TIERS)")
@@ -353,6 +354,8 @@ def _validate_tiers(tiers) -> None:
         problem = None
         if not isinstance(name, str) or not name or not isinstance(tier, dict):
             problem = "is not a name mapped to a dictionary"
+        elif len(name) > TIER_NAME_MAX:
+            problem = f"has a name of {len(name)} characters, more than the {TIER_NAME_MAX} an account's tier holds"
         elif "subscription_limit" not in tier:  # left out it is no None (unlimited): a KeyError at each create
             problem = "has no subscription_limit (a whole number >= 0, or None for no cap)"
         elif tier["subscription_limit"] is not None and not whole(tier["subscription_limit"], 0):

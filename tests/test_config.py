@@ -212,6 +212,8 @@ TIER = "{'subscription_limit': 5, 'check_interval_seconds': 3600, 'rate_limits':
      "the tier 'starter' has rate_limits={'read': 9, 'write': 9, 'bulk': 9}, not a whole number >= 1 for each of "
      "read, write, bulk, default"),
     (f"TIERS = {{'starter': {TIER}, 'team': []}}\n", "the tier 'team' is not a name mapped to a dictionary"),
+    # accounts.tier holds 40: on PostgreSQL each create or set-tier onto it was a DataError (a traceback)
+    (f"TIERS = {{'starter': {TIER}, '{'x' * 41}': {TIER}}}\n", "has a name of 41 characters, more than the 40"),
 ])
 def test_a_malformed_tiers_setting_is_one_line(monkeypatch, tmp_path, config_py, refusal):
     """`TIERS = 5` in instance/config.py was a traceback at start-up; a tier without its rate_limits or interval
@@ -222,7 +224,8 @@ def test_a_malformed_tiers_setting_is_one_line(monkeypatch, tmp_path, config_py,
 
 
 def test_tiers_of_the_right_shape_are_taken(monkeypatch, tmp_path):
-    app = _app_with(monkeypatch, tmp_path, config_py=f"TIERS = {{'starter': {TIER.replace('5,', 'None,')}}}\n")
+    app = _app_with(monkeypatch, tmp_path, config_py=f"TIERS = {{'starter': {TIER.replace('5,', 'None,')}, "
+                                                     f"'{'x' * 40}': {TIER}}}\n")
     assert app.config["TIERS"]["starter"]["subscription_limit"] is None
 
 

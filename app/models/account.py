@@ -5,6 +5,7 @@ from sqlalchemy import Date, Float, ForeignKey, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.common import utcnow
+from app.config import TIER_NAME_MAX
 from app.extensions import db
 
 
@@ -13,7 +14,7 @@ class Account(db.Model):
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
-    tier: Mapped[str] = mapped_column(String(40))
+    tier: Mapped[str] = mapped_column(String(TIER_NAME_MAX))
     trial_ends_at: Mapped[Optional[datetime]]
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
