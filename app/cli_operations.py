@@ -212,10 +212,11 @@ def import_subscriptions(file, account_id, column, type_column, metadata, reject
     rejected_path = rejected_path or _default_rejected_path(file, dry_run)
     if report.refused:
         try:
-            # in the file's own form (delimiter, BOM): Excel opened a `;` file's rows in one column, and without the
-            # BOM read its UTF-8 as the system's code page (José as JosÃ©), saved so when the rows were fixed (walk)
+            # in the file's own form (delimiter, BOM, sep= line): Excel opened a `;` file's rows in one column, and
+            # without the BOM read its UTF-8 as the system's code page (José as JosÃ©), saved so when fixed (walk)
             with open(rejected_path, "w", newline="", encoding="utf-8-sig" if form.bom else "utf-8") as rejected_file:
-                importer.write_outcomes(rejected_file, header, report.refused, ("reason",), delimiter=form.delimiter)
+                importer.write_outcomes(rejected_file, header, report.refused, ("reason",), delimiter=form.delimiter,
+                                        sep_line=form.sep_line)
         except OSError as error:  # beside a file in a folder this user cannot write (a --rejected was checked)
             raise click.ClickException(f"the rejected rows could not be written to {rejected_path} "
                                        f"({error.strerror}): import again with --rejected PATH; a second run is "

@@ -259,6 +259,21 @@ def test_the_rejected_file_is_written_in_the_files_own_delimiter_and_bom(runner,
     assert (tmp_path / "plain.rejected.csv").read_bytes().startswith(b"url,reason\r\n")  # no BOM where none was
 
 
+def test_the_rejected_file_keeps_the_files_excel_separator_line(runner, alice, tmp_path):
+    """A file naming its delimiter (`sep=;`) opens split in Excel whatever the system's list separator: its rejected
+    rows came back `;`-separated without that line, each row in one column where the separator is `,`."""
+    path = tmp_path / "sep.csv"
+    path.write_bytes(b"sep=;\r\nurl;owner\r\nhttps://www.linkedin.com/in/sep-one;Ann\r\n"
+                     b"https://example.com/in/bo-x;Bo\r\n")
+    assert "created=1 already_present=0 rejected=1" in _ok(runner, "subscriptions", "import", str(path), "--account",
+                                                           alice.account_id, "--metadata", "owner")
+    written = (tmp_path / "sep.rejected.csv").read_bytes().decode()
+    assert written.startswith("sep=;\r\nurl;owner;reason\r\nhttps://example.com/in/bo-x;Bo;")
+    (tmp_path / "fixed.csv").write_bytes(written.replace("example.com", "www.linkedin.com").encode())
+    assert "created=1" in _ok(runner, "subscriptions", "import", str(tmp_path / "fixed.csv"), "--account",
+                              alice.account_id, "--metadata", "owner")
+
+
 @pytest.mark.parametrize("where", ["missing/out.csv", "a-file/out.csv", "/proc/out.csv"])
 def test_a_rejected_file_that_cannot_be_written_is_refused_before_importing(runner, alice, tmp_path, where):
     """It imported the rows, then failed with a traceback where it wrote their report (a folder that does not

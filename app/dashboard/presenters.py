@@ -112,13 +112,14 @@ def import_steps(chunks, listed: int):
 def import_results_href(header, report, form=importer.FileForm()) -> str:
     """Every row done, as read, with its result: a data: URL the page links to for download. Its cells come from
     the uploaded file, and the file is for opening in a spreadsheet: one that would run as a formula is made text.
-    In the file's own `form` (delimiter, BOM), so that the spreadsheet opens it as it opened the file (it came back
-    comma-separated and without the BOM: a `;` file's rows in one column, its UTF-8 read as the system's code page)."""
+    In the file's own `form` (delimiter, BOM, `sep=;` line), so that the spreadsheet opens it as it opened the file (it
+    came back comma-separated and without the BOM: a `;` file's rows in one column, its UTF-8 read as the system's code
+    page)."""
     text = io.StringIO()
     if form.bom:
         text.write("\ufeff")
     importer.write_outcomes(text, header, report.outcomes, RESULT_COLUMNS, formulas_inert=True,
-                            delimiter=form.delimiter)
+                            delimiter=form.delimiter, sep_line=form.sep_line)
     return "data:text/csv;charset=utf-8," + quote(text.getvalue())
 
 

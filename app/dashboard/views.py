@@ -223,8 +223,7 @@ def import_subscriptions():
         if chosen:
             header, rows, form = importer.rows_of_upload(upload.read())
         else:
-            header, rows, delimiter = importer.rows_from_text(pasted["rows"])
-            form = importer.FileForm(delimiter)
+            header, rows, form = importer.rows_from_text(pasted["rows"])
         plan = importer.Plan.for_header(header)
     except ServiceError as error:
         notify("error", error.message, typed=pasted)

@@ -5,7 +5,7 @@ import codecs
 import csv
 import io
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import islice, zip_longest
 from typing import Optional
 
@@ -44,9 +44,11 @@ def header_key(name: str) -> str:
 
 @dataclass(frozen=True)
 class FileForm:
-    """How a file was written: its delimiter, and whether it starts with a UTF-8 BOM (Excel's *CSV UTF-8*)."""
+    """How a file was written: its delimiter, whether it starts with a UTF-8 BOM (Excel's *CSV UTF-8*), and whether
+    with Excel's `sep=;` line naming the delimiter (so that Excel splits it whatever the system's list separator)."""
     delimiter: str = ","
     bom: bool = False
+    sep_line: bool = False
 
 
 def read_rows(path: str):
@@ -57,8 +59,8 @@ def read_rows(path: str):
 
 def rows_of_upload(data: bytes):
     """(header, rows, FileForm) of a file's bytes (`text_of_upload`, `rows_from_text`)."""
-    header, rows, delimiter = rows_from_text(text_of_upload(data), uploaded=True)
-    return header, rows, FileForm(delimiter, data.startswith(codecs.BOM_UTF8))
+    header, rows, form = rows_from_text(text_of_upload(data), uploaded=True)
+    return header, rows, replace(form, bom=data.startswith(codecs.BOM_UTF8))
 
 
 def text_of_upload(data: bytes) -> str:
@@ -75,7 +77,7 @@ def text_of_upload(data: bytes) -> str:
 
 
 def rows_from_text(text: str, uploaded=False):
-    """(header, rows, delimiter) of pasted or `uploaded` text, read as a file is (`_rows_of_csv`). It was cut into
+    """(header, rows, FileForm) of pasted or `uploaded` text, read as a file is (`_rows_of_csv`). It was cut into
     lines first, its blank ones dropped, those inside a quoted cell too (review)."""
     if not text.strip():  # (an empty file was told to paste a list or choose a file: walk)
         raise ImportRefused(EMPTY_FILE if uploaded else "Paste profile URLs (one a line) or a CSV with a header, or "
@@ -84,7 +86,7 @@ def rows_from_text(text: str, uploaded=False):
 
 
 def _rows_of_csv(text: str):
-    """(header, rows, delimiter) of a CSV with a header, or of a bare list of profile URLs, one a line (read as a `url`
+    """(header, rows, FileForm) of a CSV with a header, or of a bare list of profile URLs, one a line (read as a `url`
     column: its first URL was taken for the header, and never imported: operability walk). Blank lines before the header
     are skipped, and so is Excel's `sep=;` line, whose delimiter is then the file's. Lines may end in CR alone (Excel's
     "CSV (Macintosh)"), read as universal newlines are: the csv module refused such a file (walk)."""
@@ -99,7 +101,8 @@ def _rows_of_csv(text: str):
         raise ImportRefused(EMPTY_FILE)
     if _is_profile_url(first_line) or ("://" in first_line and not any(mark in first_line for mark in DELIMITERS)):
         text = "url\n" + text  # (a URL of another site: a row the import rejects, not a header)
-    return _parse(io.StringIO(text), delimiter)
+    header, rows, read_with = _parse(io.StringIO(text), delimiter)
+    return header, rows, FileForm(read_with, sep_line=delimiter is not None)
 
 
 EMPTY_FILE = "The file is empty: it has no header line and no rows."
@@ -309,15 +312,18 @@ class ImportReport:
         return [outcome for outcome in self.outcomes if outcome.result == "refused"]
 
 
-def write_outcomes(file, header, outcomes, columns, formulas_inert=False, delimiter=",") -> None:
+def write_outcomes(file, header, outcomes, columns, formulas_inert=False, delimiter=",", sep_line=False) -> None:
     """A CSV of the rows as read, each followed by the outcome's `columns` (RowOutcome fields), named `import_…` where
     the file has a column of that name (a file's own `row` or `code` column was overwritten by the outcome's: walk).
     A row with cells past the header's columns keeps them, before its outcome's: it can be fixed and imported again
     as it was (they were dropped: operator walk).
     With `formulas_inert`, every cell (header names too) a spreadsheet would run as a formula is written as text
-    (`formula_inert`). `delimiter`: the file's own (`FileForm`), so that it opens as it did."""
+    (`formula_inert`). `delimiter`, and `sep_line` (Excel's `sep=;` first): the file's own (`FileForm`), so that it
+    opens as it did (without its `sep=;` line, a `;` file opened in one column where the list separator is `,`)."""
     cell = formula_inert if formulas_inert else (lambda value: value)
     writer = csv.writer(file, delimiter=delimiter)
+    if sep_line:
+        file.write(f"sep={delimiter}{writer.dialect.lineterminator}")
     writer.writerow([cell(name) for name in header] + [_name_apart(name, header) for name in columns])
     for outcome in outcomes:
         writer.writerow([cell(outcome.values.get(name)) for name in header]
