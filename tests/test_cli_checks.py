@@ -142,6 +142,28 @@ def test_checks_run_due_counts_as_deferred_only_the_checks_it_left_unmade(runner
     assert set(check_counts().values()) == {1} and len(check_counts()) == len(ids)
 
 
+def test_checks_run_due_does_not_count_a_check_that_fell_due_after_its_last_look(runner, alice, network,
+                                                                                 monkeypatch):
+    """The checks left unmade were counted at the run's end as every due one then: one that fell due after the run's
+    last claim found nothing was counted as deferred, and the run exited 1 blaming the provider (a busy table)."""
+    from app.services import checks
+    due, later = subscribe(alice, "due-one"), subscribe(alice, "later-one")
+    make_due(due)
+    claim = checks.claim
+
+    def claim_then_one_falls_due(token, limit):
+        claimed = claim(token, limit)
+        if not claimed:  # the run's last look found none due: later-one falls due just after it
+            with write_transaction():
+                db.session.execute(update(Subscription).where(Subscription.id == later)
+                                   .values(next_check_at=utcnow()))
+        return claimed
+    monkeypatch.setattr(checks, "claim", claim_then_one_falls_due)
+    result = run(runner)
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == "checked=1 changes=0 unavailable=0 failed=0 skipped=0 deferred=0"
+
+
 def test_checks_run_all_counts_the_cut_off_checks_another_checker_took_meanwhile_as_held(runner, app, alice,
                                                                                          network, monkeypatch):
     """They were counted nowhere (neither deferred nor held), and the run looked complete (review)."""

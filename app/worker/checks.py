@@ -5,7 +5,7 @@ import time
 from flask import current_app
 
 from app import metrics
-from app.common import always
+from app.common import always, utcnow
 from app.services import checks
 
 STEP_BUDGET_SECONDS = 30
@@ -32,22 +32,23 @@ def _run_counted(claimed, token, *options) -> checks.Summary:
 def run_due(budget_seconds=None, keep_going=always, count_left=False) -> list:
     """Check due subscriptions batch after batch until none is due (or the budget is spent, or stopping, or the
     provider is paused); a batch a pause deferred whole is in the summaries too. With `count_left` (`checks run`), a
-    run that ends (not stopped) counts as deferred the due subscriptions no checker holds at its end, the checks it
+    run that ends (not stopped) counts as deferred those due at its last look that no checker holds, the checks it
     left unmade, in place of each batch's deferred: a check one batch deferred (half the lease gone, slow answers)
     and a later batch made counted as deferred too, and the run exited 1 blaming the provider; and a pause met before
     the run (or its next batch) claimed nothing and was counted nowhere (deferred=0, exit 0)."""
     deadline = None if budget_seconds is None else time.monotonic() + budget_seconds
-    summaries = []
+    summaries, looked = [], None
     while keep_going() and (deadline is None or time.monotonic() < deadline):
+        looked = utcnow()  # the due ones the run looked for last: one due only since was never the run's
         summary = run_due_batch(keep_going)
         if summary.did_work or summary.deferred:
             summaries.append(summary)
         if not summary.did_work:
             break
-    if count_left and keep_going():
+    if count_left and keep_going() and looked is not None:
         for summary in summaries:
             summary.deferred, summary.deferred_ids = 0, []
-        left = checks.due_unclaimed()
+        left = checks.due_unclaimed(looked)
         if left:
             summaries.append(checks.Summary(deferred=left))
     return summaries
