@@ -154,6 +154,42 @@ def test_a_concurrency_setting_above_the_providers_own_gets_a_pool_that_size(fak
     assert not [record for record in caplog.records if "pool is full" in record.getMessage()]
 
 
+def test_a_concurrency_setting_resizes_a_providers_own_adapters_in_place(monkeypatch):
+    """The pool was resized by mounting a new adapter for http:// and https://: a provider's own adapter (its TLS
+    settings, its retries) was dropped, and one mounted for the vendor's URL kept its small pool."""
+    import sys
+    import types
+
+    import requests
+    from requests.adapters import HTTPAdapter
+
+    from app.providers.base import BaseProvider
+
+    class TlsAdapter(HTTPAdapter):
+        def init_poolmanager(self, *args, **kwargs):
+            kwargs["cert_reqs"] = "CERT_REQUIRED"  # as an adapter with an ssl_context of its own does
+            super().init_poolmanager(*args, **kwargs)
+
+    class TlsVendor(BaseProvider):
+        name = "tlsvendor"
+        concurrency = 2
+
+        def __init__(self):
+            self.session = requests.Session()
+            self.session.mount("https://", TlsAdapter(pool_maxsize=2, max_retries=3))
+            self.session.mount("https://vendor.example/", HTTPAdapter(pool_maxsize=2))
+
+    module = types.ModuleType("app.providers.tlsvendor")
+    module.create = lambda config: TlsVendor()
+    monkeypatch.setitem(sys.modules, "app.providers.tlsvendor", module)
+    provider = load_provider({"PROVIDER": "tlsvendor", "PROVIDER_CONCURRENCY": 16})
+    adapter = provider.session.get_adapter("https://elsewhere.example/")
+    assert isinstance(adapter, TlsAdapter) and adapter.max_retries.total == 3
+    assert adapter.poolmanager.connection_pool_kw["cert_reqs"] == "CERT_REQUIRED"
+    assert adapter.poolmanager.connection_pool_kw["maxsize"] == 16
+    assert provider.session.get_adapter("https://vendor.example/x").poolmanager.connection_pool_kw["maxsize"] == 16
+
+
 @pytest.mark.parametrize("status, reason", [(404, "not_found"), (403, "private"), (451, "private")])
 def test_http_unavailable_statuses(fake_network, status, reason):
     fake_network.contact("someone", (status, {"error": "nope"}))

@@ -58,10 +58,15 @@ def pooled_session(pool_size: int, headers: dict) -> requests.Session:
 def size_pool(session: requests.Session, pool_size: int) -> None:
     """Keep up to `pool_size` connections per host: the session's calls in flight at once, once PROVIDER_CONCURRENCY
     has replaced the provider's own concurrency. A pool sized for the provider's, smaller, threw a connection away at
-    every call past it, with a WARNING line each ("Connection pool is full"), and made each such call a new one."""
-    adapter = _WatchedAdapter(pool_connections=1, pool_maxsize=max(1, pool_size))
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
+    every call past it, with a WARNING line each ("Connection pool is full"), and made each such call a new one.
+    Each adapter the session has mounted is resized in place (as requests rebuilds an unpickled one): replaced by a
+    new one, an adapter of the provider's own (TLS settings, retries, one mounted for the vendor's URL) was lost, or,
+    mounted for a longer prefix, kept its small pool."""
+    for adapter in {id(adapter): adapter for adapter in session.adapters.values()}.values():
+        if isinstance(adapter, HTTPAdapter):
+            adapter._pool_maxsize = max(1, pool_size)
+            adapter.poolmanager.clear()
+            adapter.init_poolmanager(adapter._pool_connections, adapter._pool_maxsize, block=adapter._pool_block)
 
 
 def send(session, method: str, url: str, timeout: float, **kwargs) -> requests.Response:
