@@ -560,6 +560,38 @@ def test_a_move_to_a_tier_that_checks_more_often_brings_the_next_checks_forward(
     assert {subscription_id: row(subscription_id).next_check_at for subscription_id in ids} == after
 
 
+def test_a_tier_move_brings_the_next_checks_forward_a_page_per_transaction(alice, network, monkeypatch):
+    """One write transaction moved every subscription of the account: at a million, SQLite's write lock (every other
+    writer's, past its busy timeout) and the account's row were held for as long."""
+    from sqlalchemy import event
+
+    from app.services import accounts, scheduling
+    ids = [subscribe(alice, f"person-{number}")["id"] for number in range(5)]
+    with write_transaction():
+        db.session.execute(update(Subscription).where(Subscription.id.in_(ids))
+                           .values(next_check_at=utcnow() + timedelta(hours=20)))
+    monkeypatch.setattr(scheduling, "RESCHEDULE_PAGE", 2)
+    moved, per_transaction = [0], []
+
+    def count_moves(_conn, _cursor, statement, parameters, _context, executemany):
+        if statement.startswith("UPDATE subscriptions SET next_check_at"):
+            moved[0] += len(parameters) if executemany else 1
+
+    def end_transaction(_conn):
+        per_transaction.append(moved[0])
+        moved[0] = 0
+    event.listen(db.engine, "after_cursor_execute", count_moves)
+    event.listen(db.engine, "commit", end_transaction)
+    try:
+        accounts.set_tier(alice.account_id, "enterprise")
+    finally:
+        event.remove(db.engine, "after_cursor_execute", count_moves)
+        event.remove(db.engine, "commit", end_transaction)
+    assert sum(per_transaction) == 5 and max(per_transaction) == 2
+    latest = utcnow() + timedelta(seconds=21600 * (1 + JITTER))
+    assert all(row(subscription_id).next_check_at <= latest for subscription_id in ids)
+
+
 @pytest.mark.parametrize("app_config", [{"CHECK_INTERVAL_SECONDS": 600}])
 def test_check_interval_setting_overrides_the_tier(alice, network):
     network.set("jane-doe", person())

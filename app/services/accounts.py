@@ -78,7 +78,8 @@ def get_account(account_id: str) -> Account:
 
 
 def set_tier(account_id: str, tier: str) -> Account:
-    """Move the account to `tier`; to one that checks more often, its subscriptions' next checks come forward."""
+    """Move the account to `tier`; to one that checks more often, its subscriptions' next checks come forward, after
+    the move is committed (checks recorded from then on plan with the new tier), a page per transaction."""
     from app.services.scheduling import bring_forward  # (scheduling reads the tiers from here)
     require_known_tier(tier)
     with write_transaction() as session:
@@ -86,9 +87,10 @@ def set_tier(account_id: str, tier: str) -> Account:
         account = session.get(Account, account_id)
         if account is None:
             raise NotFound("account", account_id)
-        bring_forward(session, account_id, account.tier, tier, utcnow())
+        previous = account.tier
         account.tier = tier
         account.trial_ends_at = None  # an operator-chosen tier is a plan, no longer a trial
+    bring_forward(account_id, previous, tier)
     return account
 
 

@@ -5,7 +5,10 @@ from datetime import timedelta
 from flask import current_app
 from sqlalchemy import bindparam, select, update
 
-from app.models import Subscription
+from app.common import utcnow
+from app.database import write_transaction
+from app.models import Account, Subscription
+from app.services import account_lock
 from app.services.accounts import tier_settings
 
 RESCHEDULE_PAGE = 5000
@@ -35,27 +38,37 @@ def retry_check_at(now, failures: int, tier: str):
     return now + timedelta(seconds=delay * random.uniform(0.9, 1.1))
 
 
-def bring_forward(session, account_id: str, previous_tier: str, tier: str, now) -> int:
-    """After an account moves to a tier that checks more often, inside the caller's transaction: each active
-    subscription whose next check is further off than the new interval (with its jitter) allows has its wait cut in
-    the ratio of the intervals, so they keep their spread and order. Without it a move from a daily to a 6-hourly
-    tier left every subscription to wait out its daily check first. Returns how many moved."""
+def bring_forward(account_id: str, previous_tier: str, tier: str) -> int:
+    """After an account has moved to a tier that checks more often: each active subscription whose next check is
+    further off than the new interval (with its jitter) allows has its wait cut in the ratio of the intervals, so
+    they keep their spread and order. Without it a move from a daily to a 6-hourly tier left every subscription to
+    wait out its daily check first. A page of the key per write transaction, each taking the account's row lock
+    first: an account may hold a million subscriptions, and one transaction for all of them held SQLite's write lock
+    (every other writer's, past its busy timeout) and the account's row for as long. Stops if the account has moved
+    to another tier meanwhile. Each page reads the clock anew: a check recorded since the move plans with the new tier,
+    within its interval from that check, so it is not cut again. Returns how many moved."""
     if previous_tier not in current_app.config["TIERS"]:  # a tier since removed from the configuration
         return 0
     previous, interval = check_interval_seconds(previous_tier), check_interval_seconds(tier)
     if interval >= previous:
         return 0
-    latest = now + timedelta(seconds=interval * (1 + current_app.config["CHECK_JITTER_FRACTION"]))
+    longest = timedelta(seconds=interval * (1 + current_app.config["CHECK_JITTER_FRACTION"]))
     table = Subscription.__table__
     moved, after = 0, ""
-    while True:  # in pages of the primary key: an account may hold a million subscriptions
-        rows = session.execute(select(table.c.id, table.c.next_check_at)
-                               .where(table.c.account_id == account_id, table.c.status == "active",
-                                      table.c.next_check_at > latest, table.c.id > after)
-                               .order_by(table.c.id).limit(RESCHEDULE_PAGE)).all()
-        if not rows:
-            return moved
-        session.execute(update(table).where(table.c.id == bindparam("b_id"))
-                        .values(next_check_at=bindparam("b_next")),
-                        [{"b_id": row_id, "b_next": now + (due - now) * (interval / previous)} for row_id, due in rows])
+    while True:
+        with write_transaction() as session:
+            account_lock.lock_account(session, account_id)  # first, as every writer of its subscriptions takes it
+            if session.scalar(select(Account.tier).where(Account.id == account_id)) != tier:
+                return moved  # moved again meanwhile: that move plans its own
+            now = utcnow()
+            rows = session.execute(select(table.c.id, table.c.next_check_at)
+                                   .where(table.c.account_id == account_id, table.c.status == "active",
+                                          table.c.next_check_at > now + longest, table.c.id > after)
+                                   .order_by(table.c.id).limit(RESCHEDULE_PAGE)).all()
+            if not rows:
+                return moved
+            session.execute(update(table).where(table.c.id == bindparam("b_id"))
+                            .values(next_check_at=bindparam("b_next")),
+                            [{"b_id": row_id, "b_next": now + (due - now) * (interval / previous)}
+                             for row_id, due in rows])
         moved, after = moved + len(rows), rows[-1].id
