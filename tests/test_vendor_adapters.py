@@ -521,7 +521,7 @@ def test_a_vendor_key_read_from_a_file_with_its_line_end_is_taken_without_it(cor
 def test_odd_crustdata_entries_are_not_taken_for_not_found(crustdata):
     """`matches` of another shape, or a second, empty entry after the real one, were a false `not_found`; an
     echo of the profile decoded (`/in/josé` for the stored `/in/jos%c3%a9`) never matched (walk)."""
-    for matches in ({"confidence_score": 1}, [None], ["Jane Doe"]):
+    for matches in ({"confidence_score": 1}, {}, "", [None], ["Jane Doe"]):
         crustdata.forced.append((200, [{"matched_on": JANE, "matches": matches}], {}))
         assert isinstance(crust(crustdata).fetch_many("contact", [JANE])[JANE], ProviderError), matches
     crustdata.person(JANE)

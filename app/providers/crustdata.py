@@ -134,10 +134,10 @@ class CrustdataProvider(BaseProvider):
     def _answer(entry, url, section, snapshot):
         if entry is None:
             return ProviderError("crustdata's answer has no entry for this profile")
-        if not isinstance(entry.get("matches") or [], list):  # an answer of another shape: not "not found"
-            return ProviderError("crustdata's entry has matches that are not a list")
-        if not entry.get("matches"):
+        if entry.get("matches") is None or entry["matches"] == []:  # no match: only none, or an empty list
             return EntityUnavailable("not_found")
+        if not isinstance(entry["matches"], list):  # an answer of another shape (`{}` too): not "not found"
+            return ProviderError("crustdata's entry has matches that are not a list")
         matches = [match for match in entry["matches"] if isinstance(match, dict)]
         if not matches:  # a list of something else (`[null]`) is an answer of another shape, as a dict is
             return ProviderError("crustdata's entry has matches that are not objects")
