@@ -11,10 +11,13 @@ from datetime import timedelta
 
 import pytest
 from limits.errors import StorageError
+from sqlalchemy import func, select
 
 from app.api import limits
 from app.common import utcnow
 from app.config import DEFAULT_TIERS
+from app.extensions import db
+from app.models import DashboardSession
 from app.services import keys, subscriptions
 from conftest import Tenant, make_tenant, raising
 from test_rate_limit_storage import closed_port
@@ -287,7 +290,7 @@ def test_behind_a_trusted_proxy_the_forwarded_address_is_the_client(app):
 
 def _dashboard(app, tenant):
     from tests.dashboard_helpers import Browser
-    return Browser(app, tenant.key)  # signing in is not counted; its first page, the overview, is (default)
+    return Browser(app, tenant.key)  # signing in and its first page, the overview, are two of the default class
 
 
 def _refused_page(response):
@@ -309,8 +312,8 @@ def test_dashboard_actions_and_api_calls_share_the_keys_write_limit(app, alice):
 def test_the_dashboards_refusal_says_when_the_key_can_be_used_again(app, alice):
     """It said "Retry later." only, and its one link, the overview, was refused too: the team reloaded pages blind
     for up to 15 minutes (browser walk: 100 page views)."""
-    browser = _dashboard(app, alice)  # the overview: one of the default class's 3
-    for _ in range(LIMITS["default"] - 1):
+    browser = _dashboard(app, alice)  # the sign-in and the overview: two of the default class's 3
+    for _ in range(LIMITS["default"] - 2):
         assert browser.get("/events").status_code == 200
     refused = browser.get("/events")
     _refused_page(refused)
@@ -334,12 +337,26 @@ def test_a_form_the_keys_limit_refuses_is_kept_for_its_page_with_when_to_send_it
     retry = int(refused.headers["Retry-After"])
     assert again in {f"{utcnow() + timedelta(seconds=retry + drift):%H:%M}" for drift in (-60, 0, 60)}
     assert f'<a href="{html.escape(view)}">Open the page again</a>' in page
-    for _ in range(LIMITS["default"] - 1):  # a refused page passes the kept form on, and is the page to open again
+    for _ in range(LIMITS["default"] - 2):  # a refused page passes the kept form on, and is the page to open again
         browser.get("/events?type=test")
     refused_page = browser.get("/events?type=test")
     _refused_page(refused_page)
     page = refused_page.get_data(as_text=True)
     assert 'data-keeps-form="' in page and '<a href="/events?type=test">Open the page again</a>' in page
+
+
+def test_signing_in_spends_the_keys_default_limit(app, alice):
+    """A sign-in spent nothing: a key signed in without end, each time a session row kept 12 hours (300 sign-ins in
+    a row made 300 rows, past the 100 requests of starter's default class)."""
+    from tests.dashboard_helpers import sign_in
+    _spend(alice, "GET", "/account", LIMITS["default"] - 1)
+    client = app.test_client()
+    assert sign_in(client, alice.key).status_code == 302
+    refused = sign_in(client, alice.key)
+    _refused_page(refused)
+    assert "from this address" not in refused.get_data(as_text=True)
+    assert db.session.scalar(select(func.count()).select_from(DashboardSession)) == 1
+    _assert_limited(alice.get("/account"), LIMITS["default"])
 
 
 def _tiers_with_a_key_prefix():
@@ -365,11 +382,11 @@ def test_with_a_key_prefix_the_dashboard_and_the_api_still_share_one_bucket(app,
 
 
 def test_dashboard_pages_spend_the_keys_read_and_default_limits(app, alice):
-    browser = _dashboard(app, alice)  # the overview: one of the default class's 3
+    browser = _dashboard(app, alice)  # the sign-in and the overview: two of the default class's 3
     assert [browser.get("/subscriptions").status_code for _ in range(LIMITS["read"])] == [200] * LIMITS["read"]
     _refused_page(browser.get("/subscriptions"))
     _assert_limited(alice.get("/subscriptions"), LIMITS["read"])
-    assert [browser.get("/keys").status_code for _ in range(2)] == [200, 200]
+    assert browser.get("/keys").status_code == 200
     _refused_page(browser.get("/events"))
     assert alice.get("/account").status_code == 429
     other = make_tenant(app, "Other team")

@@ -253,7 +253,7 @@ def _too_many(error) -> dict:
     seconds = (error.details or {}).get("retry_after", 60)
     minutes = -(-seconds // 60)
     after = f"{minutes} minute{'' if minutes == 1 else 's'}"
-    if request.endpoint == "dashboard.login":  # limited by address, not a key (dashboard walk)
+    if request.endpoint == "dashboard.login" and not g.get("signing_in_key"):  # by address, not a key (walk)
         return {"message": f"Too many sign-ins without a valid key from this address. Try again in {after}."}
     again = f"{_minute_from(utcnow() + timedelta(seconds=seconds)):%H:%M} UTC"
     return {"message": f"{error.message} This key can be used again in {after}.",

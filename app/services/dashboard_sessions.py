@@ -16,9 +16,8 @@ from app.services import keys
 LIFETIME = timedelta(hours=12)
 
 
-def open_session(api_key: str):
-    """(token, DashboardSession) for a valid key; Unauthorized with the API's messages otherwise."""
-    key, _tier = keys.authenticate(api_key)
+def open_session(key: keys.AuthenticatedKey):
+    """(token, DashboardSession) for a key `keys.authenticate` found valid."""
     token = secrets.token_urlsafe(32)
     now = utcnow()
     with write_transaction() as session:
