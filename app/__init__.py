@@ -168,7 +168,7 @@ def _instance_path():
 
 def _register_request_hooks(app):
     from app.api.auth import assign_request_id, count_request, identify_caller, set_request_id_header
-    from app.api.http import (answer_options_with_no_content, never_cache_api_answers,
+    from app.api.http import (answer_as_typed, answer_options_with_no_content, never_cache_api_answers,
                               refuse_a_body_where_none_is_taken, refuse_nul_in_query_and_form)
     from app.api.limits import add_rate_limit_headers
     # Order matters: the caller is identified before flask-limiter's own before_request hook, which init_app
@@ -187,6 +187,7 @@ def _register_request_hooks(app):
     app.after_request(set_request_id_header)
     app.after_request(never_cache_api_answers)
     app.after_request(answer_options_with_no_content)
+    app.after_request(answer_as_typed)
 
 
 def _register_blueprints(app):

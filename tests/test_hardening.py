@@ -538,3 +538,20 @@ def test_an_echo_is_not_cut_inside_a_flag_or_a_hangul_syllable(text, kept):
     """A flag is two regional indicators (or a black flag and tags), a Hangul syllable may be written as its jamo: cut
     at 200 characters, 🇫🇷 came back as 🇫 alone, 🏴󠁧󠁢󠁥󠁮󠁧󠁿 as a black flag, 각 as ᄀ."""
     assert cut_echo(text) == kept + "…"
+
+
+@pytest.mark.parametrize("path", ["/api/v1/events/%3Cscript%3Ealert(1)%3C%2Fscript%3E", "/api/v1/account",
+                                  "/api/v1/openapi.json", "/healthz", "/v1/nowhere%3Cb%3E"])
+def test_no_answer_outside_the_dashboard_is_sniffed_run_or_framed(alice, anon, path):
+    """Only the dashboard's pages said nosniff: the API's JSON, which repeats what a request sent (here a path
+    holding a script), could be taken for an HTML page of this origin by a browser that sniffs."""
+    for tenant in (alice, anon):
+        response = tenant.client.get(path, headers=tenant.headers)
+        assert response.headers["X-Content-Type-Options"] == "nosniff"
+        assert response.headers["Content-Security-Policy"] == "default-src 'none'; frame-ancestors 'none'"
+
+
+def test_the_dashboards_pages_keep_their_own_policy(anon):
+    response = anon.client.get("/login")
+    assert "script-src 'self'" in response.headers["Content-Security-Policy"]
+    assert response.headers.getlist("Content-Security-Policy") == [response.headers["Content-Security-Policy"]]

@@ -40,6 +40,19 @@ def never_cache_api_answers(response):
     return response
 
 
+NOTHING_RUNS = "default-src 'none'; frame-ancestors 'none'"
+
+
+def answer_as_typed(response):
+    """`X-Content-Type-Options: nosniff` on every answer, and, on those that set no policy of their own (all but the
+    dashboard's pages), one under which nothing runs, loads or frames them. The API's answers repeat what a request
+    sent (a 404 its path, a refusal the value, a subscription its metadata): only the dashboard's pages said either,
+    so a browser that sniffs took `/api/v1/events/<script>…`'s JSON for a page of this origin (security walk)."""
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    response.headers.setdefault("Content-Security-Policy", NOTHING_RUNS)
+    return response
+
+
 def answer_options_with_no_content(response):
     """The API's OPTIONS answer (Flask's, with `Allow`) is a 204 without a body: it was a 200 whose empty body was
     typed text/html (API walk), where every other answer of the API is JSON."""
