@@ -378,7 +378,7 @@ def _validate_database_url(url):
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):
-        raise ConfigError(f"DATABASE_URL={_without_password(url)!r} is not a database URL: use sqlite:///PATH or "
+        raise ConfigError(f"DATABASE_URL={without_password(url)!r} is not a database URL: use sqlite:///PATH or "
                           "postgresql://USER@HOST/DB") from None
     shown = _shown(parsed)
     if parsed.get_backend_name() not in ("sqlite", "postgresql"):
@@ -428,7 +428,7 @@ def _shown(parsed) -> str:
     return parsed.update_query_dict(hidden).render_as_string(hide_password=True)
 
 
-def _without_password(url: str) -> str:
+def without_password(url: str) -> str:
     """A URL shown in a refusal without what may be its user and password: only its scheme when it holds an `@`
     (a password may hold `/` and `@` unescaped, so where it ends cannot be told), nothing of it without one; and
     without its query, which may hold one too (`?password=`: review)."""
@@ -441,7 +441,7 @@ def _without_password(url: str) -> str:
 
 def _validate_ratelimit_storage(name, uri, moving_window=False):
     """A `limits` storage URI whose client package is installed; not built here (a cluster client would connect)."""
-    parts, shown = urlsplit(uri), _without_password(uri)
+    parts, shown = urlsplit(uri), without_password(uri)
     if parts.scheme not in RATELIMIT_SCHEMES:
         raise ConfigError(f"{name}={shown!r} is not a limits storage URI: use memory:// or redis://HOST:6379")
     if moving_window and parts.scheme == "memcached":

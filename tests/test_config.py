@@ -134,6 +134,14 @@ def test_a_storage_whose_client_package_is_missing_is_refused(monkeypatch, tmp_p
         _app_with(monkeypatch, tmp_path, {"RATELIMIT_STORAGE_URI": "redis://127.0.0.1:6379"})
 
 
+def test_a_storage_limits_refuses_is_shown_without_its_password(monkeypatch, tmp_path):
+    """The refusal of a storage URI `limits` cannot use (a sentinel's without its service name) showed the URI whole,
+    its password with it, in the service's log; every other refusal of a URL hides it."""
+    with pytest.raises(ConfigError) as refused:
+        _app_with(monkeypatch, tmp_path, {"RATELIMIT_STORAGE_URI": "redis+sentinel://:s3cret@127.0.0.1:26379"})
+    assert "s3cret" not in str(refused.value) and "service_name" in str(refused.value), refused.value
+
+
 def test_a_missing_metrics_directory_is_one_line_in_every_process(tmp_path):
     """prometheus-client writes there as app.metrics is imported: every command ended in a FileNotFoundError."""
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "missing"), "INSTANCE_PATH": str(tmp_path),
