@@ -646,6 +646,18 @@ def test_import_a_pasted_list_reports_each_refused_row(browser, alice):
     assert subscription_count(alice.account_id) == 3
 
 
+def test_an_imported_row_the_api_refuses_says_why_in_the_forms_words(browser, alice):
+    """As *add one* says it (Invalid profile URL), not by the API's names (network_url, network_id); the importer's
+    own reasons name the file's columns as written."""
+    pasted = "https://example.com/in/x\nhttps://www.linkedin.com/in/a b\nnot-a-url\n"
+    page = html.unescape(browser.post("/subscriptions/import", data={"rows": pasted}).get_data(as_text=True))
+    page = page.split('href="data:')[0]  # the rows (the results CSV keeps the API's words, as the command line's)
+    assert "Invalid profile URL: the host must be" in page
+    assert "Invalid profile URL: profile id may hold only letters" in page
+    assert "network_url" not in page and "network_id" not in page
+    assert "A bare id needs an entity_type column" in page  # the column to add, by its name
+
+
 def test_a_pasted_list_whose_first_url_is_not_a_profile_is_still_a_list(browser, alice):
     """Its first line is a row the import rejects, not a header that refuses the whole paste."""
     pasted = "https://linkedn.com/in/typo\nhttps://www.linkedin.com/in/one\n"

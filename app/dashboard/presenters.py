@@ -1,5 +1,6 @@
 """Turning stored rows into what a page shows: diffs of an event, the events chart as inline SVG, an
 import's progress and results, a refusal in the forms' words."""
+import dataclasses
 import io
 import json
 import re
@@ -99,11 +100,13 @@ RESULT_COLUMNS = ("row", "result", "subscription_id", "code", "reason")
 def import_steps(chunks, listed: int):
     """What the streamed import page shows after each chunk: its first and last row and the rows it lists
     (past row `listed`, only those not created); a chunk refused as a whole (the trial ended) ends the
-    import with why."""
+    import with why. A row the API's rules refused says why in the forms' words (`Invalid profile URL`, as *add
+    one* says it, not `Invalid network_url`); the importer's own reasons name the file's columns, kept as written."""
     try:
         for outcomes in chunks:
             yield {"first": outcomes[0].row, "last": outcomes[-1].row, "error": None,
-                   "rows": [outcome for outcome in outcomes
+                   "rows": [dataclasses.replace(outcome, reason=_in_form_words(outcome.reason)) if outcome.from_api
+                            else outcome for outcome in outcomes
                             if outcome.result != "created" or outcome.row <= listed]}
     except ServiceError as error:
         yield {"first": None, "last": None, "rows": [], "error": error.message}

@@ -253,16 +253,21 @@ def _cell(row: dict, column) -> str:
     return (row.get(column) or "").strip() if column else ""
 
 
+class RowRefused(ValidationFailed):
+    """A row refused by the importer's own rules, its reason naming the file's columns; any other refusal is by the
+    API's rules, in the API's words."""
+
+
 def item_for_row(row: dict, plan: Plan) -> dict:
     """The bulk-create item a row stands for. A URL without a scheme gets `https://`; the entity type
     comes from the type column, else from the URL's path."""
     extra = getattr(row, "extra_cells", ())
     if extra:  # mostly a delimiter inside a value without quotes: its cells, and maybe the id's, are shifted
-        raise ValidationFailed(plan.id_column, f"The row has {len(extra)} more filled cells than the header has "
-                                               "columns: quote a value holding the delimiter.")
+        raise RowRefused(plan.id_column, f"The row has {len(extra)} more filled cells than the header has "
+                                         "columns: quote a value holding the delimiter.")
     value = _cell(row, plan.id_column)
     if not value:
-        raise ValidationFailed(plan.id_column, f"The {plan.id_column} cell is empty.")
+        raise RowRefused(plan.id_column, f"The {plan.id_column} cell is empty.")
     item = {"custom_metadata": {name: _cell(row, name) for name in plan.metadata_columns if _cell(row, name)}}
     entity_type = _cell(row, plan.type_column).lower()
     if plan.only_entity_types and entity_type not in ENTITY_TYPES:  # (every row was rejected: walk)
@@ -273,7 +278,7 @@ def item_for_row(row: dict, plan: Plan) -> dict:
     else:
         item["network_id"] = value
     if not entity_type:
-        raise ValidationFailed("entity_type", "A bare id needs an entity_type column (contact or company).", value)
+        raise RowRefused("entity_type", "A bare id needs an entity_type column (contact or company).", value)
     item["entity_type"] = entity_type
     return item
 
@@ -288,6 +293,7 @@ class RowOutcome:
     subscription_id: str = None
     code: str = None
     reason: str = None
+    from_api: bool = False  # refused by the API's rules (its field names in `reason`), not by the importer's own
 
 
 @dataclass
@@ -376,7 +382,8 @@ def _import_chunk(account_id, chunk, first_row, plan, load_item, dry_run: Option
             items.append(item_for_row(row, plan))
             positions.append(position)
         except ServiceError as error:
-            outcomes[position] = RowOutcome(numbers[position], row, "refused", code=error.code, reason=error.message)
+            outcomes[position] = RowOutcome(numbers[position], row, "refused", code=error.code, reason=error.message,
+                                            from_api=not isinstance(error, RowRefused))
     if items:
         result = subscriptions.bulk_create(account_id, items, load_item, dry_run=dry_run)
         failures = {error["index"]: error for error in result.errors}
@@ -394,4 +401,4 @@ def _outcome(row_number, row, failure, created, dry_run) -> RowOutcome:
         return RowOutcome(row_number, row, "created", None if dry_run else subscription.id)
     if failure["code"] == DuplicateSubscription.code:
         return RowOutcome(row_number, row, "present", failure["details"].get("existing_subscription_id"))
-    return RowOutcome(row_number, row, "refused", code=failure["code"], reason=failure["error"])
+    return RowOutcome(row_number, row, "refused", code=failure["code"], reason=failure["error"], from_api=True)
