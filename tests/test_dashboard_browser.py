@@ -339,6 +339,39 @@ def test_what_was_typed_when_the_session_had_ended_is_back_after_signing_in_agai
     assert "Your session had ended" not in page.content() and "late-team-lead" not in page.content()
 
 
+def test_a_bulk_action_sent_when_the_session_had_ended_is_back_selected_on_its_list_view(server, page):
+    """A pause of the selected sent once the session had ended led, after signing in, to page 1 of the whole list
+    without a word: nothing was done, and nothing said so (dashboard walk). It comes back to the list's view with the
+    selection and why; each button keeps its own action (kept, the three of one name took the last one's value)."""
+    base, env = server
+    key = new_account(env, "Bulk team")
+    api = {"headers": {"X-API-Key": key}, "timeout": 10}
+    ids = [requests.post(f"{base}/api/v1/subscriptions", json={"entity_type": "company", "network_id": name},
+                         **api).json()["id"] for name in ("acme", "globex", "initech")]
+    view = f"{base}/subscriptions?search=e&entity_type=company"
+    page.goto(view)
+    page.get_by_label("API key").fill(key)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_load_state()
+    with sqlite3.connect(env["DATABASE_URL"].removeprefix("sqlite:///")) as database:  # the session ends
+        database.execute("UPDATE dashboard_sessions SET expires_at = '2000-01-01 00:00:00.000000'")
+    page.get_by_label("Select globex").check()
+    page.get_by_role("button", name="Pause", exact=True).click()
+    page.wait_for_load_state()
+    assert "/login" in page.url
+    page.get_by_label("API key").fill(key)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_load_state()
+    assert page.url == view and "Your session had ended, so nothing was done." in page.content()
+    assert page.get_by_label("Select globex").is_checked() and not page.get_by_label("Select acme").is_checked()
+    assert requests.get(f"{base}/api/v1/subscriptions/{ids[1]}", **api).json()["status"] == "active"
+    page.get_by_role("button", name="Pause", exact=True).click()
+    page.wait_for_load_state()
+    assert "Pause: 1 done." in page.content() and page.url == view
+    assert [requests.get(f"{base}/api/v1/subscriptions/{id_}", **api).json()["status"] for id_ in ids] == [
+        "active", "paused", "active"]
+
+
 def test_what_was_typed_in_a_tab_opened_before_signing_in_again_is_back_on_its_page(server, page):
     """Signing in again in another tab refused the older tab's form with a dead end, and what it had typed was lost
     (dashboard walk)."""

@@ -37,8 +37,10 @@ def require_session():
     g.dashboard_session = dashboard_sessions.find(read_cookie(SESSION_COOKIE))
     if request.endpoint in PUBLIC_ENDPOINTS:
         return None
-    if g.dashboard_session is None:
-        return redirect(url_for("dashboard.login", next=_this_page()))
+    if g.dashboard_session is None:  # a form: back to the page it was sent from, a list's view with it (its URL led
+        # to page 1 of the whole list, where the selection of a bulk action kept for it was not)
+        sent_from = request.method == "POST" and request.referrer and _page_sent_from()
+        return redirect(url_for("dashboard.login", next=sent_from or _this_page()))
     if request.method == "POST" and not _same_token(request.form.get("csrf_token"), g.dashboard_session.csrf_token):
         if request.endpoint == "dashboard.logout" and _sent_from_this_origin():  # from a tab opened before a newer
             return None  # sign-in: it must still sign out, but no other origin of the site may (review)

@@ -35,7 +35,7 @@ document.addEventListener("DOMContentLoaded", function () {
               why: refusal.getAttribute("data-keeps-form")});
   } else if (kept && kept.why && kept.account === account) {
     document.querySelectorAll("form[data-keep]").forEach(function (form) {
-      if (form.action !== kept.action) { return; }
+      if (actionOf(form) !== kept.action) { return; }
       Array.prototype.forEach.call(form.elements, function (field) {
         var key = fieldKey(field);
         if (key && key in kept.fields) { field[field.type === "checkbox" ? "checked" : "value"] = kept.fields[key]; }
@@ -60,7 +60,7 @@ document.addEventListener("DOMContentLoaded", function () {
       var file = Array.prototype.some.call(form.elements, function (field) {
         return field.type === "file" && field.files && field.files.length > 0;
       });
-      keepForm({action: form.action, account: account, fields: fields, file: file});
+      keepForm({action: actionOf(form), account: account, fields: fields, file: file});
     });
   });
   document.querySelectorAll("form[data-progress]").forEach(function (form) {
@@ -71,11 +71,17 @@ document.addEventListener("DOMContentLoaded", function () {
   });
 });
 
-// A field's name in what is kept; a check box by its value too, one of several of a name (the webhook's events). None
-// for the CSRF token, which is the page's own, and a file, which no script may set.
+// A field's name in what is kept; a check box by its value too, one of several of a name (the webhook's events, the
+// selected subscriptions). None for the CSRF token, which is the page's own, a file, which no script may set, and a
+// button, which is no input: the bulk actions' three of one name would all have been given the last one's value.
 function fieldKey(field) {
-  if (!field.name || field.name === "csrf_token" || field.type === "file") { return null; }
+  if (!field.name || field.name === "csrf_token" || field.type === "file" || field.tagName === "BUTTON") { return null; }
   return field.type === "checkbox" ? field.name + "=" + field.value : field.name;
+}
+
+// A form's address: form.action is its field named action where it has one (the bulk actions' buttons)
+function actionOf(form) {
+  return new URL(form.getAttribute("action") || "", document.baseURI).href;
 }
 
 function takeKeptForm() {
