@@ -179,8 +179,9 @@ def _register_request_hooks(app):
     try:
         limiter.init_app(app)
     except LimitsConfigurationError as error:  # e.g. redis+sentinel:// without its service name
-        shown = config_module.without_password(app.config["RATELIMIT_STORAGE_URI"])  # (it was shown whole: walk)
-        raise config_module.ConfigError(f"RATELIMIT_STORAGE_URI={shown!r} cannot be used: {error}") from None
+        uri = app.config["RATELIMIT_STORAGE_URI"]  # shown without its password (it was shown whole: walk), and
+        shown, why = config_module.without_password(uri), config_module.limits_refusal(uri, error)  # so is limits' echo
+        raise config_module.ConfigError(f"RATELIMIT_STORAGE_URI={shown!r} cannot be used: {why}") from None
     app.before_request(refuse_a_body_where_none_is_taken)  # after the limiter: a refused request spends one
     app.after_request(add_rate_limit_headers)
     app.after_request(count_request)

@@ -439,6 +439,18 @@ def without_password(url: str) -> str:
     return f"{scheme}://…" if separator else "…"
 
 
+# What a message of the limits package echoes of a storage URI: a location of it (after its first `@`), or all of it
+_LIMITS_ECHO = re.compile(r"(in location |storage uri |storage scheme : ).*", re.S)
+
+
+def limits_refusal(uri: str, error: Exception) -> str:
+    """The limits package's refusal of a storage URI, without what it echoes of the URI when that may hold a password
+    (`without_password` hides some of it): limits cuts the user and password off at the first `@`, so a password
+    holding one was shown from there on ("Missing host or port in location ss@sentinel" for `:p@ss@sentinel`)."""
+    text = str(error)
+    return text if without_password(uri) == uri else _LIMITS_ECHO.sub(r"\1…", text.replace(uri, without_password(uri)))
+
+
 def _validate_ratelimit_storage(name, uri, moving_window=False):
     """A `limits` storage URI whose client package is installed; not built here (a cluster client would connect)."""
     parts, shown = urlsplit(uri), without_password(uri)

@@ -142,6 +142,22 @@ def test_a_storage_limits_refuses_is_shown_without_its_password(monkeypatch, tmp
     assert "s3cret" not in str(refused.value) and "service_name" in str(refused.value), refused.value
 
 
+@pytest.mark.parametrize("uri, secret", [("redis+sentinel://:p@ss-word@sentinel/mymaster", "ss-word"),
+                                         ("redis+sentinel://user:p@ss@sentinel/mymaster", "ss@")])
+def test_what_limits_echoes_of_a_storage_uri_is_shown_without_its_password(monkeypatch, tmp_path, uri, secret):
+    """limits cuts a URI's user and password off at its first `@`: its refusal of a location without a port echoed
+    the rest of a password holding one ("Missing host or port in location ss-word@sentinel")."""
+    with pytest.raises(ConfigError) as refused:
+        _app_with(monkeypatch, tmp_path, {"RATELIMIT_STORAGE_URI": uri})
+    assert secret not in str(refused.value) and "Missing host or port" in str(refused.value), refused.value
+
+
+def test_what_limits_says_of_a_storage_uri_without_a_password_is_shown_whole(monkeypatch, tmp_path):
+    with pytest.raises(ConfigError) as refused:
+        _app_with(monkeypatch, tmp_path, {"RATELIMIT_STORAGE_URI": "redis+sentinel://sentinel/mymaster"})
+    assert "in location sentinel" in str(refused.value), refused.value
+
+
 def test_a_missing_metrics_directory_is_one_line_in_every_process(tmp_path):
     """prometheus-client writes there as app.metrics is imported: every command ended in a FileNotFoundError."""
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "missing"), "INSTANCE_PATH": str(tmp_path),
@@ -316,3 +332,12 @@ def test_a_bind_without_its_port_is_refused_at_start_up(bind):
 def test_a_bind_gunicorn_reads_is_accepted(bind):
     from app.serving import check_serve_settings
     check_serve_settings({"BIND": bind})
+
+
+def test_a_provider_budget_storage_limits_refuses_is_shown_without_its_password(app):
+    """Built at the first check, not at start-up: limits' refusal went to the scheduler's log with what it echoes of the
+    URI, the rest of a password holding an `@` ("Missing host or port in location ss-word@sentinel")."""
+    from app.services.provider_limits import MovingWindowBudget
+    with pytest.raises(ConfigError) as refused:
+        MovingWindowBudget("redis+sentinel://:p@ss-word@sentinel/mymaster")
+    assert "ss-word" not in str(refused.value) and "Missing host or port" in str(refused.value), refused.value

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Optional
 
+import limits.errors
 import limits.storage
 import limits.strategies
 from flask import current_app
@@ -24,6 +25,7 @@ from sqlalchemy import bindparam, delete, func, or_, select, type_coerce, update
 from sqlalchemy.types import NullType
 
 from app.common import utcnow
+from app.config import ConfigError, limits_refusal, without_password
 from app.database import PreparedSelect, end_read_transaction, upsert, write_transaction
 from app.models import ProviderBudget, ProviderSlot, ProviderState
 from app.rate_limit_storage import client_timeouts
@@ -94,7 +96,11 @@ class MovingWindowBudget:
     window, so all of the limit is usable."""
 
     def __init__(self, storage_uri: str):
-        storage = limits.storage.storage_from_string(storage_uri, **client_timeouts(storage_uri))
+        try:
+            storage = limits.storage.storage_from_string(storage_uri, **client_timeouts(storage_uri))
+        except limits.errors.ConfigurationError as error:  # its message echoed a password holding `@` in the log
+            raise ConfigError(f"PROVIDER_RATE_LIMIT_STORAGE_URI={without_password(storage_uri)!r} cannot be used: "
+                              f"{limits_refusal(storage_uri, error)}") from None
         self.limiter = limits.strategies.MovingWindowRateLimiter(storage)
 
     def try_take(self, provider: str, rate):
