@@ -23,6 +23,7 @@ from conftest import Tenant, make_tenant, raising
 from test_rate_limit_storage import closed_port
 
 LIMITS = {"read": 4, "write": 3, "bulk": 2, "default": 3}
+LIMITS_UNAUTHENTICATED = 2
 WINDOW = 900
 
 
@@ -31,7 +32,7 @@ def app_config():
     tiers = copy.deepcopy(DEFAULT_TIERS)
     tiers["starter"]["rate_limits"] = dict(LIMITS)
     tiers["growth"]["rate_limits"] = {"read": 7, "write": 6, "bulk": 5, "default": 6}
-    return {"TIERS": tiers, "RATELIMIT_UNAUTHENTICATED": 2}
+    return {"TIERS": tiers, "RATELIMIT_UNAUTHENTICATED": LIMITS_UNAUTHENTICATED}
 
 
 def _spend(tenant, method, path, times, **kwargs):
@@ -357,6 +358,19 @@ def test_signing_in_spends_the_keys_default_limit(app, alice):
     assert "from this address" not in refused.get_data(as_text=True)
     assert db.session.scalar(select(func.count()).select_from(DashboardSession)) == 1
     _assert_limited(alice.get("/account"), LIMITS["default"])
+
+
+def test_a_sign_in_without_a_valid_key_after_one_with_a_key_is_refused_by_address(app, alice):
+    """The sign-in's 429 page tells a key's refusal by a mark the valid sign-in leaves on `g`, which an app context
+    shared by several requests (this test's) kept: the address's refusal was told as the key's ("This key can be used
+    again")."""
+    from tests.dashboard_helpers import sign_in
+    assert sign_in(app.test_client(), alice.key).status_code == 302
+    client = app.test_client()
+    answers = [sign_in(client, "lwa.sk_live_" + "x" * 32) for _ in range(LIMITS_UNAUTHENTICATED + 1)]
+    assert [answer.status_code for answer in answers] == [401] * LIMITS_UNAUTHENTICATED + [429]
+    page = answers[-1].get_data(as_text=True)
+    assert "Too many sign-ins without a valid key from this address" in page and "This key" not in page, page
 
 
 def _tiers_with_a_key_prefix():

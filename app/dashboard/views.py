@@ -103,6 +103,7 @@ def login():
     if request.method == "GET":
         return _login_page(signed_out=request.args.get("signed_out") == "1")
     check_login_csrf()
+    g.pop("signing_in_key", None)  # a caller's app context (a test's) keeps `g` across requests: not an earlier key's
     try:
         key, g.tier = keys.authenticate(request.form.get("api_key", "").strip())
     except Unauthorized as error:
