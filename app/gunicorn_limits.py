@@ -19,6 +19,7 @@ LIMIT_REQUEST_FIELDS = 100
 LIMIT_REQUEST_FIELD_SIZE = 8190
 ERROR_CODES = {400: "BAD_REQUEST", 403: "FORBIDDEN", 414: "URI_TOO_LONG", 431: "HEADERS_TOO_LARGE",
                500: "INTERNAL_ERROR"}
+NOTHING_RUNS = "default-src 'none'; frame-ancestors 'none'"  # app.api.http's (not imported into gunicorn's master)
 MESSAGES = {414: f"The request line is longer than {LIMIT_REQUEST_LINE} bytes.",
             431: "The request headers are too many or too large."}
 
@@ -32,7 +33,9 @@ def json_error(status: int, reason: str) -> bytes:
         "timestamp": datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         "request_id": request_id,
     }).encode()
+    # with the headers of every other answer outside the dashboard (app.api.http.answer_as_typed)
     head = (f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\nContent-Type: application/json\r\n"
+            f"X-Content-Type-Options: nosniff\r\nContent-Security-Policy: {NOTHING_RUNS}\r\n"
             f"X-Request-Id: {request_id}\r\nContent-Length: {len(body)}\r\n\r\n")
     return head.encode("latin-1") + body
 

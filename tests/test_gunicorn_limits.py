@@ -71,3 +71,12 @@ def test_the_json_error_is_a_complete_http_response():
     assert json.loads(body)["error"] == "URI_TOO_LONG"
     # contract §1: every response carries X-Request-Id, these too; the same id as the body's
     assert f"X-Request-Id: {json.loads(body)['request_id']}\r\n".encode() in head + b"\r\n"
+
+
+def test_the_json_error_carries_the_headers_of_every_answer_outside_the_dashboard():
+    """README: every answer outside the dashboard says nosniff and a policy under which nothing runs; gunicorn's own
+    answers (a request line or headers it refuses) said neither."""
+    from app.api.http import NOTHING_RUNS
+    head = json_error(431, "Request Header Fields Too Large").partition(b"\r\n\r\n")[0].decode()
+    assert "\r\nX-Content-Type-Options: nosniff\r\n" in head
+    assert f"\r\nContent-Security-Policy: {NOTHING_RUNS}\r\n" in head
