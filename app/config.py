@@ -458,8 +458,9 @@ def _validate_ratelimit_storage(name, uri, moving_window=False):
         raise ConfigError(f"{name}={shown!r} is not a limits storage URI: use memory:// or redis://HOST:6379")
     if moving_window and parts.scheme == "memcached":
         raise ConfigError(f"{name}={shown!r}: memcached keeps no moving window; use redis://HOST:6379")
-    try:
-        parts.port
+    try:  # each host's: a sentinel's or a cluster's URI names several, `host1:26379,host2:26379` (as one, refused)
+        for location in parts.netloc.rpartition("@")[2].split(","):
+            urlsplit(f"//{location}").port
     except ValueError:
         raise ConfigError(f"{name}={shown!r} holds no valid port") from None
     package = STORAGE_PACKAGES.get(parts.scheme)

@@ -127,6 +127,14 @@ def test_a_provider_budget_storage_that_cannot_serve_is_refused(monkeypatch, tmp
         _app_with(monkeypatch, tmp_path, {"PROVIDER_RATE_LIMIT": "100/minute", "PROVIDER_RATE_LIMIT_STORAGE_URI": uri})
 
 
+def test_a_storage_uri_naming_several_hosts_is_taken(monkeypatch, tmp_path):
+    """limits' URI of a sentinel (or cluster) names its hosts `host1:26379,host2:26379`: read as one host, its port
+    `26379,host2:26379` was refused ("holds no valid port"), and no sentinel with more than one host could be used."""
+    _app_with(monkeypatch, tmp_path, {"RATELIMIT_STORAGE_URI": "redis+sentinel://h1:26379,h2:26379/mymaster"})
+    with pytest.raises(ConfigError, match="holds no valid port"):
+        _app_with(monkeypatch, tmp_path, {"RATELIMIT_STORAGE_URI": "redis+sentinel://h1:26379,h2:x/mymaster"})
+
+
 def test_a_storage_whose_client_package_is_missing_is_refused(monkeypatch, tmp_path):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == "redis" else real(name, *args))
