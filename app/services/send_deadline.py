@@ -83,7 +83,7 @@ class Watcher:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._watch, name="webhook-deadlines", daemon=True)
                 self._thread.start()
-            elif len(self._deadlines) == 1:  # it sleeps long; else until a deadline no later than this one
+            elif deadline.at <= min(other.at for other in self._deadlines):  # it sleeps until a later one
                 self.lock.notify()
         _current.deadline = deadline
         return deadline
