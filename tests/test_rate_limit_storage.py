@@ -122,3 +122,19 @@ class TestARedisThatDoesNotAnswer:
         with pytest.raises(Exception, match="Timeout"):
             provider_limits.current_budget().try_take("simulated", parse("10/minute"))
         assert time.monotonic() - began < 4
+
+
+def test_a_request_that_fails_after_another_switched_to_memory_is_counted_there(app, alice, monkeypatch):
+    """Redis paused: the requests waiting on it when the first one gave up (and switched flask-limiter to its
+    in-memory fallback) had their error re-raised, each a 500 (scale-out walk, `CLIENT PAUSE`). Here the storage
+    call fails as another thread has just switched: the request is counted in memory and answered."""
+    monkeypatch.setattr(limiter, "_storage_dead", False)
+
+    def paused(*_args, **_kwargs):
+        limiter._storage_dead = True  # the other request, which failed first, switched meanwhile
+        raise StorageError(TimeoutError("Timeout reading from socket"))
+    monkeypatch.setattr(limiter._limiter, "hit", paused)
+    monkeypatch.setattr(limiter._storage, "check", lambda: False)  # nor does it answer flask-limiter's probe
+    answer = alice.get("/account")
+    assert answer.status_code == 200, answer.json
+    assert limiter._storage_dead
