@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-from app.database import cannot_serve
+from app.database import busy_or_unreachable, cannot_serve
 
 OUTAGE_LINE_SECONDS = 60
 
@@ -30,10 +30,18 @@ _lock = threading.Lock()
 
 def log_loop_failure(log, message: str, *args) -> bool:
     """Call from the `except` block of the failure (`message` % `args` names what failed); whether it was an outage."""
-    if log_outage(log, sys.exc_info()[1], message, *args):
+    if log_outage(log, sys.exc_info()[1], message, *args, problem_of=_loop_problem):
         return True
     log.exception(message, *args)
     return False
+
+
+def _loop_problem(error: Exception):
+    """Why a loop's round could not use the database: unusable as `cannot_serve` says, or busy (a lock another
+    session held past PostgreSQL's lock_timeout, SQLite's write lock past its busy timeout, no free connection), as a
+    request's 503 says. A busy database wrote a traceback every round, one every 10 s a loop while an operator's
+    transaction held a table (scale-out walk)."""
+    return cannot_serve(error) or busy_or_unreachable(error)
 
 
 def log_outage(log, error: Exception, message: str, *args, problem_of=cannot_serve) -> bool:

@@ -489,3 +489,20 @@ def test_a_stopping_scheduler_runs_no_more_steps(app, alice):
     running.request_stop()
     running.run_step(running.tick_and_check)
     assert all(row.check_count == 0 for row in fresh_rows())
+
+
+def test_a_busy_database_is_one_line_a_minute_for_a_step_not_a_traceback_every_round(app, caplog, monkeypatch):
+    """A lock held past the lock timeout (an operator's open transaction on PostgreSQL, SQLite's write lock past its
+    busy timeout) wrote a traceback every round of every loop (scale-out walk); requests already said it in a line."""
+    import sqlite3
+    from app import outage_log
+    monkeypatch.setattr(outage_log, "_places", {})
+
+    def database_busy():
+        raise sqlite3.OperationalError("database is locked")
+    running = scheduler.Scheduler(app)
+    for _ in range(3):
+        running.run_step(database_busy)
+    [line] = [record for record in caplog.records if "database_busy" in record.getMessage()]
+    assert line.exc_info is None and line.getMessage().startswith(
+        "scheduler step database_busy failed: the database (DATABASE_URL) is busy: database is locked")
