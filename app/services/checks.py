@@ -331,7 +331,9 @@ def fetch_all(provider, claimed: list, deadline: float = None, keep_going=always
     then a shared slot, then a call from the shared rate budget (so a call granted is made at once). Once the
     provider is paused (here or by another process), `deadline` (a time.time(); default half the lease)
     passes or `keep_going()` turns false (the scheduler is stopping), the remaining subscriptions are
-    deferred: released untouched, so they keep their place. When the scheduler is stopping, `release(deferred)`
+    deferred: released untouched, so they keep their place (also when taking a call fails: the shared budget's
+    Redis or the database not answering; the calls out were thrown away with the batch's claim and slots, held
+    until their lease). When the scheduler is stopping, `release(deferred)`
     (if given) releases them at once (true when it did), before the calls in flight return: the process may be
     killed at its graceful timeout while a slow call is out, and they would have waited for the lease."""
     spec = traits(provider)
@@ -352,7 +354,13 @@ def fetch_all(provider, claimed: list, deadline: float = None, keep_going=always
 
         for index, call in enumerate(calls):
             # go_on once more last: taking the slot and the budget may itself have run past the deadline
-            if not (flight.reserve(deadline, go_on) and _may_call(spec, deadline, pauses) and go_on()):
+            try:
+                granted = flight.reserve(deadline, go_on) and _may_call(spec, deadline, pauses) and go_on()
+            except Exception:  # noqa: BLE001 - the budget's Redis or the database failed: the rest waits, deferred
+                log.exception("taking a call for %s checks failed; they and the rest of the batch are deferred",
+                              spec.name)
+                granted = False
+            if not granted:
                 flight.unreserve()
                 deferred = _deferred(calls[index:])
                 # stopping: released now, not after the calls out (not on a pause: it is written after them)
