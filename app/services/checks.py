@@ -345,7 +345,7 @@ def fetch_all(provider, claimed: list, deadline: float = None, keep_going=always
         return _deferred(calls)
     lease = current_app.config["CHECK_LEASE_SECONDS"]
     deadline = deadline or time.time() + lease / 2
-    stop, deferred = threading.Event(), []
+    stop, deferred, failure = threading.Event(), [], None
     flight = _Flight(spec, timedelta(seconds=lease))
     pool = ThreadPoolExecutor(max_workers=spec.concurrency)  # one call too: this thread watches for a stop meanwhile
     try:
@@ -356,10 +356,8 @@ def fetch_all(provider, claimed: list, deadline: float = None, keep_going=always
             # go_on once more last: taking the slot and the budget may itself have run past the deadline
             try:
                 granted = flight.reserve(deadline, go_on) and _may_call(spec, deadline, pauses) and go_on()
-            except Exception:  # noqa: BLE001 - the budget's Redis or the database failed: the rest waits, deferred
-                log.exception("taking a call for %s checks failed; they and the rest of the batch are deferred",
-                              spec.name)
-                granted = False
+            except Exception as error:  # noqa: BLE001 - the budget's Redis or the database failed: the rest waits
+                failure, granted = error, False
             if not granted:
                 flight.unreserve()
                 deferred = _deferred(calls[index:])
@@ -375,7 +373,18 @@ def fetch_all(provider, claimed: list, deadline: float = None, keep_going=always
     pauses = [outcome.pause for outcome in outcomes if outcome.pause is not None]
     if pauses:
         _pause_for(spec.name, max(pauses, key=_pause_weight))
+    if failure is not None:
+        raise CallsCut(outcomes) from failure
     return outcomes
+
+
+class CallsCut(Exception):
+    """Taking a call failed: `outcomes` (the calls made, the rest deferred) are to be recorded, then the failure
+    raised, so the round fails as before (no heartbeat while, say, the budget's Redis is down: /healthz tells)."""
+
+    def __init__(self, outcomes: list):
+        super().__init__("taking a call from the provider's budget or slots failed")
+        self.outcomes = outcomes
 
 
 def _pause_weight(answer) -> tuple:
@@ -554,13 +563,19 @@ def run_claimed(claimed: list, token: str, keep_going=always) -> Summary:
             return False
         return True
     provider = current_provider()
-    outcomes = fetch_all(provider, claimed, keep_going=keep_going, release=release)
+    try:
+        outcomes, failure = fetch_all(provider, claimed, keep_going=keep_going, release=release), None
+    except CallsCut as cut:
+        outcomes, failure = cut.outcomes, cut.__cause__
     _share_credits(provider)
     try:
-        return Summary.merged([*released, record_outcomes(token, outcomes)])
+        summary = Summary.merged([*released, record_outcomes(token, outcomes)])
     except Exception:  # (one alone too: the checks released early may have left it by itself)
         log.exception("recording a batch of %s checks failed; recording them one at a time", len(outcomes))
-        return Summary.merged([*released, *(_record_alone(token, outcome) for outcome in outcomes)])
+        summary = Summary.merged([*released, *(_record_alone(token, outcome) for outcome in outcomes)])
+    if failure is not None:  # recorded and released: now the round fails, as it did when the batch was lost
+        raise failure
+    return summary
 
 
 def _share_credits(provider) -> None:
