@@ -574,6 +574,7 @@ def run_claimed(claimed: list, token: str, keep_going=always) -> Summary:
         log.exception("recording a batch of %s checks failed; recording them one at a time", len(outcomes))
         summary = Summary.merged([*released, *(_record_alone(token, outcome) for outcome in outcomes)])
     if failure is not None:  # recorded and released: now the round fails, as it did when the batch was lost
+        failure.recorded = summary  # what was recorded, for /metrics
         raise failure
     return summary
 

@@ -23,8 +23,13 @@ def run_due_batch(keep_going=always) -> checks.Summary:
 
 
 def _run_counted(claimed, token, *options) -> checks.Summary:
-    """`checks.run_claimed`, its outcomes counted for /metrics."""
-    summary = checks.run_claimed(claimed, token, *options)
+    """`checks.run_claimed`, its outcomes counted for /metrics (a batch that failed after recording some too)."""
+    try:
+        summary = checks.run_claimed(claimed, token, *options)
+    except Exception as error:
+        if isinstance(getattr(error, "recorded", None), checks.Summary):
+            metrics.count_checks(error.recorded)
+        raise
     metrics.count_checks(summary)
     return summary
 
