@@ -658,6 +658,21 @@ def test_an_imported_row_the_api_refuses_says_why_in_the_forms_words(browser, al
     assert "A bare id needs an entity_type column" in page  # the column to add, by its name
 
 
+def test_an_imported_row_refused_by_a_named_field_is_headed_by_its_label_as_add_one_says_it(browser, alice):
+    """A refusal headed by the API's field (`network_id may hold only…`, `entity_type: Must be one of…`) is headed by
+    the form's label, as *add one* says it: only its sentence was put in the forms' words, so the row read "profile id
+    may hold only…" and "type: Must be one of…" under the import's results."""
+    browser.post("/subscriptions", data={"url": "a b", "entity_type": "company"})
+    add_one = browser.text("/subscriptions")
+    assert "Profile id may hold only letters" in add_one
+    pasted = "network_id,entity_type\nabc,person\na b,company\n"
+    page = html.unescape(browser.post("/subscriptions/import", data={"rows": pasted}).get_data(as_text=True))
+    page = page.split('href="data:')[0]
+    assert "Type: Must be one of: contact, company." in page and "type: Must" not in page
+    assert "Profile id may hold only letters" in page and "profile id may" not in page
+    assert subscription_count(alice.account_id) == 0
+
+
 def test_a_pasted_list_whose_first_url_is_not_a_profile_is_still_a_list(browser, alice):
     """Its first line is a row the import rejects, not a header that refuses the whole paste."""
     pasted = "https://linkedn.com/in/typo\nhttps://www.linkedin.com/in/one\n"

@@ -68,8 +68,12 @@ def refusal_in_form_words(error: ServiceError) -> str:
     """A refusal's message with the API field path heading it (`custom_metadata.foo.value: ...`, `endpoint_url
     must ...`, marshmallow's whole-body `body: ...`) as the form's label, and the API's names in its sentence in
     the form's words (`Invalid network_url: ...`); the API's JSON keeps them."""
-    message, field = error.message, getattr(error, "field", None)
-    label = (field_label(field) if field != "body" else "") if isinstance(error, ValidationFailed) and field else None
+    return reason_in_form_words(error.message, error.field if isinstance(error, ValidationFailed) else None)
+
+
+def reason_in_form_words(message: str, field) -> str:
+    """`refusal_in_form_words` of a refusal's message and field (None: a refusal naming no field, left as it is)."""
+    label = (field_label(field) if field != "body" else "") if field else None
     if label is None:
         return message
     head = ""
@@ -105,8 +109,8 @@ def import_steps(chunks, listed: int):
     try:
         for outcomes in chunks:
             yield {"first": outcomes[0].row, "last": outcomes[-1].row, "error": None,
-                   "rows": [dataclasses.replace(outcome, reason=_in_form_words(outcome.reason)) if outcome.from_api
-                            else outcome for outcome in outcomes
+                   "rows": [dataclasses.replace(outcome, reason=reason_in_form_words(outcome.reason, outcome.field))
+                            if outcome.from_api else outcome for outcome in outcomes
                             if outcome.result != "created" or outcome.row <= listed]}
     except ServiceError as error:
         yield {"first": None, "last": None, "rows": [], "error": error.message}

@@ -294,6 +294,7 @@ class RowOutcome:
     code: str = None
     reason: str = None
     from_api: bool = False  # refused by the API's rules (its field names in `reason`), not by the importer's own
+    field: str = None  # the API field the refusal names (`network_id`), heading `reason` where it is its first word
 
 
 @dataclass
@@ -383,7 +384,8 @@ def _import_chunk(account_id, chunk, first_row, plan, load_item, dry_run: Option
             positions.append(position)
         except ServiceError as error:
             outcomes[position] = RowOutcome(numbers[position], row, "refused", code=error.code, reason=error.message,
-                                            from_api=not isinstance(error, RowRefused))
+                                            from_api=not isinstance(error, RowRefused),
+                                            field=error.field if isinstance(error, ValidationFailed) else None)
     if items:
         result = subscriptions.bulk_create(account_id, items, load_item, dry_run=dry_run)
         failures = {error["index"]: error for error in result.errors}
@@ -401,4 +403,5 @@ def _outcome(row_number, row, failure, created, dry_run) -> RowOutcome:
         return RowOutcome(row_number, row, "created", None if dry_run else subscription.id)
     if failure["code"] == DuplicateSubscription.code:
         return RowOutcome(row_number, row, "present", failure["details"].get("existing_subscription_id"))
-    return RowOutcome(row_number, row, "refused", code=failure["code"], reason=failure["error"], from_api=True)
+    return RowOutcome(row_number, row, "refused", code=failure["code"], reason=failure["error"], from_api=True,
+                      field=failure["details"].get("field") if failure["code"] == ValidationFailed.code else None)
