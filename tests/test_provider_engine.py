@@ -637,3 +637,28 @@ def test_a_budget_that_fails_mid_batch_defers_the_rest_and_records_the_calls_mad
     assert len(vendor.calls) == 1 and metrics.CHECKS.labels("ok")._value.get() - counted == 1  # /metrics too
     assert all(row(subscription_id).claim_token is None for subscription_id in ids)
     assert sorted(row(subscription_id).check_count for subscription_id in ids) == [0, 0, 1]
+
+
+@pytest.mark.parametrize("subscriptions", [3, 1])
+def test_a_slot_that_cannot_be_given_back_loses_no_call_made(alice, vendor, monkeypatch, subscriptions):
+    """The database refused to give a returned call's slot back (a lock held on provider_slots past the lock
+    timeout): the call's answers were dropped with it, as the next call was taken (3) or as the calls out were
+    collected after the last (1), their checks left claimed until the lease and the vendor's call uncounted. They
+    are recorded, the rest released, and the error fails the round; the slot waits for its lease."""
+    from sqlalchemy.exc import OperationalError
+
+    from app.services import checks
+    vendor.batch_size = 1
+    ids = [subscribe(alice, f"p{number}") for number in range(subscriptions)]
+    make_due(ids)
+    busy = OperationalError("UPDATE provider_slots", {}, Exception("canceling statement due to lock timeout"))
+
+    def give_back_slot(*_args):
+        raise busy
+    monkeypatch.setattr(provider_limits, "give_back_slot", give_back_slot)
+    token = checks.new_claim_token()
+    with pytest.raises(OperationalError):
+        checks.run_claimed(checks.claim(token, 10), token)
+    assert len(vendor.calls) == 1
+    assert all(row(subscription_id).claim_token is None for subscription_id in ids)
+    assert sorted(row(subscription_id).check_count for subscription_id in ids) == [0] * (subscriptions - 1) + [1]

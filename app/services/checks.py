@@ -314,15 +314,13 @@ class _Flight:
     def settle(self, timeout: float = None) -> None:
         """Collect the calls that have returned (waiting up to `timeout` for one) and give their slots back."""
         done, _ = wait(list(self.running), timeout=timeout, return_when=FIRST_COMPLETED)
-        for future in done:
+        for future in done:  # its outcomes first: a slot that cannot be given back (left to its lease) loses none
             slot = self.running.pop(future)
-            if slot is not None:
-                provider_limits.give_back_slot(self.spec.name, slot, self.holder)
-            self.outcomes += future.result()
-
-    def settle_all(self) -> None:
-        while self.running:
-            self.settle()
+            try:
+                self.outcomes += future.result()
+            finally:
+                if slot is not None:
+                    provider_limits.give_back_slot(self.spec.name, slot, self.holder)
 
 
 def fetch_all(provider, claimed: list, deadline: float = None, keep_going=always, release=None) -> list:
@@ -359,7 +357,10 @@ def fetch_all(provider, claimed: list, deadline: float = None, keep_going=always
             except Exception as error:  # noqa: BLE001 - the budget's Redis or the database failed: the rest waits
                 failure, granted = error, False
             if not granted:
-                flight.unreserve()
+                try:
+                    flight.unreserve()
+                except Exception as error:  # noqa: BLE001 - the slot waits for its lease; the calls made are kept
+                    failure = failure or error
                 deferred = _deferred(calls[index:])
                 # stopping: released now, not after the calls out (not on a pause: it is written after them)
                 if release and not keep_going() and not stop.is_set() and release(deferred):
@@ -368,7 +369,11 @@ def fetch_all(provider, claimed: list, deadline: float = None, keep_going=always
             flight.start(pool.submit(_call, provider, call, stop))
     finally:
         pool.shutdown(wait=True)
-    flight.settle_all()
+    while flight.running:  # each call out is collected, also when giving a slot back fails (the database)
+        try:
+            flight.settle()
+        except Exception as error:  # noqa: BLE001 - recorded with the rest, then the round fails
+            failure = failure or error
     outcomes = flight.outcomes + deferred
     pauses = [outcome.pause for outcome in outcomes if outcome.pause is not None]
     if pauses:
@@ -383,7 +388,7 @@ class CallsCut(Exception):
     raised, so the round fails as before (no heartbeat while, say, the budget's Redis is down: /healthz tells)."""
 
     def __init__(self, outcomes: list):
-        super().__init__("taking a call from the provider's budget or slots failed")
+        super().__init__("taking a call from the provider's budget or slots (or giving a slot back) failed")
         self.outcomes = outcomes
 
 
