@@ -662,3 +662,26 @@ def test_a_slot_that_cannot_be_given_back_loses_no_call_made(alice, vendor, monk
     assert len(vendor.calls) == 1
     assert all(row(subscription_id).claim_token is None for subscription_id in ids)
     assert sorted(row(subscription_id).check_count for subscription_id in ids) == [0] * (subscriptions - 1) + [1]
+
+
+def test_a_pause_that_cannot_be_written_loses_no_call_made(alice, vendor, monkeypatch):
+    """The vendor said 429 and the database refused the pause (a lock held past the lock timeout): the error left
+    fetch_all raw, the batch's outcomes with it, its checks claimed until the lease. They are released, keeping their
+    place, and the error fails the round."""
+    from sqlalchemy.exc import OperationalError
+
+    from app.services import checks
+    ids = [subscribe(alice, f"p{number}") for number in range(2)]
+    make_due(ids)
+    before = {subscription_id: state_of(subscription_id) for subscription_id in ids}
+    vendor.stop = ProviderError("HTTP 429", retry_after=120)
+    busy = OperationalError("UPDATE provider_states", {}, Exception("canceling statement due to lock timeout"))
+
+    def pause(*_args):
+        raise busy
+    monkeypatch.setattr(provider_limits, "pause", pause)
+    token = checks.new_claim_token()
+    with pytest.raises(OperationalError):
+        checks.run_claimed(checks.claim(token, 10), token)
+    assert len(vendor.calls) == 1
+    assert {subscription_id: state_of(subscription_id) for subscription_id in ids} == before

@@ -377,7 +377,10 @@ def fetch_all(provider, claimed: list, deadline: float = None, keep_going=always
     outcomes = flight.outcomes + deferred
     pauses = [outcome.pause for outcome in outcomes if outcome.pause is not None]
     if pauses:
-        _pause_for(spec.name, max(pauses, key=_pause_weight))
+        try:
+            _pause_for(spec.name, max(pauses, key=_pause_weight))
+        except Exception as error:  # noqa: BLE001 - the calls made are recorded, then the round fails
+            failure = failure or error
     if failure is not None:
         raise CallsCut(outcomes) from failure
     return outcomes
