@@ -522,12 +522,18 @@ def test_initial_delay_is_configurable(alice, network):
     assert row(created["id"]).next_check_at <= utcnow() + timedelta(seconds=10)
 
 
-def test_next_check_is_one_tier_interval_on_with_jitter(alice, network):
+def _checked_people(tenant, network, count: int) -> list:
+    """The ids of `count` subscriptions to people the network knows, each due now."""
     ids = []
-    for number in range(30):
+    for number in range(count):
         network.set(f"person-{number}", person(f"person-{number}"))
-        ids.append(subscribe(alice, f"person-{number}")["id"])
+        ids.append(subscribe(tenant, f"person-{number}")["id"])
     make_due(*ids)
+    return ids
+
+
+def test_next_check_is_one_tier_interval_on_with_jitter(alice, network):
+    ids = _checked_people(alice, network, 30)
     [summary] = worker.run_due()
     assert summary.checked == 30
     delays = []
@@ -542,11 +548,7 @@ def test_next_check_is_one_tier_interval_on_with_jitter(alice, network):
 def test_a_move_to_a_tier_that_checks_more_often_brings_the_next_checks_forward(alice, network):
     """starter checks daily, enterprise every 6 h: the subscriptions waited out their daily check first."""
     from app.services import accounts
-    ids = []
-    for number in range(5):
-        network.set(f"person-{number}", person(f"person-{number}"))
-        ids.append(subscribe(alice, f"person-{number}")["id"])
-    make_due(*ids)
+    ids = _checked_people(alice, network, 5)
     worker.run_due()
     alice.post(f"/subscriptions/{ids[4]}/pause")
     before = {subscription_id: row(subscription_id).next_check_at for subscription_id in ids}

@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import limits
 import pytest
 from sqlalchemy import func, select, update
+from sqlalchemy.exc import OperationalError
 
 from app.common import utcnow
 from app.database import write_transaction
@@ -639,23 +640,26 @@ def test_a_budget_that_fails_mid_batch_defers_the_rest_and_records_the_calls_mad
     assert sorted(row(subscription_id).check_count for subscription_id in ids) == [0, 0, 1]
 
 
+def _refused_by_the_database(monkeypatch, function: str, statement: str) -> None:
+    """provider_limits.`function` fails as a statement waiting on a lock past the lock timeout does."""
+    busy = OperationalError(statement, {}, Exception("canceling statement due to lock timeout"))
+
+    def refused(*_args):
+        raise busy
+    monkeypatch.setattr(provider_limits, function, refused)
+
+
 @pytest.mark.parametrize("subscriptions", [3, 1])
 def test_a_slot_that_cannot_be_given_back_loses_no_call_made(alice, vendor, monkeypatch, subscriptions):
     """The database refused to give a returned call's slot back (a lock held on provider_slots past the lock
     timeout): the call's answers were dropped with it, as the next call was taken (3) or as the calls out were
     collected after the last (1), their checks left claimed until the lease and the vendor's call uncounted. They
     are recorded, the rest released, and the error fails the round; the slot waits for its lease."""
-    from sqlalchemy.exc import OperationalError
-
     from app.services import checks
     vendor.batch_size = 1
     ids = [subscribe(alice, f"p{number}") for number in range(subscriptions)]
     make_due(ids)
-    busy = OperationalError("UPDATE provider_slots", {}, Exception("canceling statement due to lock timeout"))
-
-    def give_back_slot(*_args):
-        raise busy
-    monkeypatch.setattr(provider_limits, "give_back_slot", give_back_slot)
+    _refused_by_the_database(monkeypatch, "give_back_slot", "UPDATE provider_slots")
     token = checks.new_claim_token()
     with pytest.raises(OperationalError):
         checks.run_claimed(checks.claim(token, 10), token)
@@ -668,18 +672,12 @@ def test_a_pause_that_cannot_be_written_loses_no_call_made(alice, vendor, monkey
     """The vendor said 429 and the database refused the pause (a lock held past the lock timeout): the error left
     fetch_all raw, the batch's outcomes with it, its checks claimed until the lease. They are released, keeping their
     place, and the error fails the round."""
-    from sqlalchemy.exc import OperationalError
-
     from app.services import checks
     ids = [subscribe(alice, f"p{number}") for number in range(2)]
     make_due(ids)
     before = {subscription_id: state_of(subscription_id) for subscription_id in ids}
     vendor.stop = ProviderError("HTTP 429", retry_after=120)
-    busy = OperationalError("UPDATE provider_states", {}, Exception("canceling statement due to lock timeout"))
-
-    def pause(*_args):
-        raise busy
-    monkeypatch.setattr(provider_limits, "pause", pause)
+    _refused_by_the_database(monkeypatch, "pause", "UPDATE provider_states")
     token = checks.new_claim_token()
     with pytest.raises(OperationalError):
         checks.run_claimed(checks.claim(token, 10), token)
