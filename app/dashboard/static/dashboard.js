@@ -75,7 +75,9 @@ document.addEventListener("DOMContentLoaded", function () {
 // selected subscriptions). None for the CSRF token, which is the page's own, a file, which no script may set, and a
 // button, which is no input: the bulk actions' three of one name would all have been given the last one's value.
 function fieldKey(field) {
-  if (!field.name || field.name === "csrf_token" || field.type === "file" || field.tagName === "BUTTON") { return null; }
+  if (!field.name || field.name === "csrf_token" || field.type === "file" || field.tagName === "BUTTON") {
+    return null;
+  }
   return field.type === "checkbox" ? field.name + "=" + field.value : field.name;
 }
 
