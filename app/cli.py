@@ -13,7 +13,7 @@ from flask import current_app
 from flask.cli import AppGroup, FlaskGroup
 
 from app.common import isoformat
-from app.database import cannot_serve, missing_database
+from app.database import busy_or_unreachable, cannot_serve, missing_database
 from app.errors import ServiceError
 from app.exits import stop
 from app.extensions import db
@@ -129,21 +129,36 @@ def run_checks(subscription_id, check_all, due):
     from app.worker import checks as check_worker
     if sum(bool(choice) for choice in (subscription_id, check_all, due)) > 1:
         raise click.UsageError("Give one of --all, --due or a SUBSCRIPTION_ID.")
+    summaries, failure = [], None
     with _stopped_by_signals() as stopped:
         def keep_going():
             return not stopped
-        if subscription_id:
-            summary = check_worker.run_one(subscription_id, keep_going)
-            if summary is None:
-                raise click.ClickException(f"{subscription_id} is not an active subscription (or is being checked).")
-            summaries = [summary]
-        elif check_all:
-            summaries = list(check_worker.run_all(keep_going))
-        else:
-            summaries = check_worker.run_due(keep_going=keep_going, count_left=True)
+        try:
+            if subscription_id:
+                summary = check_worker.run_one(subscription_id, keep_going)
+                if summary is None:
+                    raise click.ClickException(f"{subscription_id} is not an active subscription (or is being "
+                                               "checked).")
+                summaries = [summary]
+            elif check_all:
+                for summary in check_worker.run_all(keep_going):
+                    summaries.append(summary)
+            else:
+                summaries = check_worker.run_due(keep_going=keep_going, count_left=True)
+        except Exception as error:  # noqa: BLE001 - one a batch raised once it had recorded its calls: said below
+            if not isinstance(getattr(error, "recorded", None), Summary):
+                raise
+            if not hasattr(error, "summaries"):  # (run_due notes its own batches)
+                check_worker.note_made_before(error, summaries)
+            summaries, failure = error.summaries, error
     total = Summary.merged(summaries)
     totals = {name: getattr(total, name) for name in Summary.COUNTS if name != "held" or check_all}
     click.echo(" ".join(f"{name}={count}" for name, count in totals.items()))
+    if failure is not None:  # it ended in the error's traceback, what it had made and recorded unsaid
+        problem = busy_or_unreachable(failure) or cannot_serve(failure) or f"{type(failure).__name__}: {failure}"
+        raise click.ClickException(
+            f"the run stopped: taking a call from the provider's budget or slots failed ({problem}); the checks "
+            "made were recorded and the rest released with their place kept, for the next run or the scheduler.")
     if stopped:
         raise click.ClickException(f"stopped by {stopped[0]}: the claimed checks not started ({totals['deferred']}) "
                                    "were released for the scheduler with their place kept; the rest of the run was "

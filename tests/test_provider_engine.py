@@ -683,3 +683,31 @@ def test_a_pause_that_cannot_be_written_loses_no_call_made(alice, vendor, monkey
         checks.run_claimed(checks.claim(token, 10), token)
     assert len(vendor.calls) == 1
     assert {subscription_id: state_of(subscription_id) for subscription_id in ids} == before
+
+
+@pytest.mark.parametrize("how", ["--due", "--all"])
+@pytest.mark.parametrize("batch_size, deferred", [(10, 2), (1, 1)], ids=["one-batch", "in-the-second-batch"])
+def test_checks_run_says_in_a_line_what_it_made_when_taking_a_call_fails(app, alice, vendor, runner, monkeypatch, how,
+                                                                         batch_size, deferred):
+    """The budget's Redis failing as a call is taken fails the round once the calls made are recorded (the scheduler
+    must not write its heartbeat): `checks run` ended in the storage's traceback, the checks it had made and recorded
+    (in that batch or an earlier one) unsaid. It prints its line and exits 1 saying what failed."""
+    from limits.errors import StorageError
+    app.config["CHECK_BATCH_SIZE"] = batch_size
+    vendor.rate_limit, vendor.batch_size = "100/minute", 1
+    ids = [subscribe(alice, f"p{number}") for number in range(3)]
+    make_due(ids)
+    taken = []
+
+    def take_call(*_args, **_kwargs):
+        taken.append(1)
+        if len(taken) > 1:
+            raise StorageError(TimeoutError("Timeout reading from socket"))
+        return True
+    monkeypatch.setattr(provider_limits, "take_call", take_call)
+    result = runner.invoke(args=["checks", "run", how])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.exception
+    assert f"checked=1 changes=0 unavailable=0 failed=0 skipped=0 deferred={deferred}" in result.output, result.output
+    assert "Timeout reading from socket" in result.output and "the checks made were recorded" in result.output
+    assert sorted(row(subscription_id).check_count for subscription_id in ids) == [0, 0, 1]
+    assert all(row(subscription_id).claim_token is None for subscription_id in ids)

@@ -45,7 +45,11 @@ def run_due(budget_seconds=None, keep_going=always, count_left=False) -> list:
     summaries, looked = [], None
     while keep_going() and (deadline is None or time.monotonic() < deadline):
         looked = utcnow()  # the due ones the run looked for last: one due only since was never the run's
-        summary = run_due_batch(keep_going)
+        try:
+            summary = run_due_batch(keep_going)
+        except Exception as error:
+            note_made_before(error, summaries)
+            raise
         if summary.did_work or summary.deferred:
             summaries.append(summary)
         if not summary.did_work:
@@ -57,6 +61,14 @@ def run_due(budget_seconds=None, keep_going=always, count_left=False) -> list:
         if left:
             summaries.append(checks.Summary(deferred=left))
     return summaries
+
+
+def note_made_before(error: Exception, summaries: list) -> None:
+    """An error a batch raised once it had recorded what it made (`recorded`, `checks.run_claimed`: taking a call
+    failed) carries the run's summaries, that batch's last, as `summaries`: for `checks run`'s line, which was lost
+    with them in the error's traceback."""
+    if isinstance(getattr(error, "recorded", None), checks.Summary):
+        error.summaries = [*summaries, error.recorded]
 
 
 def run_due_checks(keep_going=always) -> bool:
