@@ -467,6 +467,24 @@ def _validate_ratelimit_storage(name, uri, moving_window=False):
     if package and importlib.util.find_spec(package) is None:
         raise ConfigError(f"{name}={shown!r} needs the {package} package: pip install {package}"
                           + (" (or 'entity-monitor[redis]')" if package == "redis" else ""))
+    if moving_window and parts.scheme in _BUILT_WITHOUT_CONNECTING:
+        _refuse_what_limits_refuses(name, uri)
+
+
+# Storages whose client connects only when used: the provider's budget is built at its first call, so a URI limits
+# refuses (a sentinel's without its service name or a host's port) failed every round of checks while serving went
+# on, once a sentinel's several hosts were taken; RATELIMIT_STORAGE_URI's is built as the app is (`create_app`).
+_BUILT_WITHOUT_CONNECTING = ("redis", "rediss", "redis+sentinel", "valkey", "valkeys")
+
+
+def _refuse_what_limits_refuses(name, uri) -> None:
+    import limits.errors
+    import limits.storage
+    from app.rate_limit_storage import client_timeouts
+    try:
+        limits.storage.storage_from_string(uri, **client_timeouts(uri))
+    except limits.errors.ConfigurationError as error:
+        raise ConfigError(f"{name}={without_password(uri)!r} cannot be used: {limits_refusal(uri, error)}") from None
 
 
 def _validate_provider(config):

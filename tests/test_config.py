@@ -135,6 +135,22 @@ def test_a_storage_uri_naming_several_hosts_is_taken(monkeypatch, tmp_path):
         _app_with(monkeypatch, tmp_path, {"RATELIMIT_STORAGE_URI": "redis+sentinel://h1:26379,h2:x/mymaster"})
 
 
+@pytest.mark.parametrize("uri, refusal", [
+    ("redis+sentinel://:s3cret@h1:26379,h2:26379", "'service_name' not provided"),
+    ("redis+sentinel://:s3cret@sentinel/mymaster", "Missing host or port")])
+def test_a_provider_budget_storage_limits_refuses_is_refused_at_start_up(monkeypatch, tmp_path, uri, refusal):
+    """The provider's budget storage is built at the first metered call: a URI limits refuses (a sentinel's without
+    its service name, a host without its port), taken at start-up once a sentinel's several hosts were, failed every
+    round of checks (a ConfigError, the batch deferred) while the service ran on. Refused in one line, as
+    RATELIMIT_STORAGE_URI's is, without its password."""
+    with pytest.raises(ConfigError) as refused:
+        _app_with(monkeypatch, tmp_path, {"PROVIDER_RATE_LIMIT": "100/minute", "PROVIDER_RATE_LIMIT_STORAGE_URI": uri})
+    assert str(refused.value).startswith("PROVIDER_RATE_LIMIT_STORAGE_URI='redis+sentinel://…' cannot be used")
+    assert refusal in str(refused.value) and "s3cret" not in str(refused.value), refused.value
+    taken = "redis+sentinel://:s3cret@h1:26379,h2:26379/m"  # a sentinel's URI as limits takes it (not connected)
+    _app_with(monkeypatch, tmp_path, {"PROVIDER_RATE_LIMIT": "100/minute", "PROVIDER_RATE_LIMIT_STORAGE_URI": taken})
+
+
 def test_a_storage_whose_client_package_is_missing_is_refused(monkeypatch, tmp_path):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name == "redis" else real(name, *args))
