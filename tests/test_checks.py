@@ -562,6 +562,25 @@ def test_a_move_to_a_tier_that_checks_more_often_brings_the_next_checks_forward(
     assert {subscription_id: row(subscription_id).next_check_at for subscription_id in ids} == after
 
 
+def test_a_move_off_a_tier_gone_from_tiers_brings_the_next_checks_forward(app, alice, network):
+    """Accounts on a tier TIERS no longer has stop `serve`, which says to move them with `accounts set-tier`: the
+    removed tier's interval unknown, nothing was brought forward, and a weekly tier's subscriptions waited out their
+    week on a 6-hourly one (the README: the new interval holds from now). The furthest wait planned stands for it."""
+    from app.models import Account
+    from app.services import accounts
+    ids = [subscribe(alice, f"person-{number}")["id"] for number in range(4)]
+    with write_transaction():
+        db.session.execute(update(Account).where(Account.id == alice.account_id).values(tier="weekly"))
+        for number, subscription_id in enumerate(ids):
+            db.session.execute(update(Subscription).where(Subscription.id == subscription_id)
+                               .values(next_check_at=utcnow() + timedelta(days=1 + number)))
+    before = {subscription_id: row(subscription_id).next_check_at for subscription_id in ids}
+    accounts.set_tier(alice.account_id, "enterprise")
+    now, after = utcnow(), {subscription_id: row(subscription_id).next_check_at for subscription_id in ids}
+    assert all(now < after[subscription_id] <= now + timedelta(seconds=21600 * (1 + JITTER)) for subscription_id in ids)
+    assert sorted(ids, key=before.get) == sorted(ids, key=after.get)  # the spread is kept
+
+
 def test_a_tier_move_brings_the_next_checks_forward_a_page_per_transaction(alice, network, monkeypatch):
     """One write transaction moved every subscription of the account: at a million, SQLite's write lock (every other
     writer's, past its busy timeout) and the account's row were held for as long."""

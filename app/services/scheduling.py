@@ -3,10 +3,11 @@ import random
 from datetime import timedelta
 
 from flask import current_app
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import bindparam, func, select, update
 
 from app.common import utcnow
-from app.database import write_transaction
+from app.database import end_read_transaction, write_transaction
+from app.extensions import db
 from app.models import Account, Subscription
 from app.services import account_lock
 from app.services.accounts import tier_settings
@@ -46,13 +47,16 @@ def bring_forward(account_id: str, previous_tier: str, tier: str) -> int:
     first: an account may hold a million subscriptions, and one transaction for all of them held SQLite's write lock
     (every other writer's, past its busy timeout) and the account's row for as long. Stops if the account has moved
     to another tier meanwhile. Each page reads the clock anew: a check recorded since the move plans with the new tier,
-    within its interval from that check, so it is not cut again. Returns how many moved."""
-    if previous_tier not in current_app.config["TIERS"]:  # a tier since removed from the configuration
-        return 0
-    previous, interval = check_interval_seconds(previous_tier), check_interval_seconds(tier)
-    if interval >= previous:
-        return 0
+    within its interval from that check, so it is not cut again. From a tier TIERS no longer has, the furthest
+    next check planned stands for its interval. Returns how many moved."""
+    interval = check_interval_seconds(tier)
     longest = timedelta(seconds=interval * (1 + current_app.config["CHECK_JITTER_FRACTION"]))
+    if previous_tier in current_app.config["TIERS"]:
+        previous = check_interval_seconds(previous_tier)
+    else:  # a tier since removed from TIERS (`serve` says to move its accounts): the furthest wait it planned
+        previous = _furthest_wait(account_id, longest)  # stands for its interval; none was cut (a weekly tier's)
+    if previous is None or interval >= previous:
+        return 0
     table = Subscription.__table__
     moved, after = 0, ""
     while True:
@@ -72,3 +76,14 @@ def bring_forward(account_id: str, previous_tier: str, tier: str) -> int:
                             [{"b_id": row_id, "b_next": now + (due - now) * (interval / previous)}
                              for row_id, due in rows])
         moved, after = moved + len(rows), rows[-1].id
+
+
+def _furthest_wait(account_id: str, longest: timedelta):
+    """The seconds to the account's furthest next check, when it is further off than `longest`; else None."""
+    now = utcnow()
+    furthest = db.session.scalar(select(func.max(Subscription.next_check_at))
+                                 .where(Subscription.account_id == account_id, Subscription.status == "active"))
+    end_read_transaction()
+    if furthest is None or furthest <= now + longest:
+        return None
+    return (furthest - now).total_seconds()
