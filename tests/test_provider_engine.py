@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import limits
 import pytest
+from limits.errors import StorageError
 from sqlalchemy import func, select, update
 from sqlalchemy.exc import OperationalError
 
@@ -613,16 +614,11 @@ def test_checks_run_due_says_and_fails_when_a_pause_left_the_due_checks_unmade(a
     assert all(row(subscription_id).check_count == 0 for subscription_id in ids)
 
 
-def test_a_budget_that_fails_mid_batch_defers_the_rest_and_records_the_calls_made(alice, vendor, monkeypatch):
-    """The shared budget's Redis paused (or the database gone) as a call was taken: the error left the batch, the
-    calls already made were thrown away and the whole batch stayed claimed for the lease (scale-out walk: 74 checks
-    held 2 minutes by a `CLIENT PAUSE` of 5 s). The calls made are recorded, the rest released untouched, and then
-    the error fails the round as before (no heartbeat while the budget cannot be used)."""
-    from limits.errors import StorageError
-
-    from app import metrics
+def _three_due_with_a_budget_failing_after_one_call(tenant, vendor, monkeypatch) -> list:
+    """Three due subscriptions of a metered vendor whose shared budget grants one call, then fails as a paused Redis
+    does (StorageError)."""
     vendor.rate_limit, vendor.batch_size = "100/minute", 1
-    ids = [subscribe(alice, f"p{number}") for number in range(3)]
+    ids = [subscribe(tenant, f"p{number}") for number in range(3)]
     make_due(ids)
     taken = []
 
@@ -632,6 +628,16 @@ def test_a_budget_that_fails_mid_batch_defers_the_rest_and_records_the_calls_mad
             raise StorageError(TimeoutError("Timeout reading from socket"))
         return True
     monkeypatch.setattr(provider_limits, "take_call", take_call)
+    return ids
+
+
+def test_a_budget_that_fails_mid_batch_defers_the_rest_and_records_the_calls_made(alice, vendor, monkeypatch):
+    """The shared budget's Redis paused (or the database gone) as a call was taken: the error left the batch, the
+    calls already made were thrown away and the whole batch stayed claimed for the lease (scale-out walk: 74 checks
+    held 2 minutes by a `CLIENT PAUSE` of 5 s). The calls made are recorded, the rest released untouched, and then
+    the error fails the round as before (no heartbeat while the budget cannot be used)."""
+    from app import metrics
+    ids = _three_due_with_a_budget_failing_after_one_call(alice, vendor, monkeypatch)
     counted = metrics.CHECKS.labels("ok")._value.get()
     with pytest.raises(StorageError):
         worker.run_due_batch()
@@ -692,19 +698,8 @@ def test_checks_run_says_in_a_line_what_it_made_when_taking_a_call_fails(app, al
     """The budget's Redis failing as a call is taken fails the round once the calls made are recorded (the scheduler
     must not write its heartbeat): `checks run` ended in the storage's traceback, the checks it had made and recorded
     (in that batch or an earlier one) unsaid. It prints its line and exits 1 saying what failed."""
-    from limits.errors import StorageError
     app.config["CHECK_BATCH_SIZE"] = batch_size
-    vendor.rate_limit, vendor.batch_size = "100/minute", 1
-    ids = [subscribe(alice, f"p{number}") for number in range(3)]
-    make_due(ids)
-    taken = []
-
-    def take_call(*_args, **_kwargs):
-        taken.append(1)
-        if len(taken) > 1:
-            raise StorageError(TimeoutError("Timeout reading from socket"))
-        return True
-    monkeypatch.setattr(provider_limits, "take_call", take_call)
+    ids = _three_due_with_a_budget_failing_after_one_call(alice, vendor, monkeypatch)
     result = runner.invoke(args=["checks", "run", how])
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.exception
     assert f"checked=1 changes=0 unavailable=0 failed=0 skipped=0 deferred={deferred}" in result.output, result.output
