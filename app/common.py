@@ -9,6 +9,8 @@ from datetime import datetime, timezone
 from app.version import VERSION
 
 USER_AGENT = f"entity-monitor/{VERSION}"  # on webhook deliveries and provider requests
+# The Content-Security-Policy of every answer outside the dashboard (app.api.http, gunicorn's own refusals)
+NOTHING_RUNS = "default-src 'none'; frame-ancestors 'none'"
 _ALPHANUMERIC = string.ascii_letters + string.digits
 # A fully qualified host name whose last label starts with a letter (so not an IP address)
 HOST_NAME = r"([A-Za-z0-9-]{1,63}\.)+[A-Za-z][A-Za-z0-9-]{0,62}"

@@ -267,7 +267,7 @@ def _of_the_type(parse, value) -> bool:
     if parse is parse_bool:
         return isinstance(value, bool)
     if parse is parse_whole_number:
-        return isinstance(value, int) and not isinstance(value, bool)
+        return _is_whole(value)
     if parse is parse_number:
         return _is_number(value)
     if parse is parse_seconds_list:
@@ -279,6 +279,10 @@ def _of_the_type(parse, value) -> bool:
 
 def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def settings_from_environment(environ=os.environ):
@@ -345,8 +349,7 @@ def _validate_tiers(tiers) -> None:
     """TIERS as instance/config.py may set it: a malformed one was a traceback at start-up (`TIERS = 5`), or, a key
     left out, a KeyError in every request or check of an account on that tier (operator walk)."""
     def whole(value, smallest, largest=None) -> bool:
-        return (isinstance(value, int) and not isinstance(value, bool) and value >= smallest
-                and (largest is None or value <= largest))
+        return _is_whole(value) and value >= smallest and (largest is None or value <= largest)
 
     if not isinstance(tiers, dict) or not tiers:
         raise ConfigError(f"{TIER_SHAPE}; it is {tiers!r}")

@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 
 from gunicorn import glogging, util
 
+from app.common import NOTHING_RUNS
 from app.redaction import redact_environ, redact_uri
 
 # gunicorn's maximum request line, so every URL nginx passes reaches the app (which answers 404 JSON)
@@ -19,7 +20,6 @@ LIMIT_REQUEST_FIELDS = 100
 LIMIT_REQUEST_FIELD_SIZE = 8190
 ERROR_CODES = {400: "BAD_REQUEST", 403: "FORBIDDEN", 414: "URI_TOO_LONG", 431: "HEADERS_TOO_LARGE",
                500: "INTERNAL_ERROR"}
-NOTHING_RUNS = "default-src 'none'; frame-ancestors 'none'"  # app.api.http's (not imported into gunicorn's master)
 MESSAGES = {414: f"The request line is longer than {LIMIT_REQUEST_LINE} bytes.",
             431: "The request headers are too many or too large."}
 

@@ -9,6 +9,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.routing import BaseConverter
 
 from app.api.errors import validation_failed_from
+from app.common import NOTHING_RUNS
 from app.errors import ValidationFailed
 
 
@@ -38,9 +39,6 @@ def never_cache_api_answers(response):
     if is_api_request():
         response.headers["Cache-Control"] = "no-store"
     return response
-
-
-NOTHING_RUNS = "default-src 'none'; frame-ancestors 'none'"
 
 
 def answer_as_typed(response):
