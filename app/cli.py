@@ -125,7 +125,7 @@ checks_cli = OperatorGroup("checks", help="Run checks in the foreground.")
 @click.option("--due", is_flag=True, help="The subscriptions that are due (the default).")
 def run_checks(subscription_id, check_all, due):
     """Check subscriptions now: the due ones, --all active ones, or one by id."""
-    from app.services.checks import Summary
+    from app.services.checks import Summary, recorded_before
     from app.worker import checks as check_worker
     if sum(bool(choice) for choice in (subscription_id, check_all, due)) > 1:
         raise click.UsageError("Give one of --all, --due or a SUBSCRIPTION_ID.")
@@ -146,7 +146,7 @@ def run_checks(subscription_id, check_all, due):
             else:
                 summaries = check_worker.run_due(keep_going=keep_going, count_left=True)
         except Exception as error:  # noqa: BLE001 - one a batch raised once it had recorded its calls: said below
-            if not isinstance(getattr(error, "recorded", None), Summary):
+            if recorded_before(error) is None:
                 raise
             if not hasattr(error, "summaries"):  # (run_due notes its own batches)
                 check_worker.note_made_before(error, summaries)

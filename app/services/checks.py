@@ -582,9 +582,16 @@ def run_claimed(claimed: list, token: str, keep_going=always) -> Summary:
         log.exception("recording a batch of %s checks failed; recording them one at a time", len(outcomes))
         summary = Summary.merged([*released, *(_record_alone(token, outcome) for outcome in outcomes)])
     if failure is not None:  # recorded and released: now the round fails, as it did when the batch was lost
-        failure.recorded = summary  # what was recorded, for /metrics
+        failure.recorded = summary  # what was recorded, for /metrics (`recorded_before`)
         raise failure
     return summary
+
+
+def recorded_before(error: Exception):
+    """The Summary of what a round recorded before it raised `error` (`run_claimed`: taking a call failed); None for
+    any other error."""
+    recorded = getattr(error, "recorded", None)
+    return recorded if isinstance(recorded, Summary) else None
 
 
 def _share_credits(provider) -> None:

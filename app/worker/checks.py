@@ -27,8 +27,9 @@ def _run_counted(claimed, token, *options) -> checks.Summary:
     try:
         summary = checks.run_claimed(claimed, token, *options)
     except Exception as error:
-        if isinstance(getattr(error, "recorded", None), checks.Summary):
-            metrics.count_checks(error.recorded)
+        recorded = checks.recorded_before(error)
+        if recorded is not None:
+            metrics.count_checks(recorded)
         raise
     metrics.count_checks(summary)
     return summary
@@ -67,8 +68,9 @@ def note_made_before(error: Exception, summaries: list) -> None:
     """An error a batch raised once it had recorded what it made (`recorded`, `checks.run_claimed`: taking a call
     failed) carries the run's summaries, that batch's last, as `summaries`: for `checks run`'s line, which was lost
     with them in the error's traceback."""
-    if isinstance(getattr(error, "recorded", None), checks.Summary):
-        error.summaries = [*summaries, error.recorded]
+    recorded = checks.recorded_before(error)
+    if recorded is not None:
+        error.summaries = [*summaries, recorded]
 
 
 def run_due_checks(keep_going=always) -> bool:
